@@ -1,0 +1,263 @@
+# fsdpconv - single non-recursive Makefile.
+#
+# Define CUDA=1 to build the CUDA kernels (needs nvcc; see CUDA_HOME).
+# Define NCCL=1 (with CUDA=1) to build the NCCL transport (see NCCL_HOME).
+# Define CUDA_HOME=/path to use another CUDA toolkit (default /usr/local/cuda).
+# Define NVCC_GENCODE="-gencode ..." to override the GPU architectures.
+# Define SANITIZE=address,undefined to build with sanitizers.
+# Define WERROR=1 to turn warnings into errors (CI does).
+# Define DEBUG=1 for -O0 -g3 -DFC_DEBUG.
+# Define V=1 for full command lines.
+# Define PREFIX, DESTDIR, BINDIR, MANDIR for `make install`.
+# Define VENV=/path for the Python venv used by fixtures and interop tests.
+# Put local settings in config.mak (not committed).
+#
+# Dependency rules between layers (checked by `make check-deps`):
+#   lib/      libc + libzstd, libdeflate, jansson, libcrypto; no convert/, kernels/, cmd/
+#   kernels/  only lib/fc_error.h, lib/fc_dtype.h, lib/fc_tensor.h (+ CUDA in .cu/cuda files)
+#   convert/  lib/ and kernels/fc_kernels.h; only convert/comm_nccl.c may include nccl.h
+#   cmd/      convert/fc_convert.h and lib/ public headers; never *_internal.h
+
+-include config.mak
+
+CC ?= cc
+CFLAGS ?= -O2 -g
+LDFLAGS ?=
+CUDA ?= 0
+NCCL ?= 0
+CUDA_HOME ?= /usr/local/cuda
+NVCC ?= $(CUDA_HOME)/bin/nvcc
+NVCC_GENCODE ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
+NCCL_HOME ?= $(CUDA_HOME)
+SANITIZE ?=
+WERROR ?= 0
+DEBUG ?= 0
+PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+MANDIR ?= $(PREFIX)/share/man
+VENV ?= $(HOME)/.cache/fsdpconv/venv
+PYTHON := $(VENV)/bin/python
+
+ifeq ($(NCCL),1)
+ifneq ($(CUDA),1)
+$(error NCCL=1 requires CUDA=1)
+endif
+endif
+
+# One build directory per configuration, so toggling a knob never links stale objects.
+CFG := cpu
+ifeq ($(CUDA),1)
+CFG := cuda
+ifeq ($(NCCL),1)
+CFG := cuda-nccl
+endif
+endif
+ifneq ($(SANITIZE),)
+CFG := $(CFG)-san
+endif
+ifeq ($(DEBUG),1)
+CFG := $(CFG)-debug
+endif
+B := build/$(CFG)
+
+ifeq ($(V),1)
+Q :=
+else
+Q := @
+endif
+
+PKGS := libzstd libdeflate jansson libcrypto
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+CMOCKA_CFLAGS := $(shell pkg-config --cflags cmocka 2>/dev/null)
+CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null)
+
+WARN := -Wall -Wextra -Wcast-qual -Wcast-align -Wshadow -Wstrict-aliasing=1 -Wswitch-enum \
+        -Wdeclaration-after-statement -Wstrict-prototypes -Wundef -Wpointer-arith \
+        -Wformat-security -Wvla -Wformat=2 -Wno-format-nonliteral -Wmissing-prototypes \
+        -Wno-declaration-after-statement -Wno-switch-enum
+ifeq ($(WERROR),1)
+WARN += -Werror
+endif
+
+FC_CPPFLAGS := -Ilib -Iconvert -Ikernels -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE \
+               -DFC_VERSION=\"$(shell cat VERSION 2>/dev/null || echo 0.0.0)\"
+FC_CFLAGS := -std=c11 $(WARN) -MMD -MP -pthread
+FC_LDLIBS := $(PKG_LIBS) -pthread -lm
+ifeq ($(DEBUG),1)
+FC_CFLAGS += -O0 -g3 -DFC_DEBUG
+endif
+ifneq ($(SANITIZE),)
+FC_CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
+LDFLAGS += -fsanitize=$(SANITIZE)
+endif
+
+LIB_SRC := $(sort $(wildcard lib/*.c))
+CONVERT_SRC := $(sort $(filter-out convert/comm_nccl.c,$(wildcard convert/*.c)))
+KERNEL_SRC := $(sort $(filter-out kernels/cuda_stub.c,$(wildcard kernels/*.c)))
+CUDA_SRC :=
+ifeq ($(CUDA),1)
+FC_CPPFLAGS += -DFC_HAVE_CUDA -I$(CUDA_HOME)/include
+CUDA_SRC := $(sort $(wildcard kernels/*.cu))
+FC_LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart -lstdc++
+else
+KERNEL_SRC += $(wildcard kernels/cuda_stub.c)
+endif
+ifeq ($(NCCL),1)
+FC_CPPFLAGS += -DFC_HAVE_NCCL -I$(NCCL_HOME)/include
+CONVERT_SRC += $(wildcard convert/comm_nccl.c)
+FC_LDLIBS += -L$(NCCL_HOME)/lib64 -L$(NCCL_HOME)/lib -lnccl
+endif
+CMD_SRC := $(sort $(wildcard cmd/*.c))
+
+CORE_OBJ := $(patsubst %.c,$(B)/%.o,$(LIB_SRC) $(CONVERT_SRC) $(KERNEL_SRC)) \
+            $(patsubst %.cu,$(B)/%.cu.o,$(CUDA_SRC))
+CMD_OBJ := $(patsubst %.c,$(B)/%.o,$(CMD_SRC))
+LIBFC := $(B)/libfc.a
+BIN := $(B)/fsdpconv
+
+UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
+UNIT_BIN := $(patsubst tests/unit/%.c,$(B)/tests/%,$(UNIT_SRC))
+FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_BIN := $(patsubst tests/fuzz/%.c,$(B)/fuzz/%,$(FUZZ_SRC))
+GPU_SRC := $(sort $(wildcard tests/gpu/test_*.c))
+GPU_BIN := $(patsubst tests/gpu/%.c,$(B)/gpu/%,$(GPU_SRC))
+
+.PHONY: all deps venv demo test test-unit test-cli test-interop test-gpu fuzz fuzz-regress \
+        asan ubsan valgrind check check-deps check-banned man-lint format format-check \
+        install clean bench fixtures config-summary
+.DEFAULT_GOAL := all
+
+all: config-summary fsdpconv
+
+config-summary:
+	@printf 'fsdpconv build %s: CPU ✓  CUDA %s  NCCL %s  sanitizers %s\n' "$(B)" \
+	  "$(if $(filter 1,$(CUDA)),✓,✗)" "$(if $(filter 1,$(NCCL)),✓,✗)" \
+	  "$(if $(SANITIZE),$(SANITIZE),✗)"
+	@pkg-config --exists $(PKGS) || { echo "missing libraries: install libzstd-dev libdeflate-dev libjansson-dev libssl-dev pkg-config (or run: make deps)" >&2; exit 1; }
+ifeq ($(CUDA),1)
+	@test -x "$(NVCC)" || { echo "CUDA=1 but $(NVCC) is missing; set CUDA_HOME or NVCC" >&2; exit 1; }
+endif
+
+fsdpconv: $(BIN)
+	$(Q)ln -sf $(BIN) fsdpconv
+
+$(B)/%.o: %.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(FC_CPPFLAGS) $(PKG_CFLAGS) $(FC_CFLAGS) $(CFLAGS) -c -o $@ $<
+
+$(B)/%.cu.o: %.cu
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  NVCC    $@")
+	$(Q)$(NVCC) -std=c++17 -O2 $(NVCC_GENCODE) $(filter -I% -D%,$(FC_CPPFLAGS)) -Xcompiler -fPIC -c -o $@ $<
+
+$(LIBFC): $(CORE_OBJ)
+	@$(if $(Q),echo "  AR      $@")
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(BIN): $(CMD_OBJ) $(LIBFC)
+	@$(if $(Q),echo "  LINK    $@")
+	$(Q)$(CC) $(FC_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $(CMD_OBJ) $(LIBFC) $(FC_LDLIBS)
+
+# cmocka unit tests: one binary per module.
+$(B)/tests/%: tests/unit/%.c tests/unit/fc_test.h $(LIBFC)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  TEST    $@")
+	$(Q)$(CC) $(FC_CPPFLAGS) -Itests/unit $(PKG_CFLAGS) $(CMOCKA_CFLAGS) $(FC_CFLAGS) $(CFLAGS) \
+	  -DFC_SOURCE_DIR=\"$(CURDIR)\" $(LDFLAGS) -o $@ $< $(LIBFC) $(CMOCKA_LIBS) $(FC_LDLIBS)
+
+# Fuzz targets with the standalone replay driver (gcc); `make fuzz` uses libFuzzer.
+$(B)/fuzz/%: tests/fuzz/%.c tests/fuzz/driver.c $(LIBFC)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  FUZZ    $@")
+	$(Q)$(CC) $(FC_CPPFLAGS) $(PKG_CFLAGS) $(FC_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< \
+	  tests/fuzz/driver.c $(LIBFC) $(FC_LDLIBS)
+
+$(B)/gpu/%: tests/gpu/%.c tests/unit/fc_test.h $(LIBFC)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(FC_CPPFLAGS) -Itests/unit $(PKG_CFLAGS) $(CMOCKA_CFLAGS) $(FC_CFLAGS) $(CFLAGS) \
+	  -DFC_SOURCE_DIR=\"$(CURDIR)\" $(LDFLAGS) -o $@ $< $(LIBFC) $(CMOCKA_LIBS) $(FC_LDLIBS)
+
+-include $(shell find build/$(CFG) -name '*.d' 2>/dev/null)
+
+deps:
+	@sh tests/setup/deps.sh
+
+venv:
+	@sh tests/setup/venv.sh "$(VENV)"
+
+demo: deps
+	@$(MAKE) --no-print-directory all
+	@sh tests/setup/demo.sh ./fsdpconv
+
+test: deps venv
+	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory check-deps check-banned man-lint
+	@$(MAKE) --no-print-directory fuzz-regress
+	@$(MAKE) --no-print-directory test-cli
+	@$(MAKE) --no-print-directory test-interop
+	@$(MAKE) --no-print-directory test-unit
+
+test-unit: $(UNIT_BIN)
+	@sh tests/run_unit.sh $(UNIT_BIN)
+
+test-cli: fsdpconv
+	@sh tests/cli/run.sh "$(CURDIR)/$(BIN)"
+
+test-interop: fsdpconv
+	@sh tests/interop/run.sh "$(CURDIR)/$(BIN)" "$(PYTHON)"
+
+test-gpu: $(GPU_BIN)
+ifneq ($(CUDA),1)
+	$(error test-gpu needs CUDA=1)
+endif
+	@sh tests/run_unit.sh $(GPU_BIN)
+
+fuzz-regress: $(FUZZ_BIN)
+	@sh tests/fuzz/regress.sh $(B)/fuzz
+
+fuzz:
+	@sh tests/fuzz/libfuzzer.sh
+
+asan:
+	@$(MAKE) --no-print-directory SANITIZE=address,undefined test-unit fuzz-regress test-cli
+
+ubsan:
+	@$(MAKE) --no-print-directory SANITIZE=undefined test-unit
+
+valgrind: $(UNIT_BIN)
+	@for t in $(UNIT_BIN); do valgrind -q --error-exitcode=9 --leak-check=full $$t || exit 1; done
+
+bench: fsdpconv
+	@sh tests/bench/run.sh "$(CURDIR)/$(BIN)" "$(PYTHON)"
+
+fixtures: venv
+	@$(PYTHON) fixtures/gen/gen_fixtures.py fixtures
+
+check: test check-deps check-banned man-lint format-check
+
+check-deps:
+	@sh tests/setup/check_deps.sh
+
+# curl's banned-function list, for lib/.
+check-banned:
+	@if grep -nE '\b(sprintf|strcpy|strcat|strncpy|strtok|sscanf|atoi|atol|gets)[[:space:]]*\(' lib/*.c lib/*.h; then \
+	  echo "banned function used in lib/ (see house-style.md)"; exit 1; fi
+
+man-lint:
+	@mandoc -Tlint -W warning man/*.1 && echo "man-lint: ok"
+
+format:
+	@clang-format -i $(LIB_SRC) $(CONVERT_SRC) $(KERNEL_SRC) $(CMD_SRC) lib/*.h convert/*.h kernels/*.h cmd/*.h
+
+format-check:
+	@clang-format --dry-run -Werror $(LIB_SRC) $(CONVERT_SRC) $(KERNEL_SRC) $(CMD_SRC) lib/*.h convert/*.h kernels/*.h cmd/*.h
+
+install: fsdpconv
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1
+	install -m 755 $(BIN) $(DESTDIR)$(BINDIR)/fsdpconv
+	install -m 644 man/*.1 $(DESTDIR)$(MANDIR)/man1/
+
+clean:
+	rm -rf build fsdpconv

@@ -1,0 +1,66 @@
+/*
+ * fc_io.h - file I/O: large sequential preads, exact pwrites, atomic writes.
+ *
+ * Invariants: a struct fc_file opened here owns its descriptor and a copy of
+ * its path, which every error message names.  Reads never go past the size
+ * recorded at open time: a read beyond it is FC_ECORRUPT ("truncated"), since
+ * the only reason to read there is a length field that lies.  We use pread,
+ * not mmap, so that network filesystems and truncated files fail cleanly.
+ */
+#ifndef FC_IO_H
+#define FC_IO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct fc_file {
+    int fd;
+    uint64_t size;
+    char *path;
+};
+
+#define FC_FILE_INIT { -1, 0, NULL }
+
+/* Open for reading; FC_ENOENT, FC_EIO (also for directories), FC_ENOMEM. */
+int fc_file_open_read(struct fc_file *f, const char *path);
+void fc_file_close(struct fc_file *f); /* accepts a never-opened FC_FILE_INIT */
+
+/*
+ * fc_file_pread() - read exactly n bytes at off.  FC_ECORRUPT when
+ * [off, off+n) is not inside the file ("truncated"), FC_EIO on read errors.
+ */
+int fc_file_pread(const struct fc_file *f, void *dst, size_t n, uint64_t off);
+
+/*
+ * fc_file_read_alloc() - read [off, off+n) into a new buffer (NUL-terminated
+ * for convenience; *out owned by the caller, free with fc_free).  Fails with
+ * FC_ECORRUPT when n > cap (a declared length larger than we allow).
+ */
+int fc_file_read_alloc(const struct fc_file *f, uint64_t off, size_t n, size_t cap,
+                       unsigned char **out);
+
+/* Hint sequential access for [off, off+n) (posix_fadvise); never fails. */
+void fc_file_advise_sequential(const struct fc_file *f, uint64_t off, uint64_t n);
+
+/* Write exactly n bytes at off; FC_EIO naming path (ENOSPC, EFBIG, ...). */
+int fc_pwrite_full(int fd, const void *p, size_t n, uint64_t off, const char *path);
+
+/*
+ * fc_write_file_atomic() - write data to "<path>.tmp", fsync, rename to path.
+ * On failure the temporary is removed and path is untouched.
+ */
+int fc_write_file_atomic(const char *path, const void *data, size_t n);
+
+/* fsync a directory so that renames inside it are durable. */
+int fc_fsync_dir(const char *dir);
+
+/* Remove a file or directory tree (no symlink following).  ENOENT is OK. */
+int fc_remove_tree(const char *path);
+
+/* 1 if path is a directory, 0 if it is something else, FC_ENOENT if absent. */
+int fc_path_is_dir(const char *path);
+
+/* Join dir and name with '/' into a new string (owned by caller). */
+char *fc_path_join(const char *dir, const char *name);
+
+#endif

@@ -1,0 +1,175 @@
+/*
+ * fc_pickle.h - a minimal pickle VM that executes nothing, and a writer.
+ *
+ * The reader turns a pickle stream into a tree of struct fc_pv nodes.  GLOBAL
+ * names are never imported or called: they become symbols, and REDUCE/NEWOBJ/
+ * BUILD become typed nodes, which the caller interprets.  Two profiles:
+ *
+ *   FC_PICKLE_WEIGHTS_ONLY  exactly what torch.load(weights_only=True) accepts
+ *                           (opcodes and global allowlist, input-formats.md
+ *                           A.4/A.8).  The torch rebuild helpers are interpreted
+ *                           here into FC_PV_TENSOR nodes; OrderedDict(), set(),
+ *                           _codecs.encode(), torch.Size() into plain values.
+ *                           Anything else: FC_EFORMAT naming the opcode or
+ *                           global and its byte offset.
+ *   FC_PICKLE_SYMBOLIC      the wider opcode set of a DCP .metadata file
+ *                           (protocols 2-5, FRAME, STACK_GLOBAL, MEMOIZE, ...;
+ *                           dcp-format.md 2.4).  Every GLOBAL becomes an
+ *                           FC_PV_GLOBAL symbol, REDUCE an FC_PV_CALL, NEWOBJ an
+ *                           FC_PV_OBJECT; BUILD sets ->state on those.  The
+ *                           caller (fc_dcp) interprets an allowlist of names.
+ *
+ * Ownership: every node of a tree lives in the struct fc_pickle arena that
+ * produced it; nodes may be shared (the memo stores references), so the tree
+ * is a DAG.  Free everything at once with fc_pickle_free().
+ *
+ * Limits (hardening, not in Python): input size, memo entries, stack depth,
+ * container length, string length, LONG1/LONG4 width (wider than 8 bytes is
+ * kept as FC_PV_BIGINT bytes).
+ */
+#ifndef FC_PICKLE_H
+#define FC_PICKLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fc_buf.h"
+#include "fc_dtype.h"
+#include "fc_tensor.h"
+
+enum fc_pv_kind {
+    FC_PV_NONE,
+    FC_PV_BOOL,
+    FC_PV_INT,    /* fits int64 */
+    FC_PV_BIGINT, /* u.str holds little-endian two's complement bytes */
+    FC_PV_FLOAT,
+    FC_PV_STR,    /* u.str, UTF-8, NUL-terminated */
+    FC_PV_BYTES,  /* u.str, raw bytes (also NUL-terminated for convenience) */
+    FC_PV_LIST,
+    FC_PV_TUPLE,
+    FC_PV_SET,
+    FC_PV_DICT,   /* insertion-ordered; u.dict.ordered marks an OrderedDict */
+    FC_PV_GLOBAL, /* u.global: a symbol, never resolved */
+    FC_PV_CALL,   /* REDUCE: u.call.callable(*u.call.args), .state from BUILD */
+    FC_PV_OBJECT, /* NEWOBJ: cls.__new__(cls, *args), .state from BUILD */
+    FC_PV_TENSOR  /* a torch tensor reference (weights-only profile only) */
+};
+
+struct fc_pv;
+
+struct fc_pv_tensor {
+    const char *storage_key;   /* record name suffix: data/<key> */
+    const char *location;      /* "cpu", "cuda:0", ... (informational) */
+    uint64_t storage_numel;    /* elements of the storage type (bytes if untyped) */
+    int untyped_storage;       /* 1 when the storage was torch.storage.UntypedStorage */
+    struct fc_tensor_desc desc; /* dtype, shape, stride, storage_offset (elements of dtype) */
+    int requires_grad;
+    int is_parameter;          /* wrapped by _rebuild_parameter */
+};
+
+struct fc_pv {
+    enum fc_pv_kind kind;
+    uint64_t offset; /* byte offset of the opcode that created the node (for messages) */
+    union {
+        int b;
+        int64_t i;
+        double f;
+        struct {
+            const char *s;
+            size_t len;
+        } str;
+        struct {
+            struct fc_pv **items;
+            size_t n;
+            size_t alloc;
+        } seq; /* LIST, TUPLE, SET */
+        struct {
+            struct fc_pv **keys;
+            struct fc_pv **vals;
+            size_t n;
+            size_t alloc;
+            int ordered;
+            struct fc_pv *state; /* BUILD on an OrderedDict (the _metadata dict), or NULL */
+        } dict;
+        struct {
+            const char *module; /* after Python-2 renaming (__builtin__ -> builtins) */
+            const char *name;
+        } global;
+        struct {
+            struct fc_pv *callable; /* FC_PV_CALL: the callable; FC_PV_OBJECT: the class */
+            struct fc_pv *args;     /* a TUPLE */
+            struct fc_pv *state;    /* from BUILD, or NULL */
+        } call;
+        struct fc_pv_tensor tensor;
+    } u;
+};
+
+enum fc_pickle_profile { FC_PICKLE_WEIGHTS_ONLY, FC_PICKLE_SYMBOLIC };
+
+struct fc_pickle; /* the arena and the result */
+
+/*
+ * fc_pickle_load() - run the VM over data[0..len).
+ *
+ * `what` names the input in error messages (e.g. "model.pt: data.pkl").
+ * On success *out is a new arena owned by the caller (free with
+ * fc_pickle_free()) and fc_pickle_root(*out) the unpickled value.  On failure
+ * *out is NULL.  data must stay valid only during the call.
+ *
+ * Returns FC_OK, FC_EFORMAT (opcode or global not allowed, unconvertible
+ * tensor kind), FC_ECORRUPT (truncated, stack underflow, bad memo index,
+ * missing STOP, limits exceeded), FC_ENOMEM.
+ */
+int fc_pickle_load(struct fc_pickle **out, const unsigned char *data, size_t len,
+                   enum fc_pickle_profile profile, const char *what);
+const struct fc_pv *fc_pickle_root(const struct fc_pickle *p);
+void fc_pickle_free(struct fc_pickle *p); /* accepts NULL */
+
+/* Helpers for walking trees. */
+const struct fc_pv *fc_pv_dict_get(const struct fc_pv *dict, const char *key); /* str keys */
+int fc_pv_is_global(const struct fc_pv *v, const char *module, const char *name);
+
+/*
+ * fc_pv_repr() - append a short Python-like rendering of v to out (for
+ * inspect): 3, 0.001, 'run', (0.9, 0.999), [1, 2], {'a': 1}, None, True,
+ * b'ab', torch.bfloat16, <call collections.Counter>.  At most max_bytes are
+ * appended; a longer rendering ends in "...".
+ */
+int fc_pv_repr(struct fc_buf *out, const struct fc_pv *v, size_t max_bytes);
+
+/*
+ * Writer: protocol-2 opcodes, no memo (every Python 3 unpickler and torch's
+ * weights-only unpickler accept memo-free streams).  Each function appends to
+ * a struct fc_buf and returns FC_OK or FC_ENOMEM.
+ */
+int fc_pw_proto(struct fc_buf *b);                 /* 80 02 */
+int fc_pw_stop(struct fc_buf *b);                  /* . */
+int fc_pw_mark(struct fc_buf *b);                  /* ( */
+int fc_pw_none(struct fc_buf *b);
+int fc_pw_bool(struct fc_buf *b, int v);
+int fc_pw_int(struct fc_buf *b, int64_t v);        /* BININT1/BININT2/BININT/LONG1 */
+int fc_pw_float(struct fc_buf *b, double v);       /* BINFLOAT */
+int fc_pw_str(struct fc_buf *b, const char *s, size_t len); /* BINUNICODE */
+int fc_pw_global(struct fc_buf *b, const char *module, const char *name);
+int fc_pw_empty_tuple(struct fc_buf *b);
+int fc_pw_tuple(struct fc_buf *b);                 /* MARK ... TUPLE */
+int fc_pw_tuple_n(struct fc_buf *b, int n);        /* TUPLE1/2/3 for n in 1..3 */
+int fc_pw_empty_dict(struct fc_buf *b);
+int fc_pw_setitems(struct fc_buf *b);              /* MARK k v ... SETITEMS */
+int fc_pw_empty_list(struct fc_buf *b);
+int fc_pw_appends(struct fc_buf *b);               /* MARK x ... APPENDS */
+int fc_pw_reduce(struct fc_buf *b);
+int fc_pw_newobj(struct fc_buf *b);
+int fc_pw_build(struct fc_buf *b);
+int fc_pw_binpersid(struct fc_buf *b);
+
+/*
+ * fc_pw_value() - serialise a plain value tree (NONE, BOOL, INT, BIGINT,
+ * FLOAT, STR, BYTES (as _codecs.encode(str, 'latin1')), LIST, TUPLE, SET,
+ * DICT incl. OrderedDict, GLOBAL symbols, CALL and OBJECT nodes with their
+ * state) so that a value read by fc_pickle_load() round-trips.  Tensors are
+ * not handled here (FC_EINVAL).
+ */
+int fc_pw_value(struct fc_buf *b, const struct fc_pv *v);
+
+#endif

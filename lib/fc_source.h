@@ -1,0 +1,98 @@
+/*
+ * fc_source.h - one interface over every input checkpoint format.
+ *
+ * A source lists entries - flattened key, and either a tensor (dtype, global
+ * shape, where its elements live) or a non-tensor value - and reads any box
+ * (per-dim offsets + sizes) of a tensor into a caller's C-contiguous buffer,
+ * honouring storage offsets and strides.  full-to-dcp, inspect and later
+ * reshard/dcp-to-full/diff are the same machine over different sources.
+ *
+ * Flattening follows DCP (dcp-format.md 3.6): mappings are descended with
+ * str(key); a list is descended with integer indices only when it holds a
+ * tensor or a container that is itself descended; tuples are leaves; keys are
+ * joined with '.'.  Each entry keeps its path (for DCP planner_data).
+ *
+ * Invariants: entries appear in the order the input lists them; keys are
+ * unique (a duplicate is FC_ECORRUPT); tensors that share bytes share a
+ * storage index.  Everything an entry points to is owned by the source and
+ * lives until fc_source_free().  Reading is thread-safe (pread only).
+ */
+#ifndef FC_SOURCE_H
+#define FC_SOURCE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fc_io.h"
+#include "fc_pickle.h"
+#include "fc_tensor.h"
+
+enum fc_entry_kind { FC_ENTRY_TENSOR, FC_ENTRY_VALUE };
+
+struct fc_path_elem {
+    int is_index;      /* 1: list index (index), 0: mapping key (key) */
+    int64_t index;
+    const char *key;
+};
+
+/* Where a tensor's bytes live: one byte range of one open file. */
+struct fc_storage {
+    const char *name;     /* record key ("0") or tensor name, for messages */
+    size_t file;          /* index into the source's files */
+    uint64_t offset;      /* absolute file offset of element 0 of the storage */
+    uint64_t nbytes;
+    unsigned nrefs;       /* tensor entries using it; > 1 means shared (tied/view) */
+};
+
+struct fc_entry {
+    const char *key;
+    enum fc_entry_kind kind;
+    const struct fc_path_elem *path;
+    size_t path_len;
+    struct fc_tensor_desc t;     /* tensors: dtype, shape, strides, storage_offset */
+    size_t storage;              /* tensors: index into the storage table */
+    const struct fc_pv *value;   /* values: the unpickled value */
+};
+
+struct fc_source {
+    const char *format;          /* "torch.save", "safetensors", "safetensors-index" */
+    const char *path;            /* what the user named */
+    struct fc_entry *entries;
+    size_t nentries;
+    struct fc_storage *storages;
+    size_t nstorages;
+    struct fc_file *files;
+    size_t nfiles;
+    void *impl;                  /* format-specific state (parsed archives) */
+    void (*impl_free)(void *impl);
+};
+
+/*
+ * fc_source_open() - detect the format of path and list its entries.
+ * path may be a torch.save file, a safetensors file, a
+ * model.safetensors.index.json, or a directory holding exactly one of: an
+ * index.json, safetensors files (all are read), one torch.save file.
+ * On success *out is owned by the caller (fc_source_free).
+ * Returns FC_OK, FC_ENOENT, FC_EFORMAT, FC_ECORRUPT, FC_EIO, FC_ENOMEM.
+ */
+int fc_source_open(struct fc_source **out, const char *path);
+void fc_source_free(struct fc_source *src); /* accepts NULL */
+
+/* Index of the entry with this key, or -1. */
+long fc_source_find(const struct fc_source *src, const char *key);
+
+/*
+ * fc_source_read_box() - copy the box [off[d], off[d]+size[d]) of tensor
+ * entry e into dst as C-contiguous elements of e->t.dtype (little-endian).
+ * dst must hold prod(size) * elem_size bytes.  A box covering whole rows of a
+ * contiguous tensor is one pread; strided views are gathered.
+ * Returns FC_OK, FC_EINVAL (box outside the tensor), FC_ECORRUPT, FC_EIO,
+ * FC_ENOMEM.
+ */
+int fc_source_read_box(const struct fc_source *src, const struct fc_entry *e, const int64_t *off,
+                       const int64_t *size, void *dst);
+
+/* Total bytes of the tensor's logical elements (numel * elem size). */
+uint64_t fc_entry_nbytes(const struct fc_entry *e);
+
+#endif

@@ -1,0 +1,96 @@
+/*
+ * fc_torchsave.h - torch.save zip archives: reading any file torch 1.6 ... 2.x
+ * wrote, and writing the one-tensor / one-value blobs that DCP items are.
+ *
+ * Reader invariants: the archive is opened with fc_zip, data.pkl is run
+ * through the weights-only pickle profile, and every tensor node is checked
+ * against its storage record (record size == storage numel * element size;
+ * the view's extent offset + sum((size-1)*stride) + 1 <= storage numel, or 0
+ * elements).  One storage key is one dtype.  Pre-1.6 formats (legacy pickle
+ * stream, tar, PYTORCH1 preview) and TorchScript archives are recognised and
+ * refused with a message saying what to do.
+ */
+#ifndef FC_TORCHSAVE_H
+#define FC_TORCHSAVE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fc_buf.h"
+#include "fc_io.h"
+#include "fc_pickle.h"
+#include "fc_zip.h"
+
+struct fc_torchsave; /* opaque */
+
+/* Storage table entry: one data/<key> record. */
+struct fc_ts_storage {
+    const char *key;       /* "0" */
+    fc_dtype dtype;        /* element type (for UntypedStorage: from _rebuild_tensor_v3) */
+    uint64_t data_offset;  /* absolute file offset */
+    uint64_t nbytes;
+    unsigned nrefs;        /* number of tensor nodes referring to it */
+};
+
+/*
+ * fc_torchsave_open() - open the torch.save archive at [base, base+len) of f.
+ * `what` names it in messages.  f must outlive the result.
+ * Returns FC_OK, FC_EFORMAT (legacy format, TorchScript, forbidden global,
+ * unconvertible tensor type), FC_ECORRUPT, FC_EIO, FC_ENOMEM.
+ */
+int fc_torchsave_open(struct fc_torchsave **out, const struct fc_file *f, uint64_t base,
+                      uint64_t len, const char *what);
+void fc_torchsave_free(struct fc_torchsave *ts); /* accepts NULL */
+
+/* The unpickled object; tensors are FC_PV_TENSOR nodes. */
+const struct fc_pv *fc_torchsave_root(const struct fc_torchsave *ts);
+
+/* Storages in first-reference order. */
+size_t fc_torchsave_storage_count(const struct fc_torchsave *ts);
+const struct fc_ts_storage *fc_torchsave_storage_at(const struct fc_torchsave *ts, size_t i);
+/* Index of the storage a tensor node uses (always valid after open). */
+size_t fc_torchsave_storage_index(const struct fc_torchsave *ts, const struct fc_pv_tensor *t);
+
+/*
+ * fc_torchsave_detect() - classify the first bytes of a file (at least 512
+ * bytes or the whole file): returns one of the values below.
+ */
+enum fc_ts_kind {
+    FC_TS_UNKNOWN,
+    FC_TS_ZIP,           /* PK\3\4 */
+    FC_TS_LEGACY_PICKLE, /* pre-1.6 pickle stream with the LONG1 magic */
+    FC_TS_LEGACY_TAR,    /* ustar at 257 */
+    FC_TS_PREVIEW,       /* PYTORCH1 */
+    FC_TS_SAFETENSORS    /* u64 header length then '{' */
+};
+enum fc_ts_kind fc_torchsave_detect(const unsigned char *head, size_t n, uint64_t file_size);
+
+/*
+ * Writer of one dense, C-contiguous tensor as a torch.save archive (prefix
+ * "archive", records data.pkl, byteorder, data/0, version, in the layout of
+ * fc_zipw_*).  The tensor bytes are streamed by the caller at
+ * [data_offset, data_offset + data_size) of the blob.
+ */
+struct fc_tsblob {
+    struct fc_buf pkl;               /* data.pkl bytes */
+    struct fc_zipw_record recs[4];
+    uint64_t total_size;             /* bytes of the whole blob */
+    uint64_t data_offset;            /* where the tensor bytes start, blob-relative */
+    uint64_t data_size;
+};
+
+/* Lay out a blob for dtype/shape.  Release with fc_tsblob_release(). */
+int fc_tsblob_init(struct fc_tsblob *b, fc_dtype dt, const int64_t *shape, int ndim);
+void fc_tsblob_release(struct fc_tsblob *b);
+/* Bytes [0, data_offset) of the blob. */
+int fc_tsblob_head(const struct fc_tsblob *b, struct fc_buf *out);
+/* Bytes [data_offset + data_size, total_size), given the data's CRC-32. */
+int fc_tsblob_tail(struct fc_tsblob *b, uint32_t data_crc, struct fc_buf *out);
+
+/*
+ * fc_torchsave_value_blob() - a complete torch.save archive of a non-tensor
+ * value (a DCP bytes item): data.pkl = fc_pw_value(v), byteorder, version.
+ */
+int fc_torchsave_value_blob(struct fc_buf *out, const struct fc_pv *v);
+
+#endif

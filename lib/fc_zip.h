@@ -1,0 +1,102 @@
+/*
+ * fc_zip.h - ZIP/ZIP64 reader (stored entries, zero-copy) and the writer of
+ * torch.save-layout archives.
+ *
+ * Reader invariants: sizes and CRCs come from the central directory (torch
+ * writes zeros in local headers); each record's data offset is computed from
+ * its local header (30 + name_len + extra_len) as torch's getRecordOffset
+ * does; every record lies inside the archive window and before the central
+ * directory, and no two records overlap.  The reader works on a window
+ * [base, base+len) of an open file, so a torch.save blob embedded in a DCP
+ * .distcp file is read in place.  Record data is never copied by the reader:
+ * callers pread the byte range they need.
+ *
+ * Writer invariants (input-formats.md A.2, dcp-format.md 3.2): records are
+ * stored, each payload starts at a multiple of 64 bytes from the archive
+ * start (FB extra-field padding), local headers have flags 0x0808 and zero
+ * CRC/sizes followed by a data descriptor after non-empty payloads
+ * (zero-length records: flags 0x0800, no descriptor), then the central
+ * directory, a ZIP64 end record, its locator and the classic end record.
+ * ZIP64 extras and 24-byte descriptors appear when a size or an offset
+ * reaches 0xFFFFFFFF.  The layout is a pure function of the record names and
+ * sizes, so callers know every offset before any data is written.
+ */
+#ifndef FC_ZIP_H
+#define FC_ZIP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fc_buf.h"
+#include "fc_io.h"
+
+struct fc_zip_entry {
+    const char *name;      /* full name as stored, e.g. "archive/data/0" */
+    const char *record;    /* name after the "<prefix>/" part, e.g. "data/0" */
+    uint64_t data_offset;  /* absolute file offset of the payload */
+    uint64_t size;         /* uncompressed == compressed size (stored) */
+    uint32_t crc32;
+    uint16_t method;       /* always 0 after a successful open */
+};
+
+struct fc_zip_reader; /* opaque */
+
+/*
+ * fc_zip_reader_open() - parse the archive in file f, window [base, base+len).
+ *
+ * `what` names the archive in messages (a path, or "x.distcp @ offset N").
+ * On success *out is a new reader owned by the caller (fc_zip_reader_free);
+ * f must outlive it.  Compressed (method != 0) or encrypted entries fail with
+ * FC_EFORMAT naming the entry ("compressed entry X; re-save with torch.save").
+ * Returns FC_OK, FC_EFORMAT, FC_ECORRUPT, FC_EIO, FC_ENOMEM.
+ */
+int fc_zip_reader_open(struct fc_zip_reader **out, const struct fc_file *f, uint64_t base,
+                       uint64_t len, const char *what);
+void fc_zip_reader_free(struct fc_zip_reader *zr); /* accepts NULL */
+
+size_t fc_zip_count(const struct fc_zip_reader *zr);
+const struct fc_zip_entry *fc_zip_entry_at(const struct fc_zip_reader *zr, size_t i);
+const char *fc_zip_prefix(const struct fc_zip_reader *zr); /* "archive" */
+/* Find by record name (without the prefix); NULL if absent. */
+const struct fc_zip_entry *fc_zip_find(const struct fc_zip_reader *zr, const char *record);
+
+/* Read a whole (small) record into a new buffer, capped; caller frees. */
+int fc_zip_read_record(const struct fc_zip_reader *zr, const struct fc_zip_entry *e, size_t cap,
+                       unsigned char **out);
+
+/* Streaming CRC-32 (zlib polynomial) via libdeflate. */
+uint32_t fc_crc32(uint32_t crc, const void *p, size_t n);
+
+/*
+ * Writer.  Describe the records, compute the layout, then emit the bytes
+ * around each payload.  Typical use for one tensor blob: records data.pkl,
+ * byteorder, data/0, version; every payload except data/0 is small and given
+ * up front; data/0's CRC is supplied after streaming it.
+ */
+struct fc_zipw_record {
+    const char *record;         /* name without prefix */
+    uint64_t size;              /* payload size */
+    const unsigned char *data;  /* payload if known up front, else NULL (streamed) */
+    uint32_t crc32;             /* filled by the writer for known payloads; caller sets for streamed */
+    uint64_t header_offset;     /* computed: local header offset */
+    uint64_t data_offset;       /* computed: payload offset (multiple of 64) */
+};
+
+/*
+ * fc_zipw_layout() - compute header/data offsets for every record and the
+ * total archive size.  prefix is the archive folder ("archive").
+ */
+int fc_zipw_layout(struct fc_zipw_record *recs, size_t n, const char *prefix,
+                   uint64_t *total_out);
+
+/*
+ * fc_zipw_emit() - append the archive bytes from archive offset `from` up to
+ * (not including) `to` to out, for every byte that is not a streamed payload.
+ * Calling it for [0, first streamed data_offset) gives the head, and for
+ * [streamed data_offset + size, total) the tail (which needs the streamed
+ * record's crc32 filled in).  Known payloads are copied from ->data.
+ */
+int fc_zipw_emit(const struct fc_zipw_record *recs, size_t n, const char *prefix, uint64_t from,
+                 uint64_t to, struct fc_buf *out);
+
+#endif

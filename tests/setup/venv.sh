@@ -1,0 +1,26 @@
+#!/bin/sh
+# Create (or reuse) the Python venv with PyTorch 2.x, numpy, safetensors and
+# zstandard used by fixture generation and the interop tests.  Lives outside the
+# clone (default ~/.cache/fsdpconv/venv) so CI runs and fresh clones reuse it.
+set -eu
+venv="${1:-$HOME/.cache/fsdpconv/venv}"
+stamp="$venv/.fsdpconv-ready"
+if [ -f "$stamp" ] && "$venv/bin/python" -c 'import torch, numpy, safetensors' 2>/dev/null; then
+    echo "venv: reusing $venv (torch $("$venv/bin/python" -c 'import torch; print(torch.__version__)'))"
+    exit 0
+fi
+py=""
+for c in python3.11 python3.12 python3.10 python3; do
+    if command -v "$c" >/dev/null 2>&1; then py="$c"; break; fi
+done
+[ -n "$py" ] || { echo "venv: no python3 found (make deps installs it)" >&2; exit 1; }
+echo "venv: creating $venv with $py"
+mkdir -p "$(dirname "$venv")"
+"$py" -m venv "$venv"
+"$venv/bin/pip" install -q --upgrade pip
+# PyTorch from PyPI; the CPU-only index is tried first because it is 10x smaller.
+"$venv/bin/pip" install -q --index-url https://download.pytorch.org/whl/cpu "torch>=2.4" 2>/dev/null ||
+    "$venv/bin/pip" install -q "torch>=2.4"
+"$venv/bin/pip" install -q numpy safetensors zstandard
+"$venv/bin/python" -c 'import torch, numpy, safetensors; print("venv: torch", torch.__version__)'
+touch "$stamp"
