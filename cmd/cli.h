@@ -1,0 +1,34 @@
+/*
+ * cli.h - exit codes, error/usage output and verbosity for cmd/.
+ *
+ * Only cmd/ prints or exits.  Results go to stdout; diagnostics to stderr as
+ * one line "fsdpconv: <message>" (the message names the file and the problem).
+ */
+#ifndef FC_CLI_H
+#define FC_CLI_H
+
+#include <stdio.h>
+
+enum fc_exit {
+    FC_EXIT_OK = 0,      /* success (diff: equal) */
+    FC_EXIT_FAILURE = 1, /* I/O error, out of memory, other failure (diff: different) */
+    FC_EXIT_USAGE = 2,   /* bad command line, or a rule/option the input cannot satisfy */
+    FC_EXIT_INPUT = 3    /* invalid or unsupported input */
+};
+
+extern int fc_cli_verbosity; /* -q: -1, default 0, -v: 1, -vv: 2 ... */
+
+/* Map an fc_err code to an exit status. */
+int fc_cli_exit_code(int rc);
+
+/* Print "fsdpconv: <fc_error_last()>" and return the exit status for rc. */
+int fc_cli_report(int rc);
+
+/* Print "fsdpconv: <cmd>: <msg>" and the usage text to stderr; return 2. */
+int fc_cli_usage_error(const char *cmd, const char *usage, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Print a diagnostic line to stderr unless -q. */
+void fc_cli_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif

@@ -1,0 +1,90 @@
+/*
+ * main.c - global options and the command table (git's commands[] shape).
+ */
+#define _GNU_SOURCE
+#include <getopt.h>
+#include <stdio.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "cli.h"
+#include "commands.h"
+
+struct fc_cmd {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *summary;
+};
+
+static const struct fc_cmd commands[] = {
+    { "full-to-dcp", cmd_full_to_dcp, "split a full checkpoint into a sharded DCP directory" },
+    { "inspect", cmd_inspect, "list tensors, dtypes, shapes, storages and DCP chunks" },
+    { "help", cmd_help, "show help for a command" },
+};
+
+static const char usage[] =
+    "usage: fsdpconv [-v | -q] [--version] [-h] <command> [<args>]\n"
+    "\n"
+    "Commands:\n";
+
+static void print_usage(FILE *f)
+{
+    fputs(usage, f);
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        fprintf(f, "   %-12s %s\n", commands[i].name, commands[i].summary);
+    fputs("\nSee 'fsdpconv help <command>' or 'man fsdpconv-<command>'.\n", f);
+}
+
+/* Used by `fsdpconv help <command>`: run the command with --help. */
+int fc_main_help_for(const char *name)
+{
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+        if (strcmp(commands[i].name, name) == 0) {
+            char *argv[] = { (char *)(uintptr_t)commands[i].name, "--help", NULL };
+            return commands[i].fn(2, argv);
+        }
+    }
+    fprintf(stderr, "fsdpconv: help: unknown command '%s'\n", name);
+    print_usage(stderr);
+    return FC_EXIT_USAGE;
+}
+
+void fc_main_print_usage(FILE *f)
+{
+    print_usage(f);
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        { "verbose", no_argument, NULL, 'v' },
+        { "quiet", no_argument, NULL, 'q' },
+        { "version", no_argument, NULL, 'V' },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    int c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "+vqh", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'v': fc_cli_verbosity++; break;
+        case 'q': fc_cli_verbosity = -1; break;
+        case 'V': printf("fsdpconv %s\n", FC_VERSION); return FC_EXIT_OK;
+        case 'h': print_usage(stdout); return FC_EXIT_OK;
+        default:
+            fprintf(stderr, "fsdpconv: unknown option '%s'\n", argv[optind - 1]);
+            print_usage(stderr);
+            return FC_EXIT_USAGE;
+        }
+    }
+    if (optind >= argc) {
+        print_usage(stderr);
+        return FC_EXIT_USAGE;
+    }
+    const char *name = argv[optind];
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        if (strcmp(commands[i].name, name) == 0)
+            return commands[i].fn(argc - optind, argv + optind);
+    fprintf(stderr, "fsdpconv: '%s' is not a fsdpconv command. See 'fsdpconv --help'.\n", name);
+    return FC_EXIT_USAGE;
+}
