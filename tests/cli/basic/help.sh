@@ -1,0 +1,1 @@
+fsdpconv --help

@@ -1,0 +1,2 @@
+: > empty.pt
+fsdpconv inspect empty.pt

@@ -1,0 +1,1 @@
+fsdpconv inspect does-not-exist.pt

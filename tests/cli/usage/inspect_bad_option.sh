@@ -1,0 +1,1 @@
+fsdpconv inspect --frob x.pt

@@ -1,0 +1,1 @@
+fsdpconv inspect --key '(' "$FIXTURES/full/tiny_vitlm.pt"
