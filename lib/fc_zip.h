@@ -31,12 +31,12 @@
 #include "fc_io.h"
 
 struct fc_zip_entry {
-    const char *name;      /* full name as stored, e.g. "archive/data/0" */
-    const char *record;    /* name after the "<prefix>/" part, e.g. "data/0" */
-    uint64_t data_offset;  /* absolute file offset of the payload */
-    uint64_t size;         /* uncompressed == compressed size (stored) */
+    const char *name;     /* full name as stored, e.g. "archive/data/0" */
+    const char *record;   /* name after the "<prefix>/" part, e.g. "data/0" */
+    uint64_t data_offset; /* absolute file offset of the payload */
+    uint64_t size;        /* uncompressed == compressed size (stored) */
     uint32_t crc32;
-    uint16_t method;       /* always 0 after a successful open */
+    uint16_t method; /* always 0 after a successful open */
 };
 
 struct fc_zip_reader; /* opaque */
@@ -64,6 +64,17 @@ const struct fc_zip_entry *fc_zip_find(const struct fc_zip_reader *zr, const cha
 int fc_zip_read_record(const struct fc_zip_reader *zr, const struct fc_zip_entry *e, size_t cap,
                        unsigned char **out);
 
+/*
+ * fc_zip_verify_crc() - read record e in 1 MiB chunks and compare its CRC-32
+ * with the central directory's.  Returns FC_OK, FC_ECORRUPT (mismatch, naming
+ * both values), FC_EIO, FC_ENOMEM.  Not done by fc_zip_reader_open: torch can
+ * write archives with CRCs disabled, and torch.load never checks them.
+ */
+int fc_zip_verify_crc(const struct fc_zip_reader *zr, const struct fc_zip_entry *e);
+
+/* The archive's name as given to fc_zip_reader_open (for messages); borrowed. */
+const char *fc_zip_what(const struct fc_zip_reader *zr);
+
 /* Streaming CRC-32 (zlib polynomial) via libdeflate. */
 uint32_t fc_crc32(uint32_t crc, const void *p, size_t n);
 
@@ -74,20 +85,19 @@ uint32_t fc_crc32(uint32_t crc, const void *p, size_t n);
  * up front; data/0's CRC is supplied after streaming it.
  */
 struct fc_zipw_record {
-    const char *record;         /* name without prefix */
-    uint64_t size;              /* payload size */
-    const unsigned char *data;  /* payload if known up front, else NULL (streamed) */
-    uint32_t crc32;             /* filled by the writer for known payloads; caller sets for streamed */
-    uint64_t header_offset;     /* computed: local header offset */
-    uint64_t data_offset;       /* computed: payload offset (multiple of 64) */
+    const char *record;        /* name without prefix */
+    uint64_t size;             /* payload size */
+    const unsigned char *data; /* payload if known up front, else NULL (streamed) */
+    uint32_t crc32;         /* filled by the writer for known payloads; caller sets for streamed */
+    uint64_t header_offset; /* computed: local header offset */
+    uint64_t data_offset;   /* computed: payload offset (multiple of 64) */
 };
 
 /*
  * fc_zipw_layout() - compute header/data offsets for every record and the
  * total archive size.  prefix is the archive folder ("archive").
  */
-int fc_zipw_layout(struct fc_zipw_record *recs, size_t n, const char *prefix,
-                   uint64_t *total_out);
+int fc_zipw_layout(struct fc_zipw_record *recs, size_t n, const char *prefix, uint64_t *total_out);
 
 /*
  * fc_zipw_emit() - append the archive bytes from archive offset `from` up to
