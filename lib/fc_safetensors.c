@@ -1,0 +1,757 @@
+/*
+ * fc_safetensors.c - safetensors header reader and model.safetensors.index.json
+ * loader.
+ *
+ * The header is read with one pread (never the tensor data), checked for
+ * UTF-8, parsed with jansson and validated against the reference reader's
+ * rules (input-formats.md B.2).  Where we are stricter than the reference
+ * (duplicate keys, a header that does not start with '{', NUL in names) the
+ * header comment in fc_safetensors.h says so.
+ *
+ * Tensor order: jansson >= 2.8 iterates objects in insertion order, and with
+ * JSON_REJECT_DUPLICATES insertion order is the order of the keys in the
+ * header text, so tensors are listed in JSON order.
+ *
+ * Error precedence: a header that violates the format is FC_ECORRUPT even if
+ * it also holds a tensor we cannot represent; FC_EFORMAT (F6_*, odd F4 last
+ * dimension, more than FC_MAX_DIMS dims, shapes whose strides overflow
+ * int64) is reported only once the whole header has been validated.
+ */
+#include "fc_safetensors.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "fc_alloc.h"
+#include "fc_checked.h"
+#include "fc_endian.h"
+#include "fc_error.h"
+
+#define FC_ST_MAX_HEADER 100000000u           /* MAX_HEADER_SIZE of the reference */
+#define FC_ST_INDEX_MAX ((size_t)64 << 20)    /* largest index.json we read */
+#define FC_ST_META_KEY "__metadata__"
+
+#if JANSSON_VERSION_HEX < 0x020b00
+#error "jansson >= 2.11 is required (json_error_code, insertion-ordered objects)"
+#endif
+
+struct fc_st_meta {
+    const char *key;
+    const char *value;
+};
+
+struct fc_safetensors {
+    const struct fc_file *file;
+    uint64_t header_nbytes;
+    struct fc_st_tensor *tensors;
+    size_t ntensors;
+    struct fc_st_meta *meta;
+    size_t nmeta;
+    char *strings; /* every name, key and value above, NUL-terminated */
+};
+
+/* Safetensors dtype spellings (the reference Dtype enum) and their bit widths. */
+static const struct {
+    const char *name;
+    unsigned bits;
+} fc_st_dtypes[] = {
+    { "BOOL", 8 },         { "F4", 4 },           { "F6_E2M3", 6 },      { "F6_E3M2", 6 },
+    { "U8", 8 },           { "I8", 8 },           { "F8_E5M2", 8 },      { "F8_E4M3", 8 },
+    { "F8_E8M0", 8 },      { "F8_E4M3FNUZ", 8 },  { "F8_E5M2FNUZ", 8 },  { "I16", 16 },
+    { "U16", 16 },         { "F16", 16 },         { "BF16", 16 },        { "I32", 32 },
+    { "U32", 32 },         { "F32", 32 },         { "C64", 64 },         { "F64", 64 },
+    { "I64", 64 },         { "U64", 64 },
+};
+
+/* Index into fc_st_dtypes, or -1 for a string the reference does not know. */
+static int fc_st_dtype_lookup(const char *name)
+{
+    for (size_t i = 0; i < sizeof(fc_st_dtypes) / sizeof(fc_st_dtypes[0]); i++)
+        if (strcmp(fc_st_dtypes[i].name, name) == 0)
+            return (int)i;
+    return -1;
+}
+
+/*
+ * Offset of the first byte that does not start a valid UTF-8 sequence (the
+ * rules of Rust's str::from_utf8: no overlongs, no surrogates, <= U+10FFFF),
+ * or n when all of p[0, n) is valid.
+ */
+static size_t fc_st_utf8_invalid_at(const unsigned char *p, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        const unsigned c = p[i];
+        unsigned lo = 0x80, hi = 0xBF;
+        size_t len;
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        if (c >= 0xC2 && c <= 0xDF) {
+            len = 2;
+        } else if (c == 0xE0) {
+            len = 3;
+            lo = 0xA0;
+        } else if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) {
+            len = 3;
+        } else if (c == 0xED) {
+            len = 3;
+            hi = 0x9F;
+        } else if (c == 0xF0) {
+            len = 4;
+            lo = 0x90;
+        } else if (c >= 0xF1 && c <= 0xF3) {
+            len = 4;
+        } else if (c == 0xF4) {
+            len = 4;
+            hi = 0x8F;
+        } else {
+            return i;
+        }
+        if (n - i < len || p[i + 1] < lo || p[i + 1] > hi)
+            return i;
+        for (size_t k = 2; k < len; k++)
+            if ((p[i + k] & 0xC0) != 0x80)
+                return i;
+        i += len;
+    }
+    return n;
+}
+
+static const char *fc_st_json_type(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a real number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    case JSON_NULL: return "null";
+    }
+    return "an unknown JSON value";
+}
+
+/* Append formatted text to buf[cap] at *len, truncating silently. */
+static void fc_st_appendf(char *buf, size_t cap, size_t *len, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void fc_st_appendf(char *buf, size_t cap, size_t *len, const char *fmt, ...)
+{
+    va_list ap;
+    if (*len + 1 >= cap)
+        return;
+    va_start(ap, fmt);
+    const int w = vsnprintf(buf + *len, cap - *len, fmt, ap);
+    va_end(ap);
+    if (w < 0)
+        return;
+    *len = (size_t)w >= cap - *len ? cap - 1 : *len + (size_t)w;
+}
+
+/* "[2, 3]" for a JSON shape array (elements already checked to be integers). */
+static const char *fc_st_shape_str(char *buf, size_t cap, const json_t *shape)
+{
+    size_t len = 0;
+    const size_t n = json_array_size(shape);
+    buf[0] = '\0';
+    fc_st_appendf(buf, cap, &len, "[");
+    for (size_t i = 0; i < n; i++) {
+        if (len + 24 >= cap) {
+            fc_st_appendf(buf, cap, &len, "...");
+            break;
+        }
+        fc_st_appendf(buf, cap, &len, "%s%" JSON_INTEGER_FORMAT, i ? ", " : "",
+                      json_integer_value(json_array_get(shape, i)));
+    }
+    fc_st_appendf(buf, cap, &len, "]");
+    return buf;
+}
+
+/* Map a jansson parse error to our codes: OOM, NUL we cannot represent, or corrupt. */
+static int fc_st_json_error(const json_error_t *jerr, const char *path, const char *what,
+                            uint64_t base)
+{
+    const enum json_error_code code = json_error_code(jerr);
+    const uint64_t off = base + (uint64_t)(jerr->position > 0 ? jerr->position : 0);
+    if (code == json_error_out_of_memory)
+        return fc_error_set(FC_ENOMEM, "%s: %s: out of memory parsing JSON", path, what);
+    return fc_error_set(code == json_error_null_character || code == json_error_null_byte_in_key
+                            ? FC_EFORMAT
+                            : FC_ECORRUPT,
+                        "%s: %s: invalid JSON at file offset %" PRIu64 " (line %d, column %d): %s",
+                        path, what, off, jerr->line, jerr->column, jerr->text);
+}
+
+/* One tensor entry as parsed, before the tiling checks. */
+struct fc_st_span {
+    uint64_t begin;
+    uint64_t end;
+    size_t idx;
+};
+
+static int fc_st_span_cmp(const void *a, const void *b)
+{
+    const struct fc_st_span *x = a, *y = b;
+    if (x->begin != y->begin)
+        return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end)
+        return x->end < y->end ? -1 : 1;
+    return x->idx < y->idx ? -1 : (x->idx > y->idx);
+}
+
+/* State shared by the per-entry checks of one header. */
+struct fc_st_parse {
+    const char *path;
+    uint64_t data_start;
+    int format_pending;      /* a FC_EFORMAT problem was found; reported after validation */
+    char format_msg[512];
+};
+
+/* Read a non-negative JSON integer; 0 when v is one, -1 otherwise. */
+static int fc_st_get_u64(const json_t *v, uint64_t *out)
+{
+    if (!json_is_integer(v) || json_integer_value(v) < 0)
+        return -1;
+    *out = (uint64_t)json_integer_value(v);
+    return 0;
+}
+
+/*
+ * Validate one tensor entry (key name, value v) and fill t and span.  name
+ * points into the caller's string table.
+ */
+static int fc_st_parse_tensor(struct fc_st_parse *ps, const char *name, const json_t *v,
+                              struct fc_st_tensor *t, struct fc_st_span *span)
+{
+    const char *const path = ps->path;
+    char shape_buf[160];
+
+    if (!json_is_object(v))
+        return fc_error_set(FC_ECORRUPT,
+                            "%s: safetensors header: tensor '%s': entry is %s, not an object",
+                            path, name, fc_st_json_type(v));
+    const json_t *const jdtype = json_object_get(v, "dtype");
+    const json_t *const jshape = json_object_get(v, "shape");
+    const json_t *const joffs = json_object_get(v, "data_offsets");
+    if (jdtype == NULL || jshape == NULL || joffs == NULL)
+        return fc_error_set(FC_ECORRUPT, "%s: safetensors header: tensor '%s': missing field '%s'",
+                            path, name,
+                            jdtype == NULL ? "dtype" : jshape == NULL ? "shape" : "data_offsets");
+    if (!json_is_string(jdtype))
+        return fc_error_set(FC_ECORRUPT,
+                            "%s: safetensors header: tensor '%s': dtype is %s, not a string", path,
+                            name, fc_st_json_type(jdtype));
+    const char *const dname = json_string_value(jdtype);
+    const int di = fc_st_dtype_lookup(dname);
+    if (di < 0)
+        return fc_error_set(FC_ECORRUPT, "%s: safetensors header: tensor '%s': unknown dtype '%s'",
+                            path, name, dname);
+    if (!json_is_array(jshape))
+        return fc_error_set(FC_ECORRUPT,
+                            "%s: safetensors header: tensor '%s': shape is %s, not an array", path,
+                            name, fc_st_json_type(jshape));
+    const size_t ndim = json_array_size(jshape);
+
+    /*
+     * numel as the reference computes it: left to right in 64 bits, so that
+     * [2^40, 2^40] overflows but [0, 2^62, 2^62] does not.  strides_numel is
+     * the product of max(dim, 1), which must fit int64 for any strides to
+     * exist; a zero-size tensor with enormous other dims fails only that.
+     */
+    uint64_t numel = 1;
+    int64_t strides_numel = 1;
+    int overflow = 0, strides_overflow = 0;
+    for (size_t d = 0; d < ndim; d++) {
+        uint64_t dim;
+        if (fc_st_get_u64(json_array_get(jshape, d), &dim) < 0)
+            return fc_error_set(FC_ECORRUPT,
+                                "%s: safetensors header: tensor '%s': shape[%zu] is not a "
+                                "non-negative integer",
+                                path, name, d);
+        if (!overflow && fc_mul_u64(numel, dim, &numel) < 0)
+            overflow = 1;
+        if (!strides_overflow &&
+            fc_mul_i64(strides_numel, dim == 0 ? 1 : (int64_t)dim, &strides_numel) < 0)
+            strides_overflow = 1;
+        if (d < FC_MAX_DIMS)
+            t->shape[d] = (int64_t)dim;
+    }
+
+    if (!json_is_array(joffs) || json_array_size(joffs) != 2)
+        return fc_error_set(FC_ECORRUPT,
+                            "%s: safetensors header: tensor '%s': data_offsets is not an array of "
+                            "two integers",
+                            path, name);
+    if (fc_st_get_u64(json_array_get(joffs, 0), &span->begin) < 0 ||
+        fc_st_get_u64(json_array_get(joffs, 1), &span->end) < 0)
+        return fc_error_set(FC_ECORRUPT,
+                            "%s: safetensors header: tensor '%s': data_offsets are not "
+                            "non-negative integers",
+                            path, name);
+    if (span->end < span->begin)
+        return fc_error_set(FC_ECORRUPT,
+                            "%s: safetensors header: tensor '%s': data_offsets [%" PRIu64
+                            ", %" PRIu64 ") end before they begin",
+                            path, name, span->begin, span->end);
+
+    uint64_t nbits;
+    if (overflow || fc_mul_u64(numel, fc_st_dtypes[di].bits, &nbits) < 0)
+        return fc_error_set(FC_ECORRUPT,
+                            "%s: safetensors header: tensor '%s': shape %s of %s overflows 64 "
+                            "bits",
+                            path, name, fc_st_shape_str(shape_buf, sizeof(shape_buf), jshape),
+                            dname);
+    if (nbits % 8 != 0)
+        return fc_error_set(FC_ECORRUPT,
+                            "%s: safetensors header: tensor '%s': shape %s of %s is %" PRIu64
+                            " bits, not a whole number of bytes",
+                            path, name, fc_st_shape_str(shape_buf, sizeof(shape_buf), jshape),
+                            dname, nbits);
+    if (span->end - span->begin != nbits / 8)
+        return fc_error_set(FC_ECORRUPT,
+                            "%s: safetensors header: tensor '%s': shape %s of %s needs %" PRIu64
+                            " bytes but data_offsets [%" PRIu64 ", %" PRIu64 ") hold %" PRIu64,
+                            path, name, fc_st_shape_str(shape_buf, sizeof(shape_buf), jshape),
+                            dname, nbits / 8, span->begin, span->end, span->end - span->begin);
+
+    t->name = name;
+    t->st_dtype = fc_st_dtypes[di].name;
+    t->dtype = fc_dtype_from_safetensors(dname);
+    t->ndim = ndim <= FC_MAX_DIMS ? (int)ndim : 0;
+    t->nbytes = span->end - span->begin;
+    t->data_offset = ps->data_start + span->begin; /* <= 8 + 1e8 + INT64_MAX: no overflow */
+
+    if (ps->format_pending)
+        return FC_OK;
+    const char *problem = NULL;
+    if (ndim > FC_MAX_DIMS) {
+        problem = "has too many dimensions (fsdpconv supports at most 16)";
+    } else if (strides_overflow) {
+        problem = "is too large: its strides overflow int64";
+    } else if (strcmp(dname, "F4") == 0) {
+        /* safetensors stores torch.float4_e2m1fn_x2 as F4 with the last dim doubled. */
+        if (ndim == 0 || t->shape[ndim - 1] % 2 != 0)
+            problem = "cannot be viewed as torch.float4_e2m1fn_x2 (needs an even last dimension)";
+        else {
+            t->dtype = FC_DTYPE_FLOAT4_E2M1FN_X2;
+            t->shape[ndim - 1] /= 2;
+        }
+    } else if (t->dtype == FC_DTYPE_INVALID) {
+        problem = "has a dtype with no torch equivalent";
+    }
+    if (problem != NULL) {
+        ps->format_pending = 1;
+        snprintf(ps->format_msg, sizeof(ps->format_msg),
+                 "%s: safetensors header: tensor '%.200s': dtype %s shape %s %s", path, name,
+                 dname, fc_st_shape_str(shape_buf, sizeof(shape_buf), jshape), problem);
+    }
+    return FC_OK;
+}
+
+/* Check __metadata__ and add its string sizes to *nbytes. */
+static int fc_st_check_metadata(const char *path, json_t *v, size_t *count, size_t *nbytes)
+{
+    const char *k;
+    json_t *mv;
+    if (json_is_null(v))
+        return FC_OK; /* serde reads null as an absent Option */
+    if (!json_is_object(v))
+        return fc_error_set(FC_ECORRUPT,
+                            "%s: safetensors header: __metadata__ is %s, not an object of strings",
+                            path, fc_st_json_type(v));
+    json_object_foreach(v, k, mv) {
+        if (!json_is_string(mv))
+            return fc_error_set(FC_ECORRUPT,
+                                "%s: safetensors header: __metadata__['%s'] is %s, not a string",
+                                path, k, fc_st_json_type(mv));
+        if (fc_add_size(*nbytes, strlen(k) + json_string_length(mv) + 2, nbytes) < 0)
+            return fc_error_set(FC_ENOMEM, "%s: safetensors header too large", path);
+        (*count)++;
+    }
+    return FC_OK;
+}
+
+/* Append s (with its NUL) to the string table and return where it landed. */
+static char *fc_st_put(char *strings, size_t *used, const char *s, size_t len)
+{
+    char *const dst = strings + *used;
+    memcpy(dst, s, len);
+    dst[len] = '\0';
+    *used += len + 1;
+    return dst;
+}
+
+/* The tiling rules of B.2 over the spans sorted by (begin, end). */
+static int fc_st_check_tiling(const struct fc_st_parse *ps, const struct fc_safetensors *st,
+                              struct fc_st_span *spans, const struct fc_file *f)
+{
+    const char *const path = ps->path;
+    uint64_t prev_end = 0, total;
+    const char *prev_name = NULL;
+
+    qsort(spans, st->ntensors, sizeof(*spans), fc_st_span_cmp);
+    for (size_t i = 0; i < st->ntensors; i++) {
+        const struct fc_st_span *const s = &spans[i];
+        const char *const name = st->tensors[s->idx].name;
+        if (s->begin == prev_end) {
+            /* Name the tensor that owns the bytes up to prev_end, not a zero-size one. */
+            if (s->end > s->begin || prev_name == NULL)
+                prev_name = name;
+            prev_end = s->end;
+            continue;
+        }
+        if (prev_name == NULL)
+            return fc_error_set(FC_ECORRUPT,
+                                "%s: safetensors header: tensor '%s': data_offsets [%" PRIu64
+                                ", %" PRIu64 ") leave a gap of %" PRIu64
+                                " bytes at the start of the data buffer",
+                                path, name, s->begin, s->end, s->begin);
+        if (s->begin < prev_end)
+            return fc_error_set(FC_ECORRUPT,
+                                "%s: safetensors header: tensor '%s': data_offsets [%" PRIu64
+                                ", %" PRIu64 ") overlap the previous tensor '%s' ending at %" PRIu64,
+                                path, name, s->begin, s->end, prev_name, prev_end);
+        return fc_error_set(FC_ECORRUPT,
+                            "%s: safetensors header: tensor '%s': data_offsets [%" PRIu64
+                            ", %" PRIu64 ") leave a gap of %" PRIu64
+                            " bytes after the previous tensor '%s' ending at %" PRIu64,
+                            path, name, s->begin, s->end, s->begin - prev_end, prev_name, prev_end);
+    }
+    if (fc_add_u64(ps->data_start, prev_end, &total) < 0 || total > f->size)
+        return fc_error_set(FC_ECORRUPT,
+                            "%s: safetensors: tensor '%s' ends at file offset %" PRIu64
+                            " but the file has only %" PRIu64 " bytes (truncated?)",
+                            path, prev_name, ps->data_start + prev_end, f->size);
+    if (total < f->size)
+        return fc_error_set(FC_ECORRUPT,
+                            "%s: safetensors: %" PRIu64 " unexpected bytes after the %s at file "
+                            "offset %" PRIu64,
+                            path, f->size - total, prev_name != NULL ? "last tensor" : "header",
+                            total);
+    return FC_OK;
+}
+
+int fc_safetensors_open(struct fc_safetensors **out, const struct fc_file *f)
+{
+    int rc = FC_OK;
+    const char *const path = f->path != NULL ? f->path : "(unnamed)";
+    unsigned char lenbuf[8];
+    unsigned char *hdr = NULL;
+    json_t *root = NULL;
+    struct fc_safetensors *st = NULL;
+    struct fc_st_span *spans = NULL;
+    struct fc_st_parse ps;
+    json_error_t jerr;
+    const char *key;
+    json_t *v;
+
+    *out = NULL;
+    if (f->size < 8)
+        return fc_error_set(FC_ECORRUPT,
+                            "%s: safetensors: file is %" PRIu64
+                            " bytes, too small for the 8-byte header length",
+                            path, f->size);
+    FC_TRY(fc_file_pread(f, lenbuf, sizeof(lenbuf), 0));
+    const uint64_t n = fc_read_le64(lenbuf);
+    if (n > FC_ST_MAX_HEADER)
+        return fc_error_set(FC_ECORRUPT,
+                            "%s: safetensors: header length %" PRIu64
+                            " exceeds the limit of %u bytes",
+                            path, n, FC_ST_MAX_HEADER);
+    if (n > f->size - 8)
+        return fc_error_set(FC_ECORRUPT,
+                            "%s: safetensors: header length %" PRIu64
+                            " runs past the end of the file (%" PRIu64 " bytes)",
+                            path, n, f->size);
+    FC_TRY_GOTO(fc_file_read_alloc(f, 8, (size_t)n, FC_ST_MAX_HEADER, &hdr), rc, done);
+
+    const size_t bad = fc_st_utf8_invalid_at(hdr, (size_t)n);
+    if (bad != (size_t)n) {
+        rc = fc_error_set(FC_ECORRUPT,
+                          "%s: safetensors header: invalid UTF-8 (byte 0x%02x) at file offset "
+                          "%" PRIu64,
+                          path, hdr[bad], 8 + (uint64_t)bad);
+        goto done;
+    }
+    if (n == 0 || hdr[0] != '{') {
+        rc = fc_error_set(FC_ECORRUPT, "%s: safetensors header: does not start with '{'", path);
+        goto done;
+    }
+    root = json_loadb((const char *)hdr, (size_t)n, JSON_REJECT_DUPLICATES, &jerr);
+    if (root == NULL) {
+        rc = fc_st_json_error(&jerr, path, "safetensors header", 8);
+        goto done;
+    }
+    fc_free(hdr);
+    hdr = NULL;
+    if (!json_is_object(root)) {
+        rc = fc_error_set(FC_ECORRUPT, "%s: safetensors header: not a JSON object", path);
+        goto done;
+    }
+
+    /* Pass 1: count entries and string bytes, check __metadata__. */
+    size_t ntensors = 0, nmeta = 0, strbytes = 0;
+    json_object_foreach(root, key, v) {
+        if (strcmp(key, FC_ST_META_KEY) == 0) {
+            FC_TRY_GOTO(fc_st_check_metadata(path, v, &nmeta, &strbytes), rc, done);
+            continue;
+        }
+        ntensors++;
+        if (fc_add_size(strbytes, strlen(key) + 1, &strbytes) < 0) {
+            rc = fc_error_set(FC_ENOMEM, "%s: safetensors header too large", path);
+            goto done;
+        }
+    }
+
+    st = fc_calloc(1, sizeof(*st));
+    if (st == NULL)
+        goto nomem;
+    st->file = f;
+    st->header_nbytes = n;
+    st->tensors = fc_calloc(ntensors, sizeof(*st->tensors));
+    st->meta = fc_calloc(nmeta, sizeof(*st->meta));
+    st->strings = fc_malloc(strbytes);
+    spans = fc_calloc(ntensors, sizeof(*spans));
+    if (st->tensors == NULL || st->meta == NULL || st->strings == NULL || spans == NULL)
+        goto nomem;
+
+    /* Pass 2: copy names, validate each tensor entry in JSON order. */
+    memset(&ps, 0, sizeof(ps));
+    ps.path = path;
+    ps.data_start = 8 + n;
+    size_t used = 0;
+    json_object_foreach(root, key, v) {
+        if (strcmp(key, FC_ST_META_KEY) == 0) {
+            const char *mk;
+            json_t *mv;
+            if (json_is_null(v))
+                continue;
+            json_object_foreach(v, mk, mv) {
+                struct fc_st_meta *const m = &st->meta[st->nmeta++];
+                m->key = fc_st_put(st->strings, &used, mk, strlen(mk));
+                m->value = fc_st_put(st->strings, &used, json_string_value(mv),
+                                     json_string_length(mv));
+            }
+            continue;
+        }
+        const size_t i = st->ntensors++;
+        const char *const name = fc_st_put(st->strings, &used, key, strlen(key));
+        spans[i].idx = i;
+        FC_TRY_GOTO(fc_st_parse_tensor(&ps, name, v, &st->tensors[i], &spans[i]), rc, done);
+    }
+    json_decref(root);
+    root = NULL;
+
+    FC_TRY_GOTO(fc_st_check_tiling(&ps, st, spans, f), rc, done);
+    if (ps.format_pending) {
+        rc = fc_error_set(FC_EFORMAT, "%s", ps.format_msg);
+        goto done;
+    }
+    *out = st;
+    st = NULL;
+    goto done;
+
+nomem:
+    rc = fc_error_set(FC_ENOMEM, "%s: safetensors header: out of memory", path);
+done:
+    fc_free(spans);
+    fc_safetensors_free(st);
+    json_decref(root);
+    fc_free(hdr);
+    return rc;
+}
+
+void fc_safetensors_free(struct fc_safetensors *st)
+{
+    if (st == NULL)
+        return;
+    fc_free(st->tensors);
+    fc_free(st->meta);
+    fc_free(st->strings);
+    fc_free(st);
+}
+
+size_t fc_safetensors_count(const struct fc_safetensors *st)
+{
+    return st->ntensors;
+}
+
+const struct fc_st_tensor *fc_safetensors_at(const struct fc_safetensors *st, size_t i)
+{
+    return i < st->ntensors ? &st->tensors[i] : NULL;
+}
+
+const char *fc_safetensors_metadata(const struct fc_safetensors *st, const char *key)
+{
+    for (size_t i = 0; i < st->nmeta; i++)
+        if (strcmp(st->meta[i].key, key) == 0)
+            return st->meta[i].value;
+    return NULL;
+}
+
+size_t fc_safetensors_metadata_count(const struct fc_safetensors *st)
+{
+    return st->nmeta;
+}
+
+int fc_safetensors_metadata_at(const struct fc_safetensors *st, size_t i, const char **key_out,
+                               const char **value_out)
+{
+    if (i >= st->nmeta)
+        return FC_ENOENT;
+    *key_out = st->meta[i].key;
+    *value_out = st->meta[i].value;
+    return FC_OK;
+}
+
+uint64_t fc_safetensors_data_start(const struct fc_safetensors *st)
+{
+    return 8 + st->header_nbytes;
+}
+
+/* ---- model.safetensors.index.json ---- */
+
+/* Shard names must stay inside the index's directory. */
+static int fc_st_index_check_file(const char *path, const char *key, const char *file)
+{
+    const char *why = NULL;
+    if (file[0] == '\0')
+        why = "is empty";
+    else if (file[0] == '.')
+        why = "starts with '.'";
+    else if (strchr(file, '/') != NULL || strchr(file, '\\') != NULL)
+        why = "contains a path separator";
+    if (why == NULL)
+        return FC_OK;
+    return fc_error_set(FC_ECORRUPT,
+                        "%s: weight_map['%s']: shard file name '%s' %s; only plain file names in "
+                        "the index's directory are allowed",
+                        path, key, file, why);
+}
+
+int fc_st_index_load(struct fc_st_index *out, const char *index_path)
+{
+    int rc = FC_OK;
+    struct fc_file f = FC_FILE_INIT;
+    unsigned char *buf = NULL;
+    json_t *root = NULL, *seen = NULL;
+    json_error_t jerr;
+    const char *key;
+    json_t *v;
+    size_t used = 0;
+
+    memset(out, 0, sizeof(*out));
+    FC_TRY(fc_file_open_read(&f, index_path));
+    if (f.size > FC_ST_INDEX_MAX) {
+        rc = fc_error_set(FC_ECORRUPT,
+                          "%s: index file is %" PRIu64 " bytes, more than the limit of %zu",
+                          index_path, f.size, FC_ST_INDEX_MAX);
+        goto done;
+    }
+    FC_TRY_GOTO(fc_file_read_alloc(&f, 0, (size_t)f.size, FC_ST_INDEX_MAX, &buf), rc, done);
+    root = json_loadb((const char *)buf, (size_t)f.size, JSON_REJECT_DUPLICATES, &jerr);
+    if (root == NULL) {
+        rc = fc_st_json_error(&jerr, index_path, "index", 0);
+        goto done;
+    }
+    fc_free(buf);
+    buf = NULL;
+    if (!json_is_object(root)) {
+        rc = fc_error_set(FC_ECORRUPT, "%s: index is %s, not a JSON object", index_path,
+                          fc_st_json_type(root));
+        goto done;
+    }
+    const json_t *const meta = json_object_get(root, "metadata");
+    if (meta != NULL && !json_is_object(meta) && !json_is_null(meta)) {
+        rc = fc_error_set(FC_ECORRUPT, "%s: index: metadata is %s, not an object", index_path,
+                          fc_st_json_type(meta));
+        goto done;
+    }
+    if (json_is_object(meta)) {
+        const json_t *const ts = json_object_get(meta, "total_size");
+        if (json_is_integer(ts) && json_integer_value(ts) >= 0) {
+            out->total_size = (uint64_t)json_integer_value(ts);
+            out->has_total_size = 1;
+        }
+    }
+    json_t *const wm = json_object_get(root, "weight_map");
+    if (wm == NULL) {
+        rc = fc_error_set(FC_ECORRUPT, "%s: index: missing 'weight_map'", index_path);
+        goto done;
+    }
+    if (!json_is_object(wm)) {
+        rc = fc_error_set(FC_ECORRUPT, "%s: index: weight_map is %s, not an object", index_path,
+                          fc_st_json_type(wm));
+        goto done;
+    }
+
+    /* Pass 1: validate, count distinct files (jansson object as a hash set). */
+    seen = json_object();
+    if (seen == NULL)
+        goto nomem;
+    size_t nkeys = 0, nfiles = 0, strbytes = 0;
+    json_object_foreach(wm, key, v) {
+        if (!json_is_string(v)) {
+            rc = fc_error_set(FC_ECORRUPT, "%s: weight_map['%s'] is %s, not a file name string",
+                              index_path, key, fc_st_json_type(v));
+            goto done;
+        }
+        const char *const file = json_string_value(v);
+        FC_TRY_GOTO(fc_st_index_check_file(index_path, key, file), rc, done);
+        if (fc_add_size(strbytes, strlen(key) + 1, &strbytes) < 0)
+            goto nomem;
+        if (json_object_get(seen, file) == NULL) {
+            if (json_object_set_new(seen, file, json_integer((json_int_t)nfiles)) < 0)
+                goto nomem;
+            nfiles++;
+            if (fc_add_size(strbytes, strlen(file) + 1, &strbytes) < 0)
+                goto nomem;
+        }
+        nkeys++;
+    }
+
+    out->keys = fc_calloc(nkeys, sizeof(*out->keys));
+    out->key_file = fc_calloc(nkeys, sizeof(*out->key_file));
+    out->files = fc_calloc(nfiles, sizeof(*out->files));
+    out->strings = fc_malloc(strbytes);
+    if (out->keys == NULL || out->key_file == NULL || out->files == NULL || out->strings == NULL)
+        goto nomem;
+
+    /* Pass 2: fill, files in order of first appearance. */
+    json_object_foreach(wm, key, v) {
+        const char *const file = json_string_value(v);
+        const size_t id = (size_t)json_integer_value(json_object_get(seen, file));
+        if (id == out->nfiles)
+            out->files[out->nfiles++] = fc_st_put(out->strings, &used, file, strlen(file));
+        out->keys[out->nkeys] = fc_st_put(out->strings, &used, key, strlen(key));
+        out->key_file[out->nkeys++] = id;
+    }
+    goto done;
+
+nomem:
+    rc = fc_error_set(FC_ENOMEM, "%s: index: out of memory", index_path);
+done:
+    if (rc < 0)
+        fc_st_index_release(out);
+    json_decref(seen);
+    json_decref(root);
+    fc_free(buf);
+    fc_file_close(&f);
+    return rc;
+}
+
+void fc_st_index_release(struct fc_st_index *idx)
+{
+    fc_free(idx->files);
+    fc_free(idx->keys);
+    fc_free(idx->key_file);
+    fc_free(idx->strings);
+    memset(idx, 0, sizeof(*idx));
+}
