@@ -48,6 +48,11 @@ struct fc_zip_reader; /* opaque */
  * On success *out is a new reader owned by the caller (fc_zip_reader_free);
  * f must outlive it.  Compressed (method != 0) or encrypted entries fail with
  * FC_EFORMAT naming the entry ("compressed entry X; re-save with torch.save").
+ * FC_EFORMAT also for: not a ZIP at all, no entries, multi-disk archives, a
+ * first entry outside any folder, or an entry outside the first one's folder.
+ * FC_ECORRUPT for truncation, bad signatures, out-of-range or overlapping
+ * entries, local/central name mismatch, duplicate names, inconsistent end
+ * records.  Entries keep central-directory order.
  * Returns FC_OK, FC_EFORMAT, FC_ECORRUPT, FC_EIO, FC_ENOMEM.
  */
 int fc_zip_reader_open(struct fc_zip_reader **out, const struct fc_file *f, uint64_t base,
@@ -95,7 +100,11 @@ struct fc_zipw_record {
 
 /*
  * fc_zipw_layout() - compute header/data offsets for every record and the
- * total archive size.  prefix is the archive folder ("archive").
+ * total archive size.  prefix is the archive folder ("archive").  Fills
+ * ->crc32 of records with a known payload (0 for empty records).  The bytes
+ * are those torch 2.15 writes for the same records (checked byte for byte,
+ * ZIP64 included).  Returns FC_OK or FC_EINVAL (empty or over-long name,
+ * size overflow).
  */
 int fc_zipw_layout(struct fc_zipw_record *recs, size_t n, const char *prefix, uint64_t *total_out);
 
@@ -104,7 +113,10 @@ int fc_zipw_layout(struct fc_zipw_record *recs, size_t n, const char *prefix, ui
  * (not including) `to` to out, for every byte that is not a streamed payload.
  * Calling it for [0, first streamed data_offset) gives the head, and for
  * [streamed data_offset + size, total) the tail (which needs the streamed
- * record's crc32 filled in).  Known payloads are copied from ->data.
+ * record's crc32 filled in).  Known payloads are copied from ->data.  recs
+ * must have been laid out by fc_zipw_layout() with the same prefix.
+ * Returns FC_OK, FC_ENOMEM, or FC_EINVAL when from > to, when to is past the
+ * archive end, or when [from, to) covers bytes of a streamed payload.
  */
 int fc_zipw_emit(const struct fc_zipw_record *recs, size_t n, const char *prefix, uint64_t from,
                  uint64_t to, struct fc_buf *out);
