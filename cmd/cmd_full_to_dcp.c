@@ -1,15 +1,255 @@
 /*
- * cmd_full_to_dcp.c - placeholder entry until the converter lands.
+ * cmd_full_to_dcp.c - `fsdpconv full-to-dcp`: options -> fc_full_to_dcp().
  */
+#define _GNU_SOURCE
+#include <getopt.h>
+#include <inttypes.h>
 #include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "commands.h"
+#include "fc_alloc.h"
+#include "fc_convert.h"
+#include "opt.h"
+
+static const char usage[] =
+    "usage: fsdpconv full-to-dcp -o <dir> (--world-size <n> | --mesh replicate=<r>,shard=<s>)\n"
+    "                            [--select <key>] [--strip-prefix <p>] [--rename <re>=<repl>]...\n"
+    "                            [--drop <re>]... [--conv2d-to-linear <key>]... [--tie <dst>=<src>]...\n"
+    "                            [--dtype <dtype>] [--add-prefix <p>] [--replicate <re>]...\n"
+    "                            [--rules <file>] [--dry-run] [--force] [--max-memory <size>]\n"
+    "                            [--threads <n>] <input>\n"
+    "\n"
+    "    <input>                  torch.save file, safetensors file, index.json, or a directory\n"
+    "    -o, --output <dir>       DCP directory to create (written atomically)\n"
+    "    --world-size <n>         FSDP2 on a 1-D mesh of n ranks: Shard(0), torch.chunk semantics\n"
+    "    --mesh replicate=<r>,shard=<s>\n"
+    "                             HSDP: (Replicate(), Shard(0)) over r x s ranks\n"
+    "    --select <key>           take one subtree of a nested checkpoint (e.g. model)\n"
+    "    --strip-prefix <p>       remove <p> from keys that start with it (e.g. module.)\n"
+    "    --rename <re>=<repl>     rewrite keys matching the regex; \\1..\\9 name groups\n"
+    "    --drop <re>              leave out keys matching the regex\n"
+    "    --conv2d-to-linear <key> reshape a [O,C,kh,kw] conv weight to [O, kh*kw*C] (BAGEL)\n"
+    "    --tie <dst>=<src>        <dst> takes <src>'s data; stored once\n"
+    "    --dtype <dtype>          cast floating tensors: float32, bfloat16, float16, float64\n"
+    "    --add-prefix <p>         prefix every key (e.g. model. for get_state_dict apps)\n"
+    "    --replicate <re>         store matching tensors whole (buffers) instead of Shard(0)\n"
+    "    --rules <file>           the same rules from a file, one per line, # comments\n"
+    "    --dry-run                print the plan (boxes, files, offsets) and write nothing\n"
+    "    --force                  replace an existing output directory\n"
+    "    --max-memory <size>      cap on data buffers (default 1GiB)\n"
+    "    --threads <n>            parallel writers (default: number of CPUs, at most 8)\n"
+    "    -h, --help               show this help\n";
+
+enum {
+    OPT_WORLD = 256,
+    OPT_MESH,
+    OPT_SELECT,
+    OPT_STRIP,
+    OPT_RENAME,
+    OPT_DROP,
+    OPT_CONV,
+    OPT_TIE,
+    OPT_DTYPE,
+    OPT_ADD,
+    OPT_REPLICATE,
+    OPT_RULES,
+    OPT_DRY,
+    OPT_FORCE,
+    OPT_MAXMEM,
+    OPT_THREADS
+};
+
+struct fc_progress_state {
+    struct timespec start;
+    int active;
+};
+
+static double fc_elapsed(const struct timespec *a)
+{
+    struct timespec b;
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    return (double)(b.tv_sec - a->tv_sec) + (double)(b.tv_nsec - a->tv_nsec) / 1e9;
+}
+
+static void fc_progress_draw(void *ctx, uint64_t done, uint64_t total)
+{
+    struct fc_progress_state *p = ctx;
+    const double secs = fc_elapsed(&p->start);
+    const double rate = secs > 0 ? (double)done / secs : 0;
+    const double pct = total > 0 ? 100.0 * (double)done / (double)total : 100.0;
+    const double eta = rate > 0 && total > done ? (double)(total - done) / rate : 0;
+    char bar[31];
+    const int fill = (int)(pct * 30 / 100);
+    for (int i = 0; i < 30; i++)
+        bar[i] = i < fill ? '#' : '.';
+    bar[30] = '\0';
+    fprintf(stderr, "\r[%s] %5.1f%%  %.1f/%.1f MiB  %.1f MiB/s  ETA %.0fs ", bar, pct,
+            (double)done / 1048576.0, (double)total / 1048576.0, rate / 1048576.0, eta);
+    p->active = 1;
+    if (done >= total)
+        fputc('\n', stderr);
+}
+
+static int add_rule(struct fc_rule_arg **rules, size_t *n, const char *op, const char *arg)
+{
+    struct fc_rule_arg *r = fc_reallocarray(*rules, *n + 1, sizeof(**rules));
+    if (r == NULL)
+        return -1;
+    r[*n] = (struct fc_rule_arg){ op, arg };
+    *rules = r;
+    (*n)++;
+    return 0;
+}
 
 int cmd_full_to_dcp(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    fputs("fsdpconv: full-to-dcp: not built yet\n", stderr);
-    return FC_EXIT_FAILURE;
+    static const struct option longopts[] = {
+        { "output", required_argument, NULL, 'o' },
+        { "world-size", required_argument, NULL, OPT_WORLD },
+        { "mesh", required_argument, NULL, OPT_MESH },
+        { "select", required_argument, NULL, OPT_SELECT },
+        { "strip-prefix", required_argument, NULL, OPT_STRIP },
+        { "rename", required_argument, NULL, OPT_RENAME },
+        { "drop", required_argument, NULL, OPT_DROP },
+        { "conv2d-to-linear", required_argument, NULL, OPT_CONV },
+        { "tie", required_argument, NULL, OPT_TIE },
+        { "dtype", required_argument, NULL, OPT_DTYPE },
+        { "add-prefix", required_argument, NULL, OPT_ADD },
+        { "replicate", required_argument, NULL, OPT_REPLICATE },
+        { "rules", required_argument, NULL, OPT_RULES },
+        { "dry-run", no_argument, NULL, OPT_DRY },
+        { "force", no_argument, NULL, OPT_FORCE },
+        { "max-memory", required_argument, NULL, OPT_MAXMEM },
+        { "threads", required_argument, NULL, OPT_THREADS },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    static const char *const rule_ops[] = {
+        [OPT_SELECT - OPT_SELECT] = "select",   [OPT_STRIP - OPT_SELECT] = "strip-prefix",
+        [OPT_RENAME - OPT_SELECT] = "rename",   [OPT_DROP - OPT_SELECT] = "drop",
+        [OPT_CONV - OPT_SELECT] = "conv2d-to-linear", [OPT_TIE - OPT_SELECT] = "tie",
+        [OPT_DTYPE - OPT_SELECT] = "dtype",     [OPT_ADD - OPT_SELECT] = "add-prefix",
+        [OPT_REPLICATE - OPT_SELECT] = "replicate",
+    };
+    struct fc_full_to_dcp_opts o = { .replicate = 0, .shard = 0, .max_memory = (uint64_t)1 << 30 };
+    struct fc_full_to_dcp_result res;
+    struct fc_rule_arg *rules = NULL;
+    size_t nrules = 0;
+    long world = 0, threads = 0;
+    fc_dtype dtype;
+    int c, status;
+    optind = 0;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "o:h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'o': o.output = optarg; break;
+        case OPT_WORLD:
+            if (fc_opt_int("full-to-dcp", "--world-size", optarg, 1, 1 << 20, &world) < 0)
+                goto usage_fail;
+            break;
+        case OPT_MESH:
+            if (fc_opt_mesh("full-to-dcp", "--mesh", optarg, &o.replicate, &o.shard) < 0)
+                goto usage_fail;
+            break;
+        case OPT_DTYPE:
+            if (fc_opt_float_dtype("full-to-dcp", "--dtype", optarg, &dtype) < 0)
+                goto usage_fail;
+            /* fall through - recorded as a rule like the others */
+        case OPT_SELECT:
+        case OPT_STRIP:
+        case OPT_RENAME:
+        case OPT_DROP:
+        case OPT_CONV:
+        case OPT_TIE:
+        case OPT_ADD:
+        case OPT_REPLICATE:
+            if (add_rule(&rules, &nrules, rule_ops[c - OPT_SELECT], optarg) < 0) {
+                fc_free(rules);
+                fputs("fsdpconv: full-to-dcp: out of memory\n", stderr);
+                return FC_EXIT_FAILURE;
+            }
+            break;
+        case OPT_RULES: o.rules_file = optarg; break;
+        case OPT_DRY: o.dry_run = 1; break;
+        case OPT_FORCE: o.force = 1; break;
+        case OPT_MAXMEM:
+            if (fc_opt_size("full-to-dcp", "--max-memory", optarg, &o.max_memory) < 0)
+                goto usage_fail;
+            if (o.max_memory < 4096) {
+                fprintf(stderr, "fsdpconv: full-to-dcp: invalid value for --max-memory: '%s' "
+                        "(must be >= 4KiB)\n", optarg);
+                goto usage_fail;
+            }
+            break;
+        case OPT_THREADS:
+            if (fc_opt_int("full-to-dcp", "--threads", optarg, 1, 256, &threads) < 0)
+                goto usage_fail;
+            break;
+        case 'h': fc_free(rules); fputs(usage, stdout); return FC_EXIT_OK;
+        default:
+            fc_free(rules);
+            return fc_cli_usage_error("full-to-dcp", usage,
+                                      "unknown option or missing value: '%s'", argv[optind - 1]);
+        }
+    }
+    if (argc - optind != 1) {
+        fc_free(rules);
+        return fc_cli_usage_error("full-to-dcp", usage,
+                                  argc - optind == 0 ? "missing <input>" : "too many arguments");
+    }
+    if (o.output == NULL && !o.dry_run) {
+        fc_free(rules);
+        return fc_cli_usage_error("full-to-dcp", usage, "missing -o <dir>");
+    }
+    if ((world > 0) == (o.shard > 0)) {
+        fc_free(rules);
+        return fc_cli_usage_error("full-to-dcp", usage,
+                                  "give exactly one of --world-size and --mesh");
+    }
+    if (world > 0) {
+        o.replicate = 1;
+        o.shard = (int)world;
+    }
+    if (threads == 0) {
+        const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = ncpu < 1 ? 1 : ncpu > 8 ? 8 : ncpu;
+    }
+    o.threads = (int)threads;
+    o.input = argv[optind];
+    if (o.output == NULL)
+        o.output = "(dry-run)";
+    o.rules = rules;
+    o.nrules = nrules;
+    struct fc_progress_state prog = { .active = 0 };
+    if (!o.dry_run && fc_cli_verbosity >= 0 && isatty(STDERR_FILENO)) {
+        clock_gettime(CLOCK_MONOTONIC, &prog.start);
+        o.progress = fc_progress_draw;
+        o.progress_ctx = &prog;
+    }
+    const int rc = fc_full_to_dcp(&o, &res);
+    fc_free(rules);
+    if (rc < 0) {
+        if (prog.active)
+            fputc('\n', stderr);
+        return fc_cli_report(rc);
+    }
+    for (size_t i = 0; i < res.nnotes; i++)
+        fc_cli_note("full-to-dcp: %s", res.notes[i]);
+    if (o.dry_run) {
+        fputs(res.plan_text, stdout);
+    } else if (fc_cli_verbosity > 0) {
+        fc_cli_note("full-to-dcp: wrote %s: %zu tensors, %zu values, %zu files, %" PRIu64
+                    " bytes", o.output, res.ntensors, res.nvalues, res.nfiles, res.bytes_written);
+    }
+    fc_full_to_dcp_result_release(&res);
+    status = fflush(stdout) == 0 ? FC_EXIT_OK : FC_EXIT_FAILURE;
+    return status;
+usage_fail:
+    fc_free(rules);
+    fputs(usage, stderr);
+    return FC_EXIT_USAGE;
 }

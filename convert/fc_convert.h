@@ -51,4 +51,62 @@ void fc_inspect_result_release(struct fc_inspect_result *r);
 /* SHA-256 (hex, NUL-terminated) of a tensor's logical C-contiguous bytes. */
 int fc_tensor_sha256(const struct fc_source *src, const struct fc_entry *e, char hex_out[65]);
 
+/* ---- full-to-dcp ---- */
+
+/* One transform rule as given on the command line ("rename", "^module\.(.*)$=\1"). */
+struct fc_rule_arg {
+    const char *op;
+    const char *arg;
+};
+
+/*
+ * Progress callback: called from the calling thread about 5 times a second
+ * while data moves, and once at the end with done == total.
+ */
+typedef void (*fc_progress_fn)(void *ctx, uint64_t done, uint64_t total);
+
+struct fc_full_to_dcp_opts {
+    const char *input;
+    const char *output;
+    int replicate;                /* mesh: replicate x shard; plain FSDP2: 1 x world */
+    int shard;
+    const struct fc_rule_arg *rules; /* flags, in command-line order */
+    size_t nrules;
+    const char *rules_file;       /* --rules FILE, applied before the flags' rules */
+    int dry_run;
+    int force;
+    uint64_t max_memory;          /* bytes of data buffers across all threads */
+    int threads;
+    fc_progress_fn progress;
+    void *progress_ctx;
+};
+
+struct fc_full_to_dcp_result {
+    char *plan_text;   /* --dry-run: the plan (fc_plan_describe format) */
+    char **notes;      /* informational lines (e.g. "conv2d weight already 2-D") */
+    size_t nnotes;
+    uint64_t bytes_written;
+    size_t nfiles;
+    size_t ntensors;
+    size_t nvalues;
+};
+
+/*
+ * fc_full_to_dcp() - convert a full checkpoint into a DCP directory.
+ *
+ * Everything is planned before any byte moves.  Output is written into
+ * "<output>.partial-<pid>-<n>" beside the target: rank files, fsync, then
+ * .metadata (tmp + rename), then the directory is renamed to <output>.  On
+ * any failure the partial directory is removed and <output> is untouched; a
+ * partial left by a killed run is removed by the next run.  An existing
+ * <output> is refused (FC_EINVAL) unless opts->force.
+ *
+ * Returns FC_OK; FC_EINVAL (bad mesh, rule naming a missing key, existing
+ * output); FC_ECORRUPT/FC_EFORMAT (bad input); FC_EIO (read/write failure,
+ * ENOSPC); FC_ENOMEM.  *res is filled on success and owned by the caller
+ * (fc_full_to_dcp_result_release).
+ */
+int fc_full_to_dcp(const struct fc_full_to_dcp_opts *opts, struct fc_full_to_dcp_result *res);
+void fc_full_to_dcp_result_release(struct fc_full_to_dcp_result *res);
+
 #endif

@@ -1,0 +1,264 @@
+/*
+ * exec.c - the streaming executor (see exec.h).
+ */
+#include "exec.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fc_alloc.h"
+#include "fc_error.h"
+#include "fc_io.h"
+#include "fc_kernels.h"
+#include "fc_torchsave.h"
+#include "fc_zip.h"
+
+struct fc_exec_shared {
+    const struct fc_exec *ex;
+    atomic_size_t next_file;
+    atomic_uint_fast64_t bytes_done;
+    atomic_int workers_left;
+    pthread_mutex_t lock;
+    int rc;            /* first failure */
+    char msg[1024];    /* its message (fc_error is per thread) */
+    uint64_t worker_budget;
+};
+
+struct fc_worker {
+    struct fc_exec_shared *sh;
+    unsigned char *in;  /* source-dtype slab */
+    unsigned char *mid; /* permuted slab (conv2d) */
+    unsigned char *out; /* output-dtype slab */
+    size_t cap_in, cap_mid, cap_out;
+    struct fc_buf hdr;
+};
+
+static int fc_worker_reserve(unsigned char **p, size_t *cap, size_t need)
+{
+    if (need <= *cap)
+        return FC_OK;
+    unsigned char *q = fc_reallocarray(*p, need, 1);
+    if (q == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory allocating a %zu-byte slab", need);
+    *p = q;
+    *cap = need;
+    return FC_OK;
+}
+
+/* Write one tensor chunk item: blob head, data slabs (CRC on the fly), tail. */
+static int fc_write_tensor_item(struct fc_worker *w, int fd, const char *path,
+                                const struct fc_plan_item *it)
+{
+    const struct fc_exec *ex = w->sh->ex;
+    const struct fc_plan_chunk *ch = &ex->plan->chunks[it->chunk];
+    const struct fc_plan_tensor *pt = &ex->plan->tensors[it->index];
+    const struct fc_xspec *spec = &ex->xr->specs[ex->tensor_spec[it->index]];
+    const struct fc_entry *e = &ex->src->entries[spec->entry];
+    struct fc_tsblob blob;
+    int rc = FC_OK;
+    FC_TRY(fc_tsblob_init(&blob, pt->dtype, ch->box.sizes, pt->ndim));
+    if (blob.total_size != it->length) {
+        rc = fc_error_set(FC_ERROR, "%s: internal error: item of '%s' is %" PRIu64
+                          " bytes, planned %" PRIu64, path, pt->key, blob.total_size, it->length);
+        goto done;
+    }
+    fc_buf_clear(&w->hdr);
+    FC_TRY_GOTO(fc_tsblob_head(&blob, &w->hdr), rc, done);
+    FC_TRY_GOTO(fc_pwrite_full(fd, w->hdr.data, w->hdr.len, it->offset, path), rc, done);
+
+    const size_t in_esz = fc_dtype_size(e->t.dtype), out_esz = fc_dtype_size(pt->dtype);
+    const int ndim = pt->ndim;
+    int64_t row_elems = 1;
+    for (int d = 1; d < ndim; d++)
+        row_elems *= ch->box.sizes[d];
+    const int64_t rows = ndim == 0 ? 1 : ch->box.sizes[0];
+    if (ndim == 0)
+        row_elems = 1;
+    const uint64_t per_row = (uint64_t)row_elems * (in_esz * (spec->conv2d ? 2 : 1) + out_esz);
+    int64_t step = per_row == 0 ? rows : (int64_t)(w->sh->worker_budget / per_row);
+    if (step < 1)
+        step = 1;
+    uint32_t crc = 0;
+    uint64_t pos = it->offset + blob.data_offset;
+    int64_t src_off[FC_MAX_DIMS], src_size[FC_MAX_DIMS];
+    /* Source box: the same rows; other dims whole (conv2d: the 4-D source's dims). */
+    for (int d = 0; d < e->t.ndim; d++) {
+        src_off[d] = 0;
+        src_size[d] = e->t.shape[d];
+    }
+    for (int64_t r = 0; r < rows && row_elems > 0; r += step) {
+        const int64_t n = rows - r < step ? rows - r : step;
+        const int64_t nelem = n * row_elems;
+        if (e->t.ndim > 0) {
+            src_off[0] = ch->box.offsets[0] + r;
+            src_size[0] = n;
+        }
+        if (!spec->conv2d)
+            for (int d = 1; d < ndim; d++) {
+                src_off[d] = ch->box.offsets[d];
+                src_size[d] = ch->box.sizes[d];
+            }
+        FC_TRY_GOTO(fc_worker_reserve(&w->in, &w->cap_in, (size_t)nelem * in_esz), rc, done);
+        FC_TRY_GOTO(fc_source_read_box(ex->src, e, src_off, src_size, w->in), rc, done);
+        const unsigned char *cur = w->in;
+        if (spec->conv2d) {
+            FC_TRY_GOTO(fc_worker_reserve(&w->mid, &w->cap_mid, (size_t)nelem * in_esz), rc,
+                        done);
+            int64_t shape4[4];
+            memcpy(shape4, e->t.shape, sizeof(shape4));
+            shape4[0] = n; /* the slab holds rows [0, n) of its own */
+            FC_TRY_GOTO(fc_kern_conv2d_to_linear(w->mid, cur, in_esz, shape4, 0, n), rc, done);
+            cur = w->mid;
+        }
+        if (e->t.dtype != pt->dtype) {
+            FC_TRY_GOTO(fc_worker_reserve(&w->out, &w->cap_out, (size_t)nelem * out_esz), rc,
+                        done);
+            FC_TRY_GOTO(fc_kern_cast(pt->dtype, w->out, e->t.dtype, cur, nelem), rc, done);
+            cur = w->out;
+        }
+        const size_t nbytes = (size_t)nelem * out_esz;
+        crc = fc_crc32(crc, cur, nbytes);
+        FC_TRY_GOTO(fc_pwrite_full(fd, cur, nbytes, pos, path), rc, done);
+        pos += nbytes;
+        atomic_fetch_add(&w->sh->bytes_done, nbytes);
+    }
+    if (pos != it->offset + blob.data_offset + blob.data_size) {
+        rc = fc_error_set(FC_ERROR, "%s: internal error: wrote %" PRIu64 " data bytes of '%s', "
+                          "planned %" PRIu64, path, pos - it->offset - blob.data_offset, pt->key,
+                          blob.data_size);
+        goto done;
+    }
+    fc_buf_clear(&w->hdr);
+    FC_TRY_GOTO(fc_tsblob_tail(&blob, crc, &w->hdr), rc, done);
+    FC_TRY_GOTO(fc_pwrite_full(fd, w->hdr.data, w->hdr.len, pos, path), rc, done);
+done:
+    fc_tsblob_release(&blob);
+    return rc;
+}
+
+static int fc_write_file(struct fc_worker *w, size_t fi)
+{
+    const struct fc_exec *ex = w->sh->ex;
+    const struct fc_plan_file *f = &ex->plan->files[fi];
+    char *path = fc_path_join(ex->dir, f->name);
+    int rc = FC_OK;
+    if (path == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        rc = fc_error_set(FC_EIO, "%s: cannot create: %s", path, strerror(errno));
+        goto done;
+    }
+    for (size_t i = 0; i < f->nitems; i++) {
+        const struct fc_plan_item *it = &ex->plan->items[f->first_item + i];
+        if (it->kind == FC_ITEM_BYTES) {
+            const struct fc_buf *b = &ex->value_blob[it->index];
+            FC_TRY_GOTO(fc_pwrite_full(fd, b->data, b->len, it->offset, path), rc, done);
+            atomic_fetch_add(&w->sh->bytes_done, b->len);
+        } else {
+            FC_TRY_GOTO(fc_write_tensor_item(w, fd, path, it), rc, done);
+        }
+        /* Stop early when another worker failed: the output is discarded anyway. */
+        if (w->sh->rc < 0)
+            break;
+    }
+    if (fsync(fd) != 0) {
+        rc = fc_error_set(FC_EIO, "%s: fsync failed: %s", path, strerror(errno));
+        goto done;
+    }
+done:
+    if (fd >= 0 && close(fd) != 0 && rc == FC_OK)
+        rc = fc_error_set(FC_EIO, "%s: close failed: %s", path, strerror(errno));
+    fc_free(path);
+    return rc;
+}
+
+static void *fc_worker_main(void *arg)
+{
+    struct fc_worker *w = arg;
+    struct fc_exec_shared *sh = w->sh;
+    for (;;) {
+        const size_t fi = atomic_fetch_add(&sh->next_file, 1);
+        if (fi >= sh->ex->plan->nfiles || sh->rc < 0)
+            break;
+        const int rc = fc_write_file(w, fi);
+        if (rc < 0) {
+            pthread_mutex_lock(&sh->lock);
+            if (sh->rc == FC_OK) {
+                sh->rc = rc;
+                snprintf(sh->msg, sizeof(sh->msg), "%s", fc_error_last());
+            }
+            pthread_mutex_unlock(&sh->lock);
+            break;
+        }
+    }
+    atomic_fetch_sub(&sh->workers_left, 1);
+    return NULL;
+}
+
+int fc_exec_run(const struct fc_exec *ex)
+{
+    struct fc_exec_shared sh;
+    int nthreads = ex->threads < 1 ? 1 : ex->threads;
+    if ((size_t)nthreads > ex->plan->nfiles)
+        nthreads = ex->plan->nfiles == 0 ? 1 : (int)ex->plan->nfiles;
+    memset(&sh, 0, sizeof(sh));
+    sh.ex = ex;
+    atomic_init(&sh.next_file, 0);
+    atomic_init(&sh.bytes_done, 0);
+    atomic_init(&sh.workers_left, nthreads);
+    pthread_mutex_init(&sh.lock, NULL);
+    sh.worker_budget = ex->max_memory / (uint64_t)nthreads;
+    if (sh.worker_budget < 4096)
+        sh.worker_budget = 4096;
+    struct fc_worker *ws = fc_calloc((size_t)nthreads, sizeof(*ws));
+    pthread_t *tids = fc_calloc((size_t)nthreads, sizeof(*tids));
+    int started = 0, rc = FC_OK;
+    if (ws == NULL || tids == NULL) {
+        rc = fc_error_set(FC_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (int i = 0; i < nthreads; i++) {
+        ws[i].sh = &sh;
+        fc_buf_init(&ws[i].hdr, (size_t)1 << 30);
+        if (pthread_create(&tids[i], NULL, fc_worker_main, &ws[i]) != 0) {
+            rc = fc_error_set(FC_ERROR, "cannot start a worker thread");
+            atomic_fetch_sub(&sh.workers_left, nthreads - i);
+            break;
+        }
+        started++;
+    }
+    uint64_t total = 0;
+    for (size_t i = 0; i < ex->plan->nitems; i++)
+        total += ex->plan->items[i].length;
+    while (atomic_load(&sh.workers_left) > 0) {
+        const struct timespec ts = { 0, 200 * 1000 * 1000 };
+        if (ex->progress != NULL)
+            ex->progress(ex->progress_ctx, atomic_load(&sh.bytes_done), total);
+        nanosleep(&ts, NULL);
+    }
+    for (int i = 0; i < started; i++)
+        pthread_join(tids[i], NULL);
+    if (rc == FC_OK && sh.rc < 0)
+        rc = fc_error_set(sh.rc, "%s", sh.msg);
+    if (rc == FC_OK && ex->progress != NULL)
+        ex->progress(ex->progress_ctx, total, total);
+done:
+    for (int i = 0; ws != NULL && i < nthreads; i++) {
+        fc_free(ws[i].in);
+        fc_free(ws[i].mid);
+        fc_free(ws[i].out);
+        fc_buf_release(&ws[i].hdr);
+    }
+    fc_free(ws);
+    fc_free(tids);
+    pthread_mutex_destroy(&sh.lock);
+    return rc;
+}

@@ -1,0 +1,40 @@
+/*
+ * exec.h - run a write plan: read boxes, transform, write at planned offsets.
+ *
+ * The executor only moves bytes: every file name, item, offset and length
+ * comes from the plan.  Rank files are written by `threads` workers (one file
+ * at a time each), every item with pwrite at its planned offset, big tensors
+ * in row slabs so data buffers never exceed max_memory in total (plus one
+ * row when a single row is larger than a worker's share).  CRC-32 is computed
+ * on the bytes as they pass.  Every file is fsynced before fc_exec_run()
+ * returns FC_OK.
+ */
+#ifndef FC_EXEC_H
+#define FC_EXEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fc_buf.h"
+#include "fc_convert.h"
+#include "fc_source.h"
+#include "plan.h"
+#include "xform.h"
+
+struct fc_exec {
+    const struct fc_plan *plan;
+    const struct fc_source *src;
+    const struct fc_xform_result *xr;
+    const size_t *tensor_spec;      /* plan tensor index -> xr spec index */
+    const struct fc_buf *value_blob; /* plan value index -> its torch.save blob */
+    const char *dir;                /* directory the rank files go to */
+    uint64_t max_memory;
+    int threads;
+    fc_progress_fn progress;
+    void *progress_ctx;
+};
+
+/* Returns FC_OK, FC_EIO (with the file named), FC_ECORRUPT (source), FC_ENOMEM. */
+int fc_exec_run(const struct fc_exec *ex);
+
+#endif

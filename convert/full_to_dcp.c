@@ -1,0 +1,386 @@
+/*
+ * full_to_dcp.c - full checkpoint -> DCP directory: source, transforms,
+ * plan, executor, metadata, atomic commit.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "exec.h"
+#include "fc_alloc.h"
+#include "fc_convert.h"
+#include "fc_dcp.h"
+#include "fc_error.h"
+#include "fc_io.h"
+#include "fc_torchsave.h"
+#include "plan.h"
+#include "xform.h"
+
+#define FC_PLAN_TEXT_CAP ((size_t)1 << 30)
+
+void fc_full_to_dcp_result_release(struct fc_full_to_dcp_result *res)
+{
+    fc_free(res->plan_text);
+    for (size_t i = 0; i < res->nnotes; i++)
+        fc_free(res->notes[i]);
+    fc_free(res->notes);
+    memset(res, 0, sizeof(*res));
+}
+
+static int fc_blob_size(void *ctx, fc_dtype dtype, const int64_t *sizes, int ndim,
+                        uint64_t *nbytes_out)
+{
+    struct fc_tsblob b;
+    (void)ctx;
+    FC_TRY(fc_tsblob_init(&b, dtype, sizes, ndim));
+    *nbytes_out = b.total_size;
+    fc_tsblob_release(&b);
+    return FC_OK;
+}
+
+/* "<dir>/<base>.partial-<pid>-<n>" dirs whose process is gone are leftovers of a killed run. */
+static int fc_remove_stale_partials(const char *out)
+{
+    char *copy = fc_strdup(out);
+    if (copy == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    char *slash = strrchr(copy, '/');
+    const char *dir = ".", *base = copy;
+    if (slash != NULL) {
+        *slash = '\0';
+        dir = copy[0] != '\0' ? copy : "/";
+        base = slash + 1;
+    }
+    const size_t bl = strlen(base);
+    int rc = FC_OK;
+    DIR *d = opendir(dir);
+    if (d == NULL) {
+        fc_free(copy);
+        return fc_error_set(FC_EIO, "%s: cannot open directory: %s", dir, strerror(errno));
+    }
+    const struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (strncmp(de->d_name, base, bl) != 0 || strncmp(de->d_name + bl, ".partial-", 9) != 0)
+            continue;
+        char *end = NULL;
+        const long pid = strtol(de->d_name + bl + 9, &end, 10);
+        if (end == NULL || *end != '-' || pid <= 0)
+            continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue; /* a live conversion owns it */
+        char *p = fc_path_join(dir, de->d_name);
+        if (p == NULL) {
+            rc = fc_error_set(FC_ENOMEM, "out of memory");
+            break;
+        }
+        rc = fc_remove_tree(p);
+        fc_free(p);
+        if (rc < 0)
+            break;
+    }
+    closedir(d);
+    fc_free(copy);
+    return rc;
+}
+
+static int fc_parent_dir(const char *out, char **dir_out)
+{
+    char *copy = fc_strdup(out);
+    if (copy == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    char *slash = strrchr(copy, '/');
+    if (slash == NULL) {
+        fc_free(copy);
+        copy = fc_strdup(".");
+    } else if (slash == copy) {
+        slash[1] = '\0';
+    } else {
+        *slash = '\0';
+    }
+    if (copy == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    *dir_out = copy;
+    return FC_OK;
+}
+
+/* Build the .metadata model from the plan: entries in the transformed input's order. */
+static int fc_build_meta(const struct fc_plan *plan, const struct fc_xform_result *xr,
+                         const long *spec_tensor, const long *spec_value, const char *output,
+                         struct fc_dcp_meta **out)
+{
+    struct fc_dcp_meta *m = NULL;
+    int rc;
+    FC_TRY(fc_dcp_meta_new(&m));
+    for (size_t i = 0; i < xr->n; i++) {
+        const struct fc_xspec *s = &xr->specs[i];
+        size_t ei;
+        if (s->kind == FC_ENTRY_VALUE) {
+            const struct fc_plan_value *v = &plan->values[spec_value[i]];
+            const struct fc_plan_item *it = &plan->items[v->item];
+            FC_TRY_GOTO(fc_dcp_meta_add_bytes(m, s->key, &ei), rc, fail);
+            FC_TRY_GOTO(fc_dcp_storage_set(&m->entries[ei].storage, plan->files[it->rank].name,
+                                           it->offset, it->length),
+                        rc, fail);
+        } else {
+            const struct fc_plan_tensor *t = &plan->tensors[spec_tensor[i]];
+            FC_TRY_GOTO(fc_dcp_meta_add_tensor(m, s->key, t->dtype, t->ndim, t->shape, &ei), rc,
+                        fail);
+            for (size_t c = 0; c < t->nchunks; c++) {
+                const struct fc_plan_chunk *ch = &plan->chunks[t->first_chunk + c];
+                const struct fc_plan_item *it = &plan->items[ch->item];
+                size_t ci;
+                FC_TRY_GOTO(fc_dcp_meta_add_chunk(m, ei, ch->box.offsets, ch->box.sizes, &ci), rc,
+                            fail);
+                FC_TRY_GOTO(fc_dcp_storage_set(&m->entries[ei].chunks[ci].storage,
+                                               plan->files[it->rank].name, it->offset,
+                                               it->length),
+                            rc, fail);
+            }
+        }
+        if (s->path_len > 0)
+            FC_TRY_GOTO(fc_dcp_meta_set_path(m, ei, s->path, s->path_len), rc, fail);
+    }
+    FC_TRY_GOTO(fc_dcp_meta_set_storage_meta(m, output, NULL), rc, fail);
+    *out = m;
+    return FC_OK;
+fail:
+    fc_dcp_meta_free(m);
+    return rc;
+}
+
+/* Everything owned by one conversion, released in one place. */
+struct fc_job {
+    struct fc_source *src;
+    struct fc_xform_rules rules;
+    struct fc_xform_result xr;
+    struct fc_plan_tensor_in *tin;
+    struct fc_plan_value_in *vin;
+    struct fc_buf *blobs;
+    size_t nvalues;
+    size_t *tensor_spec;
+    long *spec_tensor;
+    long *spec_value;
+    struct fc_plan *plan;
+    struct fc_dcp_meta *meta;
+    char *partial;
+    char *parent;
+    char *old;
+};
+
+static void fc_job_release(struct fc_job *j)
+{
+    fc_source_free(j->src);
+    fc_xform_rules_release(&j->rules);
+    fc_xform_result_release(&j->xr);
+    fc_free(j->tin);
+    fc_free(j->vin);
+    for (size_t i = 0; j->blobs != NULL && i < j->nvalues; i++)
+        fc_buf_release(&j->blobs[i]);
+    fc_free(j->blobs);
+    fc_free(j->tensor_spec);
+    fc_free(j->spec_tensor);
+    fc_free(j->spec_value);
+    fc_plan_free(j->plan);
+    fc_dcp_meta_free(j->meta);
+    fc_free(j->partial);
+    fc_free(j->parent);
+    fc_free(j->old);
+}
+
+static int fc_plan_job(const struct fc_full_to_dcp_opts *o, struct fc_job *j)
+{
+    FC_TRY(fc_source_open(&j->src, o->input));
+    if (o->rules_file != NULL)
+        FC_TRY(fc_xform_rules_load(&j->rules, o->rules_file));
+    for (size_t i = 0; i < o->nrules; i++) {
+        char where[64];
+        snprintf(where, sizeof(where), "--%s", o->rules[i].op);
+        FC_TRY(fc_xform_rules_add(&j->rules, o->rules[i].op, o->rules[i].arg, where));
+    }
+    FC_TRY(fc_xform_apply(j->src, &j->rules, &j->xr));
+    const size_t n = j->xr.n;
+    j->tin = fc_calloc(n + 1, sizeof(*j->tin));
+    j->vin = fc_calloc(n + 1, sizeof(*j->vin));
+    j->blobs = fc_calloc(n + 1, sizeof(*j->blobs));
+    j->tensor_spec = fc_calloc(n + 1, sizeof(*j->tensor_spec));
+    j->spec_tensor = fc_calloc(n + 1, sizeof(*j->spec_tensor));
+    j->spec_value = fc_calloc(n + 1, sizeof(*j->spec_value));
+    if (j->tin == NULL || j->vin == NULL || j->blobs == NULL || j->tensor_spec == NULL ||
+        j->spec_tensor == NULL || j->spec_value == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    size_t nt = 0, nv = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct fc_xspec *s = &j->xr.specs[i];
+        j->spec_tensor[i] = -1;
+        j->spec_value[i] = -1;
+        if (s->kind == FC_ENTRY_VALUE) {
+            fc_buf_init(&j->blobs[nv], (size_t)1 << 30);
+            j->nvalues = nv + 1;
+            FC_TRY(fc_torchsave_value_blob(&j->blobs[nv], j->src->entries[s->entry].value));
+            j->vin[nv] = (struct fc_plan_value_in){ s->key, j->blobs[nv].len };
+            j->spec_value[i] = (long)nv++;
+            continue;
+        }
+        struct fc_plan_tensor_in *t = &j->tin[nt];
+        t->key = s->key;
+        t->dtype = s->dtype;
+        t->ndim = s->ndim;
+        memcpy(t->shape, s->shape, sizeof(t->shape));
+        t->placement = s->ndim == 0 || s->replicate ? FC_PLACE_REPLICATE : FC_PLACE_SHARD0;
+        t->alias_of = s->alias_of >= 0 ? j->spec_tensor[s->alias_of] : -1;
+        j->tensor_spec[nt] = i;
+        j->spec_tensor[i] = (long)nt++;
+    }
+    const struct fc_mesh mesh = { o->replicate, o->shard };
+    FC_TRY(fc_plan_build(&j->plan, &mesh, j->tin, nt, j->vin, nv, fc_blob_size, NULL));
+    return fc_build_meta(j->plan, &j->xr, j->spec_tensor, j->spec_value, o->output, &j->meta);
+}
+
+static int fc_copy_notes(const struct fc_xform_result *xr, struct fc_full_to_dcp_result *res)
+{
+    if (xr->nnotes == 0)
+        return FC_OK;
+    res->notes = fc_calloc(xr->nnotes, sizeof(*res->notes));
+    if (res->notes == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    for (size_t i = 0; i < xr->nnotes; i++) {
+        res->notes[i] = fc_strdup(xr->notes[i]);
+        if (res->notes[i] == NULL)
+            return fc_error_set(FC_ENOMEM, "out of memory");
+        res->nnotes++;
+    }
+    return FC_OK;
+}
+
+static int fc_commit(const struct fc_full_to_dcp_opts *o, struct fc_job *j, int exists)
+{
+    struct fc_buf meta = FC_BUF_INIT((size_t)1 << 31);
+    int rc;
+    FC_TRY_GOTO(fc_dcp_meta_write(&meta, j->meta), rc, done);
+    char *mpath = fc_path_join(j->partial, ".metadata");
+    if (mpath == NULL) {
+        rc = fc_error_set(FC_ENOMEM, "out of memory");
+        goto done;
+    }
+    rc = fc_write_file_atomic(mpath, meta.data, meta.len);
+    fc_free(mpath);
+    if (rc < 0)
+        goto done;
+    FC_TRY_GOTO(fc_fsync_dir(j->partial), rc, done);
+    if (exists) {
+        /* --force: move the old checkpoint aside, put the new one in place, then delete. */
+        const size_t len = strlen(j->partial) + 8;
+        j->old = fc_malloc(len);
+        if (j->old == NULL) {
+            rc = fc_error_set(FC_ENOMEM, "out of memory");
+            goto done;
+        }
+        snprintf(j->old, len, "%s.old", j->partial);
+        if (rename(o->output, j->old) != 0) {
+            rc = fc_error_set(FC_EIO, "%s: cannot move the existing output aside: %s", o->output,
+                              strerror(errno));
+            goto done;
+        }
+    }
+    if (rename(j->partial, o->output) != 0) {
+        rc = fc_error_set(FC_EIO, "%s: cannot rename the finished output into place: %s",
+                          o->output, strerror(errno));
+        if (j->old != NULL)
+            (void)rename(j->old, o->output);
+        goto done;
+    }
+    FC_TRY_GOTO(fc_fsync_dir(j->parent), rc, done);
+    if (j->old != NULL)
+        FC_TRY_GOTO(fc_remove_tree(j->old), rc, done);
+done:
+    fc_buf_release(&meta);
+    return rc;
+}
+
+int fc_full_to_dcp(const struct fc_full_to_dcp_opts *o, struct fc_full_to_dcp_result *res)
+{
+    struct fc_job j;
+    int rc;
+    memset(&j, 0, sizeof(j));
+    memset(res, 0, sizeof(*res));
+    FC_TRY_GOTO(fc_plan_job(o, &j), rc, done);
+    FC_TRY_GOTO(fc_copy_notes(&j.xr, res), rc, done);
+    res->nfiles = j.plan->nfiles;
+    res->ntensors = j.plan->ntensors;
+    res->nvalues = j.plan->nvalues;
+    if (o->dry_run) {
+        struct fc_buf text = FC_BUF_INIT(FC_PLAN_TEXT_CAP);
+        rc = fc_plan_describe(j.plan, &text);
+        if (rc == FC_OK)
+            rc = fc_buf_putc(&text, '\0');
+        if (rc < 0) {
+            fc_buf_release(&text);
+            goto done;
+        }
+        res->plan_text = (char *)fc_buf_detach(&text, NULL);
+        goto done;
+    }
+    int exists = fc_path_is_dir(o->output);
+    if (exists == FC_ENOENT) {
+        exists = 0;
+    } else if (exists < 0) {
+        rc = exists;
+        goto done;
+    } else {
+        if (!o->force) {
+            rc = fc_error_set(FC_EINVAL, "%s: output already exists; use --force to replace it",
+                              o->output);
+            goto done;
+        }
+        exists = 1;
+    }
+    FC_TRY_GOTO(fc_parent_dir(o->output, &j.parent), rc, done);
+    FC_TRY_GOTO(fc_remove_stale_partials(o->output), rc, done);
+    {
+        const size_t len = strlen(o->output) + 64;
+        j.partial = fc_malloc(len);
+        if (j.partial == NULL) {
+            rc = fc_error_set(FC_ENOMEM, "out of memory");
+            goto done;
+        }
+        snprintf(j.partial, len, "%s.partial-%ld-%ld", o->output, (long)getpid(),
+                 (long)time(NULL));
+    }
+    if (mkdir(j.partial, 0755) != 0) {
+        rc = fc_error_set(FC_EIO, "%s: cannot create: %s", j.partial, strerror(errno));
+        fc_free(j.partial);
+        j.partial = NULL;
+        goto done;
+    }
+    const struct fc_exec ex = {
+        .plan = j.plan,
+        .src = j.src,
+        .xr = &j.xr,
+        .tensor_spec = j.tensor_spec,
+        .value_blob = j.blobs,
+        .dir = j.partial,
+        .max_memory = o->max_memory,
+        .threads = o->threads,
+        .progress = o->progress,
+        .progress_ctx = o->progress_ctx,
+    };
+    FC_TRY_GOTO(fc_exec_run(&ex), rc, done);
+    FC_TRY_GOTO(fc_commit(o, &j, exists), rc, done);
+    res->bytes_written = j.plan->total_bytes;
+    fc_free(j.partial);
+    j.partial = NULL;
+done:
+    if (rc < 0 && j.partial != NULL)
+        (void)fc_remove_tree(j.partial);
+    if (rc < 0)
+        fc_full_to_dcp_result_release(res);
+    fc_job_release(&j);
+    return rc;
+}
