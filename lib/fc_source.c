@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fc_alloc.h"
 #include "fc_buf.h"
@@ -419,20 +420,27 @@ static int fc_source_open_dir(struct fc_source **out, const char *path)
     }
     qsort(names, n, sizeof(*names), fc_cmp_str);
     const char *index = NULL;
-    size_t nst = 0, nts = 0;
+    size_t nst = 0, nts = 0, ndistcp = 0;
     const char *ts = NULL;
     for (size_t i = 0; i < n; i++) {
         if (fc_ends_with(names[i], ".safetensors.index.json"))
             index = index == NULL ? names[i] : index;
         else if (fc_ends_with(names[i], ".safetensors"))
             nst++;
+        else if (fc_ends_with(names[i], ".distcp"))
+            ndistcp++;
         else if (fc_ends_with(names[i], ".pt") || fc_ends_with(names[i], ".pth") ||
                  fc_ends_with(names[i], ".bin")) {
             nts++;
             ts = names[i];
         }
     }
-    if (index != NULL) {
+    if (ndistcp > 0) {
+        rc = fc_error_set(FC_ECORRUPT,
+                          "%s: incomplete DCP checkpoint: %zu .distcp files but no .metadata "
+                          "(the save did not finish)",
+                          path, ndistcp);
+    } else if (index != NULL) {
         char *p = fc_path_join(path, index);
         if (p == NULL) {
             rc = fc_error_set(FC_ENOMEM, "%s: out of memory", path);
@@ -492,6 +500,13 @@ int fc_source_open(struct fc_source **out, const char *path)
     if (rc < 0)
         return rc;
     if (rc == 1) {
+        char *meta = fc_path_join(path, ".metadata");
+        if (meta == NULL)
+            return fc_error_set(FC_ENOMEM, "out of memory");
+        const int is_dcp = access(meta, F_OK) == 0;
+        fc_free(meta);
+        if (is_dcp)
+            return fc_source_open_dcp(out, path);
         rc = fc_source_open_dir(&src, path);
     } else if (fc_ends_with(path, ".json")) {
         FC_TRY(fc_source_new(&src, path, "safetensors-index"));
@@ -549,18 +564,15 @@ uint64_t fc_entry_nbytes(const struct fc_entry *e)
 
 /* ---- box reads ---- */
 
-int fc_source_read_box(const struct fc_source *src, const struct fc_entry *e, const int64_t *off,
-                       const int64_t *size, void *dst)
+int fc_read_strided_box(const struct fc_file *f, uint64_t base, const struct fc_tensor_desc *t,
+                        const int64_t *off, const int64_t *size, void *dst, const char *what)
 {
-    const struct fc_tensor_desc *t = &e->t;
     const size_t esz = fc_dtype_size(t->dtype);
-    const struct fc_storage *st = &src->storages[e->storage];
-    const struct fc_file *f = &src->files[st->file];
     int64_t numel = 1;
     for (int d = 0; d < t->ndim; d++) {
         if (off[d] < 0 || size[d] < 0 || off[d] > t->shape[d] || size[d] > t->shape[d] - off[d])
-            return fc_error_set(FC_EINVAL, "%s: '%s': box dim %d [%" PRId64 ", +%" PRId64
-                                ") outside shape %" PRId64, src->path, e->key, d, off[d], size[d],
+            return fc_error_set(FC_EINVAL, "%s: box dim %d [%" PRId64 ", +%" PRId64
+                                ") outside shape %" PRId64, what, d, off[d], size[d],
                                 t->shape[d]);
         numel *= size[d];
     }
@@ -585,7 +597,6 @@ int fc_source_read_box(const struct fc_source *src, const struct fc_entry *e, co
             break;
         expect *= t->shape[d];
     }
-    const uint64_t base = st->offset;
     if (inner == 0)
         return fc_file_pread(f, dst, (size_t)run * esz, base + (uint64_t)first * esz);
     const uint64_t span = (uint64_t)(last - first + 1) * esz;
@@ -593,7 +604,7 @@ int fc_source_read_box(const struct fc_source *src, const struct fc_entry *e, co
     if (span <= FC_SOURCE_SPAN_CAP) {
         tmp = fc_malloc((size_t)span);
         if (tmp == NULL)
-            return fc_error_set(FC_ENOMEM, "%s: out of memory", src->path);
+            return fc_error_set(FC_ENOMEM, "%s: out of memory", what);
         const int rc = fc_file_pread(f, tmp, (size_t)span, base + (uint64_t)first * esz);
         if (rc < 0) {
             fc_free(tmp);
@@ -627,4 +638,15 @@ int fc_source_read_box(const struct fc_source *src, const struct fc_entry *e, co
     }
     fc_free(tmp);
     return rc;
+}
+
+int fc_source_read_box(const struct fc_source *src, const struct fc_entry *e, const int64_t *off,
+                       const int64_t *size, void *dst)
+{
+    if (src->read_box != NULL)
+        return src->read_box(src, e, off, size, dst);
+    const struct fc_storage *st = &src->storages[e->storage];
+    char what[512];
+    snprintf(what, sizeof(what), "%s: '%s'", src->path, e->key);
+    return fc_read_strided_box(&src->files[st->file], st->offset, &e->t, off, size, dst, what);
 }

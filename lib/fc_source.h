@@ -65,6 +65,9 @@ struct fc_source {
     size_t nfiles;
     void *impl;                  /* format-specific state (parsed archives) */
     void (*impl_free)(void *impl);
+    /* Box reader for formats whose tensors are not one strided storage (DCP); NULL: generic. */
+    int (*read_box)(const struct fc_source *src, const struct fc_entry *e, const int64_t *off,
+                    const int64_t *size, void *dst);
 };
 
 /*
@@ -77,6 +80,14 @@ struct fc_source {
  */
 int fc_source_open(struct fc_source **out, const char *path);
 void fc_source_free(struct fc_source *src); /* accepts NULL */
+
+/*
+ * fc_source_open_dcp() - a DCP checkpoint directory (with .metadata) as a
+ * source: entries in .metadata order, values unpickled from their items,
+ * boxes assembled from the chunks that overlap them.  fc_source_open() calls
+ * it for directories holding .metadata.
+ */
+int fc_source_open_dcp(struct fc_source **out, const char *dir);
 
 /* Index of the entry with this key, or -1. */
 long fc_source_find(const struct fc_source *src, const char *key);
@@ -91,6 +102,17 @@ long fc_source_find(const struct fc_source *src, const char *key);
  */
 int fc_source_read_box(const struct fc_source *src, const struct fc_entry *e, const int64_t *off,
                        const int64_t *size, void *dst);
+
+/*
+ * fc_read_strided_box() - the generic box reader: tensor t's storage starts at
+ * byte `base` of f; copy box [off, off+size) to dst C-contiguously.  A box
+ * whose rows are contiguous in the file is one pread; otherwise the covering
+ * span is read once (when <= 64 MiB) or run by run.  `what` names the tensor
+ * in messages.  Returns FC_OK, FC_EINVAL (box outside t), FC_ECORRUPT, FC_EIO,
+ * FC_ENOMEM.
+ */
+int fc_read_strided_box(const struct fc_file *f, uint64_t base, const struct fc_tensor_desc *t,
+                        const int64_t *off, const int64_t *size, void *dst, const char *what);
 
 /* Total bytes of the tensor's logical elements (numel * elem size). */
 uint64_t fc_entry_nbytes(const struct fc_entry *e);
