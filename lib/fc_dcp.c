@@ -1,0 +1,1739 @@
+/*
+ * fc_dcp.c - DCP .metadata model, pickle writer and reader, coverage check.
+ *
+ * The reader walks the symbolic tree that fc_pickle_load(FC_PICKLE_SYMBOLIC)
+ * builds and only ever looks at fixed, known positions of it; it never
+ * recurses into values generically, so shared or cyclic nodes (the memo can
+ * make both) cannot make it loop.
+ */
+#include "fc_dcp.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fc_alloc.h"
+#include "fc_checked.h"
+#include "fc_error.h"
+#include "fc_io.h"
+#include "fc_pickle.h"
+
+#define MOD_MD     "torch.distributed.checkpoint.metadata"
+#define MOD_FS     "torch.distributed.checkpoint.filesystem"
+#define MOD_LEGACY "torch.distributed._shard.sharded_tensor.metadata"
+
+/* Python's pickler batches SETITEMS/APPENDS by 1000; do the same. */
+#define BATCH 1000
+
+/* At most this many report lines from fc_dcp_check(). */
+#define CHECK_MAX_LINES 100
+
+/* ------------------------------------------------------------------------ */
+/* model: memory                                                            */
+
+static void storage_release(struct fc_dcp_storage *st)
+{
+    fc_free(st->relative_path);
+    for (size_t i = 0; i < st->ntransforms; i++)
+        fc_free(st->transforms[i]);
+    fc_free(st->transforms);
+    memset(st, 0, sizeof(*st));
+}
+
+static void entry_release(struct fc_dcp_entry *e)
+{
+    fc_free(e->fqn);
+    fc_free(e->path);
+    for (size_t c = 0; c < e->nchunks; c++) {
+        fc_free(e->chunks[c].offsets);
+        storage_release(&e->chunks[c].storage);
+    }
+    fc_free(e->chunks);
+    storage_release(&e->storage);
+}
+
+void fc_dcp_meta_free(struct fc_dcp_meta *m)
+{
+    if (m == NULL)
+        return;
+    for (size_t i = 0; i < m->nentries; i++)
+        entry_release(&m->entries[i]);
+    fc_free(m->entries);
+    fc_free(m->checkpoint_id);
+    fc_free(m->save_id);
+    for (size_t i = 0; i < m->nmodules; i++)
+        fc_free(m->modules[i]);
+    fc_free(m->modules);
+    fc_free(m->version);
+    fc_free(m->index_slots);
+    fc_free(m);
+}
+
+int fc_dcp_meta_new(struct fc_dcp_meta **out)
+{
+    struct fc_dcp_meta *m = fc_calloc(1, sizeof(*m));
+    *out = NULL;
+    if (m == NULL)
+        return fc_error_set(FC_ENOMEM, "dcp metadata: out of memory");
+    m->version = fc_strdup(FC_DCP_VERSION);
+    if (m->version == NULL) {
+        fc_free(m);
+        return fc_error_set(FC_ENOMEM, "dcp metadata: out of memory");
+    }
+    m->has_planner_data = 1;
+    *out = m;
+    return FC_OK;
+}
+
+/* FNV-1a over the FQN. */
+static uint64_t fqn_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (; *s != '\0'; s++) {
+        h ^= (unsigned char)*s;
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
+
+static void index_put(size_t *slots, size_t cap, const char *fqn, size_t entry)
+{
+    size_t i = (size_t)fqn_hash(fqn) & (cap - 1);
+    while (slots[i] != 0)
+        i = (i + 1) & (cap - 1);
+    slots[i] = entry + 1;
+}
+
+long fc_dcp_meta_find(const struct fc_dcp_meta *m, const char *fqn)
+{
+    if (m->index_cap == 0)
+        return -1;
+    size_t i = (size_t)fqn_hash(fqn) & (m->index_cap - 1);
+    while (m->index_slots[i] != 0) {
+        const size_t e = m->index_slots[i] - 1;
+        if (strcmp(m->entries[e].fqn, fqn) == 0)
+            return (long)e;
+        i = (i + 1) & (m->index_cap - 1);
+    }
+    return -1;
+}
+
+/* Keep the index at most half full; called before an entry is added. */
+static int index_reserve(struct fc_dcp_meta *m)
+{
+    if ((m->nentries + 1) * 2 <= m->index_cap)
+        return FC_OK;
+    size_t ncap = m->index_cap == 0 ? 64 : m->index_cap;
+    while ((m->nentries + 1) * 2 > ncap) {
+        if (fc_mul_size(ncap, 2, &ncap) < 0)
+            return fc_error_set(FC_ENOMEM, "dcp metadata: too many entries");
+    }
+    size_t *slots = fc_calloc(ncap, sizeof(*slots));
+    if (slots == NULL)
+        return fc_error_set(FC_ENOMEM, "dcp metadata: out of memory for a %zu-slot key index",
+                            ncap);
+    for (size_t i = 0; i < m->nentries; i++)
+        index_put(slots, ncap, m->entries[i].fqn, i);
+    fc_free(m->index_slots);
+    m->index_slots = slots;
+    m->index_cap = ncap;
+    return FC_OK;
+}
+
+static int add_entry(struct fc_dcp_meta *m, const char *fqn, size_t fqn_len, enum fc_dcp_kind kind,
+                     size_t *index_out)
+{
+    FC_TRY(index_reserve(m));
+    if (m->nentries == m->entries_alloc) {
+        const size_t n = m->entries_alloc == 0 ? 16 : m->entries_alloc * 2;
+        struct fc_dcp_entry *p = fc_reallocarray(m->entries, n, sizeof(*p));
+        if (p == NULL)
+            return fc_error_set(FC_ENOMEM, "dcp metadata: out of memory for %zu entries", n);
+        m->entries = p;
+        m->entries_alloc = n;
+    }
+    char *name = fc_strndup(fqn, fqn_len);
+    if (name == NULL)
+        return fc_error_set(FC_ENOMEM, "dcp metadata: out of memory");
+    struct fc_dcp_entry *e = &m->entries[m->nentries];
+    memset(e, 0, sizeof(*e));
+    e->fqn = name;
+    e->kind = kind;
+    e->mem_format = FC_DCP_CONTIGUOUS_FORMAT;
+    index_put(m->index_slots, m->index_cap, name, m->nentries);
+    if (index_out != NULL)
+        *index_out = m->nentries;
+    m->nentries++;
+    return FC_OK;
+}
+
+static int check_new_fqn(const struct fc_dcp_meta *m, const char *fqn)
+{
+    if (fqn == NULL)
+        return fc_error_set(FC_EINVAL, "dcp metadata: entry without a name");
+    if (fc_dcp_meta_find(m, fqn) >= 0)
+        return fc_error_set(FC_EINVAL, "dcp metadata: duplicate entry '%s'", fqn);
+    return FC_OK;
+}
+
+int fc_dcp_meta_add_tensor(struct fc_dcp_meta *m, const char *fqn, fc_dtype dtype, int ndim,
+                           const int64_t *size, size_t *index_out)
+{
+    size_t idx;
+    FC_TRY(check_new_fqn(m, fqn));
+    if (fc_dtype_info(dtype) == NULL)
+        return fc_error_set(FC_EINVAL, "dcp metadata: tensor '%s': invalid dtype %d", fqn,
+                            (int)dtype);
+    if (ndim < 0 || ndim > FC_MAX_DIMS)
+        return fc_error_set(FC_EINVAL, "dcp metadata: tensor '%s': %d dims (at most %d)", fqn, ndim,
+                            FC_MAX_DIMS);
+    for (int d = 0; d < ndim; d++)
+        if (size[d] < 0)
+            return fc_error_set(FC_EINVAL,
+                                "dcp metadata: tensor '%s': negative size %" PRId64 " in dim %d",
+                                fqn, size[d], d);
+    FC_TRY(add_entry(m, fqn, strlen(fqn), FC_DCP_TENSOR, &idx));
+    struct fc_dcp_entry *e = &m->entries[idx];
+    e->dtype = dtype;
+    e->ndim = ndim;
+    for (int d = 0; d < ndim; d++)
+        e->size[d] = size[d];
+    if (index_out != NULL)
+        *index_out = idx;
+    return FC_OK;
+}
+
+int fc_dcp_meta_add_bytes(struct fc_dcp_meta *m, const char *fqn, size_t *index_out)
+{
+    FC_TRY(check_new_fqn(m, fqn));
+    return add_entry(m, fqn, strlen(fqn), FC_DCP_BYTES, index_out);
+}
+
+int fc_dcp_meta_add_chunk(struct fc_dcp_meta *m, size_t entry, const int64_t *offsets,
+                          const int64_t *sizes, size_t *chunk_out)
+{
+    if (entry >= m->nentries || m->entries[entry].kind != FC_DCP_TENSOR)
+        return fc_error_set(FC_EINVAL, "dcp metadata: entry %zu is not a tensor", entry);
+    struct fc_dcp_entry *e = &m->entries[entry];
+    for (int d = 0; d < e->ndim; d++)
+        if (offsets[d] < 0 || sizes[d] < 0)
+            return fc_error_set(FC_EINVAL,
+                                "dcp metadata: tensor '%s': negative chunk offset "
+                                "or size in dim %d",
+                                e->fqn, d);
+    if (e->nchunks == e->chunks_alloc) {
+        const size_t n = e->chunks_alloc == 0 ? 4 : e->chunks_alloc * 2;
+        struct fc_dcp_chunk *p = fc_reallocarray(e->chunks, n, sizeof(*p));
+        if (p == NULL)
+            return fc_error_set(FC_ENOMEM,
+                                "dcp metadata: tensor '%s': out of memory for %zu "
+                                "chunks",
+                                e->fqn, n);
+        e->chunks = p;
+        e->chunks_alloc = n;
+    }
+    struct fc_dcp_chunk *c = &e->chunks[e->nchunks];
+    memset(c, 0, sizeof(*c));
+    if (e->ndim > 0) {
+        c->offsets = fc_calloc((size_t)e->ndim * 2, sizeof(int64_t));
+        if (c->offsets == NULL)
+            return fc_error_set(FC_ENOMEM, "dcp metadata: out of memory");
+        c->sizes = c->offsets + e->ndim;
+        memcpy(c->offsets, offsets, (size_t)e->ndim * sizeof(int64_t));
+        memcpy(c->sizes, sizes, (size_t)e->ndim * sizeof(int64_t));
+    }
+    if (chunk_out != NULL)
+        *chunk_out = e->nchunks;
+    e->nchunks++;
+    return FC_OK;
+}
+
+/* A relative_path must name a file inside the checkpoint directory. */
+static int bad_relative_path(const char *p)
+{
+    return p[0] == '\0' || strchr(p, '/') != NULL || strcmp(p, ".") == 0 || strcmp(p, "..") == 0;
+}
+
+int fc_dcp_storage_set(struct fc_dcp_storage *st, const char *relative_path, uint64_t offset,
+                       uint64_t length)
+{
+    if (relative_path == NULL || bad_relative_path(relative_path))
+        return fc_error_set(FC_EINVAL, "dcp metadata: invalid storage file name '%s'",
+                            relative_path == NULL ? "(null)" : relative_path);
+    if (offset > INT64_MAX || length > INT64_MAX)
+        return fc_error_set(FC_EINVAL, "dcp metadata: storage offset/length beyond int64");
+    char *p = fc_strdup(relative_path);
+    if (p == NULL)
+        return fc_error_set(FC_ENOMEM, "dcp metadata: out of memory");
+    storage_release(st);
+    st->relative_path = p;
+    st->offset = offset;
+    st->length = length;
+    return FC_OK;
+}
+
+int fc_dcp_storage_add_transform(struct fc_dcp_storage *st, const char *descriptor)
+{
+    if (descriptor == NULL || descriptor[0] == '\0')
+        return fc_error_set(FC_EINVAL, "dcp metadata: empty transform descriptor");
+    char **p = fc_reallocarray(st->transforms, st->ntransforms + 1, sizeof(*p));
+    if (p == NULL)
+        return fc_error_set(FC_ENOMEM, "dcp metadata: out of memory");
+    st->transforms = p;
+    p[st->ntransforms] = fc_strdup(descriptor);
+    if (p[st->ntransforms] == NULL)
+        return fc_error_set(FC_ENOMEM, "dcp metadata: out of memory");
+    st->ntransforms++;
+    return FC_OK;
+}
+
+int fc_dcp_meta_set_path(struct fc_dcp_meta *m, size_t entry, const struct fc_path_elem *path,
+                         size_t n)
+{
+    size_t total, strbytes = 0;
+    if (entry >= m->nentries)
+        return fc_error_set(FC_EINVAL, "dcp metadata: no entry %zu", entry);
+    if (n == 0)
+        return fc_error_set(FC_EINVAL, "dcp metadata: '%s': empty planner path",
+                            m->entries[entry].fqn);
+    for (size_t i = 0; i < n; i++) {
+        if (path[i].is_index)
+            continue;
+        if (path[i].key == NULL)
+            return fc_error_set(FC_EINVAL,
+                                "dcp metadata: '%s': planner path element %zu has "
+                                "no key",
+                                m->entries[entry].fqn, i);
+        if (fc_add_size(strbytes, strlen(path[i].key) + 1, &strbytes) < 0)
+            return fc_error_set(FC_EINVAL, "dcp metadata: planner path too long");
+    }
+    if (fc_mul_size(n, sizeof(struct fc_path_elem), &total) < 0 ||
+        fc_add_size(total, strbytes, &total) < 0)
+        return fc_error_set(FC_EINVAL, "dcp metadata: planner path too long");
+    /* One allocation: the element array, then the key strings. */
+    struct fc_path_elem *copy = fc_malloc(total);
+    if (copy == NULL)
+        return fc_error_set(FC_ENOMEM, "dcp metadata: out of memory");
+    char *s = (char *)(copy + n);
+    for (size_t i = 0; i < n; i++) {
+        copy[i].is_index = path[i].is_index ? 1 : 0;
+        copy[i].index = path[i].is_index ? path[i].index : 0;
+        copy[i].key = NULL;
+        if (!path[i].is_index) {
+            const size_t len = strlen(path[i].key) + 1;
+            memcpy(s, path[i].key, len);
+            copy[i].key = s;
+            s += len;
+        }
+    }
+    struct fc_dcp_entry *e = &m->entries[entry];
+    fc_free(e->path);
+    e->path = copy;
+    e->path_len = n;
+    return FC_OK;
+}
+
+/* Replace *dst by a copy of src (NULL allowed). */
+static int set_str(char **dst, const char *src)
+{
+    char *p = NULL;
+    if (src != NULL) {
+        p = fc_strdup(src);
+        if (p == NULL)
+            return fc_error_set(FC_ENOMEM, "dcp metadata: out of memory");
+    }
+    fc_free(*dst);
+    *dst = p;
+    return FC_OK;
+}
+
+int fc_dcp_meta_set_storage_meta(struct fc_dcp_meta *m, const char *checkpoint_id,
+                                 const char *save_id)
+{
+    char *cid = NULL;
+    FC_TRY(set_str(&cid, checkpoint_id));
+    const int rc = set_str(&m->save_id, save_id);
+    if (rc < 0) {
+        fc_free(cid);
+        return rc;
+    }
+    fc_free(m->checkpoint_id);
+    m->checkpoint_id = cid;
+    m->checkpoint_id_was_path = 0;
+    for (size_t i = 0; i < m->nmodules; i++)
+        fc_free(m->modules[i]);
+    fc_free(m->modules);
+    m->modules = NULL;
+    m->nmodules = 0;
+    m->has_storage_meta = 1;
+    return FC_OK;
+}
+
+int fc_dcp_meta_add_module(struct fc_dcp_meta *m, const char *module)
+{
+    if (module == NULL)
+        return fc_error_set(FC_EINVAL, "dcp metadata: NULL module name");
+    char **p = fc_reallocarray(m->modules, m->nmodules + 1, sizeof(*p));
+    if (p == NULL)
+        return fc_error_set(FC_ENOMEM, "dcp metadata: out of memory");
+    m->modules = p;
+    p[m->nmodules] = fc_strdup(module);
+    if (p[m->nmodules] == NULL)
+        return fc_error_set(FC_ENOMEM, "dcp metadata: out of memory");
+    m->nmodules++;
+    return FC_OK;
+}
+
+int fc_dcp_meta_set_version(struct fc_dcp_meta *m, const char *version)
+{
+    return set_str(&m->version, version);
+}
+
+/* ------------------------------------------------------------------------ */
+/* writer                                                                   */
+
+static int w_str(struct fc_buf *b, const char *s)
+{
+    return fc_pw_str(b, s, strlen(s));
+}
+
+static int w_opt_str(struct fc_buf *b, const char *s)
+{
+    return s == NULL ? fc_pw_none(b) : w_str(b, s);
+}
+
+/* cls.__new__(cls): GLOBAL module name, EMPTY_TUPLE, NEWOBJ. */
+static int w_new(struct fc_buf *b, const char *module, const char *name)
+{
+    FC_TRY(fc_pw_global(b, module, name));
+    FC_TRY(fc_pw_empty_tuple(b));
+    return fc_pw_newobj(b);
+}
+
+static int w_int_tuple(struct fc_buf *b, const int64_t *v, int n)
+{
+    if (n == 0)
+        return fc_pw_empty_tuple(b);
+    if (n > 3)
+        FC_TRY(fc_pw_mark(b));
+    for (int i = 0; i < n; i++)
+        FC_TRY(fc_pw_int(b, v[i]));
+    return n > 3 ? fc_pw_tuple(b) : fc_pw_tuple_n(b, n);
+}
+
+/* torch.Size((v...)) */
+static int w_size(struct fc_buf *b, const int64_t *v, int n)
+{
+    FC_TRY(fc_pw_global(b, "torch", "Size"));
+    FC_TRY(w_int_tuple(b, v, n));
+    FC_TRY(fc_pw_tuple_n(b, 1));
+    return fc_pw_reduce(b);
+}
+
+/*
+ * Items of a dict or list, batched like Python's pickler: MARK before the
+ * first item, SETITEMS/APPENDS + MARK every BATCH items, and the closing
+ * opcode in batch_end().  Nothing at all for an empty container.
+ */
+static int batch_item(struct fc_buf *b, size_t *count, int is_dict)
+{
+    if (*count > 0 && *count % BATCH == 0)
+        FC_TRY(is_dict ? fc_pw_setitems(b) : fc_pw_appends(b));
+    if (*count % BATCH == 0)
+        FC_TRY(fc_pw_mark(b));
+    (*count)++;
+    return FC_OK;
+}
+
+static int batch_end(struct fc_buf *b, size_t count, int is_dict)
+{
+    if (count == 0)
+        return FC_OK;
+    return is_dict ? fc_pw_setitems(b) : fc_pw_appends(b);
+}
+
+static int w_properties(struct fc_buf *b, const struct fc_dcp_entry *e)
+{
+    const struct fc_dtype_info *info = fc_dtype_info(e->dtype);
+    if (info == NULL)
+        return fc_error_set(FC_EINVAL, "dcp metadata: tensor '%s': invalid dtype", e->fqn);
+    FC_TRY(w_new(b, MOD_MD, "TensorProperties"));
+    FC_TRY(fc_pw_mark(b));
+    FC_TRY(fc_pw_global(b, "torch", info->torch_name));
+    FC_TRY(fc_pw_global(b, "torch.serialization", "_get_layout"));
+    FC_TRY(w_str(b, "torch.strided"));
+    FC_TRY(fc_pw_tuple_n(b, 1));
+    FC_TRY(fc_pw_reduce(b));
+    FC_TRY(fc_pw_bool(b, e->requires_grad));
+    FC_TRY(fc_pw_global(b, MOD_MD, "_MEM_FORMAT_ENCODING"));
+    FC_TRY(fc_pw_int(b, (int64_t)e->mem_format));
+    FC_TRY(fc_pw_tuple_n(b, 1));
+    FC_TRY(fc_pw_reduce(b));
+    FC_TRY(fc_pw_bool(b, e->pin_memory));
+    FC_TRY(fc_pw_tuple(b));
+    return fc_pw_build(b);
+}
+
+static int w_tensor_md(struct fc_buf *b, const struct fc_dcp_entry *e)
+{
+    size_t n = 0;
+    FC_TRY(w_new(b, MOD_MD, "TensorStorageMetadata"));
+    FC_TRY(fc_pw_empty_dict(b));
+    FC_TRY(fc_pw_mark(b));
+    FC_TRY(w_str(b, "properties"));
+    FC_TRY(w_properties(b, e));
+    FC_TRY(w_str(b, "size"));
+    FC_TRY(w_size(b, e->size, e->ndim));
+    FC_TRY(w_str(b, "chunks"));
+    FC_TRY(fc_pw_empty_list(b));
+    for (size_t c = 0; c < e->nchunks; c++) {
+        FC_TRY(batch_item(b, &n, 0));
+        FC_TRY(w_new(b, MOD_MD, "ChunkStorageMetadata"));
+        FC_TRY(fc_pw_empty_dict(b));
+        FC_TRY(fc_pw_mark(b));
+        FC_TRY(w_str(b, "offsets"));
+        FC_TRY(w_size(b, e->chunks[c].offsets, e->ndim));
+        FC_TRY(w_str(b, "sizes"));
+        FC_TRY(w_size(b, e->chunks[c].sizes, e->ndim));
+        FC_TRY(fc_pw_setitems(b));
+        FC_TRY(fc_pw_build(b));
+    }
+    FC_TRY(batch_end(b, n, 0));
+    FC_TRY(fc_pw_setitems(b));
+    return fc_pw_build(b);
+}
+
+static int w_path(struct fc_buf *b, const struct fc_dcp_entry *e)
+{
+    if (e->path_len > 3)
+        FC_TRY(fc_pw_mark(b));
+    for (size_t i = 0; i < e->path_len; i++) {
+        if (e->path[i].is_index)
+            FC_TRY(fc_pw_int(b, e->path[i].index));
+        else
+            FC_TRY(w_str(b, e->path[i].key));
+    }
+    return e->path_len > 3 ? fc_pw_tuple(b) : fc_pw_tuple_n(b, (int)e->path_len);
+}
+
+static int w_storage_info(struct fc_buf *b, const struct fc_dcp_storage *st, const char *fqn)
+{
+    if (st->relative_path == NULL)
+        return fc_error_set(FC_EINVAL, "dcp metadata: '%s': an item has no storage", fqn);
+    if (st->offset > INT64_MAX || st->length > INT64_MAX)
+        return fc_error_set(FC_EINVAL, "dcp metadata: '%s': storage offset/length beyond int64",
+                            fqn);
+    FC_TRY(w_new(b, MOD_FS, "_StorageInfo"));
+    FC_TRY(fc_pw_empty_dict(b));
+    FC_TRY(fc_pw_mark(b));
+    FC_TRY(w_str(b, "relative_path"));
+    FC_TRY(w_str(b, st->relative_path));
+    FC_TRY(w_str(b, "offset"));
+    FC_TRY(fc_pw_int(b, (int64_t)st->offset));
+    FC_TRY(w_str(b, "length"));
+    FC_TRY(fc_pw_int(b, (int64_t)st->length));
+    if (st->ntransforms > 0) {
+        size_t n = 0;
+        FC_TRY(w_str(b, "transform_descriptors"));
+        FC_TRY(fc_pw_empty_list(b));
+        for (size_t i = 0; i < st->ntransforms; i++) {
+            FC_TRY(batch_item(b, &n, 0));
+            FC_TRY(w_str(b, st->transforms[i]));
+        }
+        FC_TRY(batch_end(b, n, 0));
+    }
+    FC_TRY(fc_pw_setitems(b));
+    return fc_pw_build(b);
+}
+
+/* MetadataIndex: {fqn, index, offset} for chunks, {fqn, index: None} for bytes. */
+static int w_metadata_index(struct fc_buf *b, const struct fc_dcp_entry *e, size_t chunk)
+{
+    FC_TRY(w_new(b, MOD_MD, "MetadataIndex"));
+    FC_TRY(fc_pw_empty_dict(b));
+    FC_TRY(fc_pw_mark(b));
+    FC_TRY(w_str(b, "fqn"));
+    FC_TRY(w_str(b, e->fqn));
+    FC_TRY(w_str(b, "index"));
+    if (e->kind == FC_DCP_TENSOR) {
+        FC_TRY(fc_pw_int(b, (int64_t)chunk));
+        FC_TRY(w_str(b, "offset"));
+        FC_TRY(w_size(b, e->chunks[chunk].offsets, e->ndim));
+    } else {
+        FC_TRY(fc_pw_none(b));
+    }
+    FC_TRY(fc_pw_setitems(b));
+    return fc_pw_build(b);
+}
+
+static int w_storage_meta(struct fc_buf *b, const struct fc_dcp_meta *m)
+{
+    size_t n = 0;
+    if (!m->has_storage_meta)
+        return fc_pw_none(b);
+    FC_TRY(w_new(b, MOD_MD, "StorageMeta"));
+    FC_TRY(fc_pw_empty_dict(b));
+    FC_TRY(fc_pw_mark(b));
+    FC_TRY(w_str(b, "checkpoint_id"));
+    FC_TRY(w_opt_str(b, m->checkpoint_id));
+    FC_TRY(w_str(b, "save_id"));
+    FC_TRY(w_opt_str(b, m->save_id));
+    FC_TRY(w_str(b, "load_id"));
+    FC_TRY(fc_pw_none(b));
+    FC_TRY(w_str(b, "modules"));
+    FC_TRY(fc_pw_empty_list(b));
+    for (size_t i = 0; i < m->nmodules; i++) {
+        FC_TRY(batch_item(b, &n, 0));
+        FC_TRY(w_str(b, m->modules[i]));
+    }
+    FC_TRY(batch_end(b, n, 0));
+    FC_TRY(fc_pw_setitems(b));
+    return fc_pw_build(b);
+}
+
+int fc_dcp_meta_write(struct fc_buf *out, const struct fc_dcp_meta *m)
+{
+    size_t n;
+
+    FC_TRY(fc_pw_proto(out));
+    FC_TRY(w_new(out, MOD_MD, "Metadata"));
+    FC_TRY(fc_pw_empty_dict(out));
+    FC_TRY(fc_pw_mark(out));
+
+    FC_TRY(w_str(out, "state_dict_metadata"));
+    FC_TRY(fc_pw_empty_dict(out));
+    n = 0;
+    for (size_t i = 0; i < m->nentries; i++) {
+        const struct fc_dcp_entry *e = &m->entries[i];
+        FC_TRY(batch_item(out, &n, 1));
+        FC_TRY(w_str(out, e->fqn));
+        if (e->kind == FC_DCP_TENSOR)
+            FC_TRY(w_tensor_md(out, e));
+        else
+            FC_TRY(w_new(out, MOD_MD, "BytesStorageMetadata"));
+    }
+    FC_TRY(batch_end(out, n, 1));
+
+    FC_TRY(w_str(out, "planner_data"));
+    if (m->has_planner_data) {
+        FC_TRY(fc_pw_empty_dict(out));
+        n = 0;
+        for (size_t i = 0; i < m->nentries; i++) {
+            const struct fc_dcp_entry *e = &m->entries[i];
+            if (e->path == NULL)
+                continue;
+            FC_TRY(batch_item(out, &n, 1));
+            FC_TRY(w_str(out, e->fqn));
+            FC_TRY(w_path(out, e));
+        }
+        FC_TRY(batch_end(out, n, 1));
+    } else {
+        FC_TRY(fc_pw_none(out));
+    }
+
+    FC_TRY(w_str(out, "storage_data"));
+    FC_TRY(fc_pw_empty_dict(out));
+    n = 0;
+    for (size_t i = 0; i < m->nentries; i++) {
+        const struct fc_dcp_entry *e = &m->entries[i];
+        if (e->kind == FC_DCP_BYTES) {
+            FC_TRY(batch_item(out, &n, 1));
+            FC_TRY(w_metadata_index(out, e, 0));
+            FC_TRY(w_storage_info(out, &e->storage, e->fqn));
+            continue;
+        }
+        for (size_t c = 0; c < e->nchunks; c++) {
+            FC_TRY(batch_item(out, &n, 1));
+            FC_TRY(w_metadata_index(out, e, c));
+            FC_TRY(w_storage_info(out, &e->chunks[c].storage, e->fqn));
+        }
+    }
+    FC_TRY(batch_end(out, n, 1));
+
+    FC_TRY(w_str(out, "storage_meta"));
+    FC_TRY(w_storage_meta(out, m));
+    FC_TRY(w_str(out, "version"));
+    FC_TRY(w_opt_str(out, m->version));
+
+    FC_TRY(fc_pw_setitems(out));
+    FC_TRY(fc_pw_build(out));
+    return fc_pw_stop(out);
+}
+
+/* ------------------------------------------------------------------------ */
+/* reader                                                                   */
+
+struct rd {
+    const char *what;
+    struct fc_dcp_meta *m;
+    size_t **sorted; /* per entry: chunk indices sorted by offsets (tensors) */
+    size_t nsorted;
+};
+
+static int rd_err(const struct rd *r, int code, const struct fc_pv *v, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int rd_err(const struct rd *r, int code, const struct fc_pv *v, const char *fmt, ...)
+{
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (v != NULL)
+        return fc_error_set(code, "%s: offset %" PRIu64 ": %s", r->what, v->offset, msg);
+    return fc_error_set(code, "%s: %s", r->what, msg);
+}
+
+static const char *kind_name(const struct fc_pv *v)
+{
+    if (v == NULL)
+        return "nothing";
+    switch (v->kind) {
+    case FC_PV_NONE: return "None";
+    case FC_PV_BOOL: return "a bool";
+    case FC_PV_INT: return "an int";
+    case FC_PV_BIGINT: return "a big int";
+    case FC_PV_FLOAT: return "a float";
+    case FC_PV_STR: return "a str";
+    case FC_PV_BYTES: return "bytes";
+    case FC_PV_LIST: return "a list";
+    case FC_PV_TUPLE: return "a tuple";
+    case FC_PV_SET: return "a set";
+    case FC_PV_DICT: return "a dict";
+    case FC_PV_GLOBAL: return "a global";
+    case FC_PV_CALL: return "a call";
+    case FC_PV_OBJECT: return "an object";
+    case FC_PV_TENSOR: return "a tensor";
+    }
+    return "an unknown value";
+}
+
+static int is_str(const struct fc_pv *v)
+{
+    return v != NULL && v->kind == FC_PV_STR && strlen(v->u.str.s) == v->u.str.len;
+}
+
+static int str_eq(const struct fc_pv *v, const char *s)
+{
+    return v != NULL && v->kind == FC_PV_STR && v->u.str.len == strlen(s) &&
+           memcmp(v->u.str.s, s, v->u.str.len) == 0;
+}
+
+static int is_seq(const struct fc_pv *v)
+{
+    return v != NULL && (v->kind == FC_PV_TUPLE || v->kind == FC_PV_LIST);
+}
+
+static int is_global(const struct fc_pv *v, const char *module, const char *name)
+{
+    return v != NULL && v->kind == FC_PV_GLOBAL && strcmp(v->u.global.module, module) == 0 &&
+           strcmp(v->u.global.name, name) == 0;
+}
+
+/* Value of key in a dict with str keys; the last one wins, as in Python. */
+static const struct fc_pv *dget(const struct fc_pv *dict, const char *key)
+{
+    const struct fc_pv *found = NULL;
+    for (size_t i = 0; i < dict->u.dict.n; i++)
+        if (str_eq(dict->u.dict.keys[i], key))
+            found = dict->u.dict.vals[i];
+    return found;
+}
+
+/*
+ * The class of an instance made by NEWOBJ (or by REDUCE of the class itself,
+ * tolerated), or NULL when v is not such an instance.
+ */
+static const struct fc_pv *class_of(const struct fc_pv *v)
+{
+    if (v == NULL || (v->kind != FC_PV_OBJECT && v->kind != FC_PV_CALL))
+        return NULL;
+    const struct fc_pv *cls = v->u.call.callable;
+    return cls != NULL && cls->kind == FC_PV_GLOBAL ? cls : NULL;
+}
+
+static int is_instance(const struct fc_pv *v, const char *module, const char *name)
+{
+    const struct fc_pv *cls = class_of(v);
+    return cls != NULL && is_global(cls, module, name);
+}
+
+/* The BUILD state of an instance of module.name that must be a dict. */
+static int obj_dict_state(const struct rd *r, const struct fc_pv *v, const char *module,
+                          const char *name, const char *where, const struct fc_pv **out)
+{
+    if (!is_instance(v, module, name)) {
+        const struct fc_pv *cls = class_of(v);
+        if (cls != NULL)
+            return rd_err(r, FC_EFORMAT, v, "%s: expected %s.%s, found %s.%s", where, module, name,
+                          cls->u.global.module, cls->u.global.name);
+        return rd_err(r, FC_EFORMAT, v, "%s: expected %s.%s, found %s", where, module, name,
+                      kind_name(v));
+    }
+    const struct fc_pv *st = v->u.call.state;
+    if (st == NULL || st->kind != FC_PV_DICT)
+        return rd_err(r, FC_ECORRUPT, v, "%s: %s state is %s, not a dict", where, name,
+                      kind_name(st));
+    *out = st;
+    return FC_OK;
+}
+
+static int need_field(const struct rd *r, const struct fc_pv *dict, const char *key,
+                      const char *where, const struct fc_pv **out)
+{
+    *out = dget(dict, key);
+    if (*out == NULL)
+        return rd_err(r, FC_ECORRUPT, dict, "%s: missing field '%s'", where, key);
+    return FC_OK;
+}
+
+static int get_i64(const struct rd *r, const struct fc_pv *v, const char *where, int64_t *out)
+{
+    if (v != NULL && v->kind == FC_PV_INT) {
+        *out = v->u.i;
+        return FC_OK;
+    }
+    if (v != NULL && v->kind == FC_PV_BIGINT)
+        return rd_err(r, FC_ECORRUPT, v, "%s: integer out of the int64 range", where);
+    return rd_err(r, FC_ECORRUPT, v, "%s: expected an int, found %s", where, kind_name(v));
+}
+
+static int get_nonneg(const struct rd *r, const struct fc_pv *v, const char *where, int64_t *out)
+{
+    FC_TRY(get_i64(r, v, where, out));
+    if (*out < 0)
+        return rd_err(r, FC_ECORRUPT, v, "%s: negative value %" PRId64, where, *out);
+    return FC_OK;
+}
+
+static int get_flag(const struct rd *r, const struct fc_pv *v, const char *where, int *out)
+{
+    if (v != NULL && v->kind == FC_PV_BOOL) {
+        *out = v->u.b != 0;
+        return FC_OK;
+    }
+    if (v != NULL && v->kind == FC_PV_INT) {
+        *out = v->u.i != 0;
+        return FC_OK;
+    }
+    return rd_err(r, FC_ECORRUPT, v, "%s: expected a bool, found %s", where, kind_name(v));
+}
+
+/*
+ * torch.Size((a, b, ...)) -> dims.  A plain tuple/list of ints is accepted
+ * too.  Values must be >= 0 (sizes and offsets both).
+ */
+static int get_size(const struct rd *r, const struct fc_pv *v, const char *where, int64_t *dims,
+                    int *ndim_out)
+{
+    const struct fc_pv *seq = v;
+    if (v != NULL && v->kind == FC_PV_CALL) {
+        const struct fc_pv *a = v->u.call.args;
+        if (!is_global(v->u.call.callable, "torch", "Size"))
+            return rd_err(r, FC_EFORMAT, v, "%s: expected torch.Size, found a call of %s", where,
+                          kind_name(v->u.call.callable));
+        if (a == NULL || a->kind != FC_PV_TUPLE || a->u.seq.n > 1)
+            return rd_err(r, FC_ECORRUPT, v, "%s: torch.Size takes one tuple", where);
+        if (a->u.seq.n == 0) {
+            *ndim_out = 0;
+            return FC_OK;
+        }
+        seq = a->u.seq.items[0];
+    }
+    if (!is_seq(seq))
+        return rd_err(r, FC_ECORRUPT, v, "%s: expected torch.Size, found %s", where,
+                      kind_name(seq));
+    if (seq->u.seq.n > FC_MAX_DIMS)
+        return rd_err(r, FC_EFORMAT, v, "%s: %zu dims (at most %d supported)", where, seq->u.seq.n,
+                      FC_MAX_DIMS);
+    for (size_t i = 0; i < seq->u.seq.n; i++)
+        FC_TRY(get_nonneg(r, seq->u.seq.items[i], where, &dims[i]));
+    *ndim_out = (int)seq->u.seq.n;
+    return FC_OK;
+}
+
+/* _MEM_FORMAT_ENCODING member: Enum(value) or builtins.getattr(Enum, name). */
+static int is_mem_enum(const struct fc_pv *v)
+{
+    return is_global(v, MOD_MD, "_MEM_FORMAT_ENCODING") ||
+           is_global(v, MOD_LEGACY, "MEM_FORMAT_ENCODING");
+}
+
+static int get_mem_format(const struct rd *r, const struct fc_pv *v, const char *where,
+                          enum fc_dcp_mem_format *out)
+{
+    static const char *const names[] = {"TORCH_CONTIGUOUS_FORMAT", "TORCH_CHANNELS_LAST",
+                                        "TORCH_PRESERVE_FORMAT"};
+    if (v != NULL && v->kind == FC_PV_CALL && v->u.call.args != NULL &&
+        v->u.call.args->kind == FC_PV_TUPLE) {
+        const struct fc_pv *a = v->u.call.args;
+        if (is_mem_enum(v->u.call.callable) && a->u.seq.n == 1) {
+            int64_t x;
+            FC_TRY(get_i64(r, a->u.seq.items[0], where, &x));
+            if (x < 0 || x > 2)
+                return rd_err(r, FC_ECORRUPT, v, "%s: invalid memory format encoding %" PRId64,
+                              where, x);
+            *out = (enum fc_dcp_mem_format)x;
+            return FC_OK;
+        }
+        if (is_global(v->u.call.callable, "builtins", "getattr") && a->u.seq.n == 2 &&
+            is_mem_enum(a->u.seq.items[0])) {
+            for (int i = 0; i < 3; i++) {
+                if (str_eq(a->u.seq.items[1], names[i])) {
+                    *out = (enum fc_dcp_mem_format)i;
+                    return FC_OK;
+                }
+            }
+            return rd_err(r, FC_ECORRUPT, v, "%s: unknown memory format enum member", where);
+        }
+    }
+    return rd_err(r, FC_EFORMAT, v, "%s: expected a _MEM_FORMAT_ENCODING member, found %s", where,
+                  kind_name(v));
+}
+
+static int read_properties(const struct rd *r, const struct fc_pv *v, const char *fqn,
+                           struct fc_dcp_entry *e)
+{
+    char where[320];
+    snprintf(where, sizeof(where), "'%s': properties", fqn);
+    if (!is_instance(v, MOD_MD, "TensorProperties") &&
+        !is_instance(v, MOD_LEGACY, "TensorProperties"))
+        return rd_err(r, FC_EFORMAT, v, "%s: expected TensorProperties, found %s", where,
+                      kind_name(v));
+    const struct fc_pv *st = v->u.call.state;
+    if (st == NULL || st->kind != FC_PV_TUPLE || (st->u.seq.n != 5 && st->u.seq.n != 6))
+        return rd_err(r, FC_ECORRUPT, v, "%s: state is %s, not a 5- or 6-tuple", where,
+                      kind_name(st));
+    const struct fc_pv *const *it = (const struct fc_pv *const *)st->u.seq.items;
+
+    const struct fc_pv *dt = it[0];
+    if (dt == NULL || dt->kind != FC_PV_GLOBAL || strcmp(dt->u.global.module, "torch") != 0)
+        return rd_err(r, FC_ECORRUPT, dt, "%s: dtype is %s, not a torch dtype", where,
+                      kind_name(dt));
+    e->dtype = fc_dtype_from_torch_name(dt->u.global.name);
+    if (e->dtype == FC_DTYPE_INVALID)
+        return rd_err(r, FC_EFORMAT, dt, "%s: unsupported dtype torch.%s", where,
+                      dt->u.global.name);
+
+    const struct fc_pv *lay = it[1];
+    if (!(lay != NULL && lay->kind == FC_PV_CALL &&
+          is_global(lay->u.call.callable, "torch.serialization", "_get_layout") &&
+          lay->u.call.args != NULL && lay->u.call.args->kind == FC_PV_TUPLE &&
+          lay->u.call.args->u.seq.n == 1 &&
+          str_eq(lay->u.call.args->u.seq.items[0], "torch.strided")))
+        return rd_err(r, FC_EFORMAT, lay, "%s: unsupported layout (only torch.strided)", where);
+
+    FC_TRY(get_flag(r, it[2], where, &e->requires_grad));
+    FC_TRY(get_mem_format(r, it[3], where, &e->mem_format));
+    FC_TRY(get_flag(r, it[4], where, &e->pin_memory));
+    if (st->u.seq.n == 6 && it[5] != NULL && it[5]->kind != FC_PV_NONE) {
+        int n;
+        const struct fc_pv *s = it[5];
+        if (!is_seq(s))
+            return rd_err(r, FC_ECORRUPT, s, "%s: strides is %s", where, kind_name(s));
+        if (s->u.seq.n > FC_MAX_DIMS)
+            return rd_err(r, FC_EFORMAT, s, "%s: %zu strides", where, s->u.seq.n);
+        n = (int)s->u.seq.n;
+        for (int d = 0; d < n; d++)
+            FC_TRY(get_i64(r, s->u.seq.items[d], where, &e->strides[d]));
+        /* Strides are informational: keep them only when they fit the tensor. */
+        e->has_strides = (n == e->ndim);
+    }
+    return FC_OK;
+}
+
+static int read_tensor(struct rd *r, const struct fc_pv *v, size_t idx)
+{
+    struct fc_dcp_meta *m = r->m;
+    const char *fqn = m->entries[idx].fqn;
+    const struct fc_pv *st, *f;
+    char where[320];
+    int64_t size[FC_MAX_DIMS];
+    int ndim;
+
+    snprintf(where, sizeof(where), "state_dict_metadata['%s']", fqn);
+    FC_TRY(obj_dict_state(r, v, MOD_MD, "TensorStorageMetadata", where, &st));
+    FC_TRY(need_field(r, st, "size", where, &f));
+    FC_TRY(get_size(r, f, where, size, &ndim));
+    {
+        struct fc_dcp_entry *e = &m->entries[idx];
+        e->ndim = ndim;
+        memcpy(e->size, size, (size_t)ndim * sizeof(int64_t));
+        FC_TRY(need_field(r, st, "properties", where, &f));
+        FC_TRY(read_properties(r, f, fqn, e));
+    }
+    FC_TRY(need_field(r, st, "chunks", where, &f));
+    if (!is_seq(f))
+        return rd_err(r, FC_ECORRUPT, f, "%s: chunks is %s, not a list", where, kind_name(f));
+    for (size_t c = 0; c < f->u.seq.n; c++) {
+        const struct fc_pv *cv = f->u.seq.items[c], *cst, *x;
+        int64_t off[FC_MAX_DIMS], sz[FC_MAX_DIMS];
+        int n1, n2;
+        char cwhere[360];
+        snprintf(cwhere, sizeof(cwhere), "%s: chunk %zu", where, c);
+        FC_TRY(obj_dict_state(r, cv, MOD_MD, "ChunkStorageMetadata", cwhere, &cst));
+        FC_TRY(need_field(r, cst, "offsets", cwhere, &x));
+        FC_TRY(get_size(r, x, cwhere, off, &n1));
+        FC_TRY(need_field(r, cst, "sizes", cwhere, &x));
+        FC_TRY(get_size(r, x, cwhere, sz, &n2));
+        if (n1 != ndim || n2 != ndim)
+            return rd_err(r, FC_ECORRUPT, cv,
+                          "%s: offsets/sizes have %d/%d dims, the tensor "
+                          "has %d",
+                          cwhere, n1, n2, ndim);
+        FC_TRY(fc_dcp_meta_add_chunk(m, idx, off, sz, NULL));
+    }
+    return FC_OK;
+}
+
+static int cmp_offsets(const int64_t *a, const int64_t *b, int ndim)
+{
+    for (int d = 0; d < ndim; d++)
+        if (a[d] != b[d])
+            return a[d] < b[d] ? -1 : 1;
+    return 0;
+}
+
+/* qsort has no context argument; sorting happens on one thread at a time per call. */
+static _Thread_local const struct fc_dcp_entry *sort_entry;
+
+static int cmp_chunk_idx(const void *pa, const void *pb)
+{
+    const size_t a = *(const size_t *)pa, b = *(const size_t *)pb;
+    const int c =
+        cmp_offsets(sort_entry->chunks[a].offsets, sort_entry->chunks[b].offsets, sort_entry->ndim);
+    if (c != 0)
+        return c;
+    return a < b ? -1 : (a > b);
+}
+
+/* Chunk indices of e sorted by offsets into *out (caller frees). */
+static int sort_chunks(const struct fc_dcp_entry *e, size_t **out)
+{
+    size_t *idx = fc_calloc(e->nchunks, sizeof(*idx));
+    if (idx == NULL)
+        return fc_error_set(FC_ENOMEM, "dcp metadata: out of memory sorting %zu chunks of '%s'",
+                            e->nchunks, e->fqn);
+    for (size_t i = 0; i < e->nchunks; i++)
+        idx[i] = i;
+    sort_entry = e;
+    qsort(idx, e->nchunks, sizeof(*idx), cmp_chunk_idx);
+    sort_entry = NULL;
+    *out = idx;
+    return FC_OK;
+}
+
+static int read_state_dict_metadata(struct rd *r, const struct fc_pv *sdm)
+{
+    struct fc_dcp_meta *m = r->m;
+    if (sdm->kind != FC_PV_DICT)
+        return rd_err(r, FC_ECORRUPT, sdm, "state_dict_metadata is %s, not a dict", kind_name(sdm));
+    for (size_t i = 0; i < sdm->u.dict.n; i++) {
+        const struct fc_pv *k = sdm->u.dict.keys[i], *v = sdm->u.dict.vals[i];
+        size_t idx;
+        if (!is_str(k))
+            return rd_err(r, FC_ECORRUPT, k,
+                          "state_dict_metadata key %zu is %s, not a NUL-free "
+                          "str",
+                          i, kind_name(k));
+        if (fc_dcp_meta_find(m, k->u.str.s) >= 0)
+            return rd_err(r, FC_ECORRUPT, k, "duplicate state_dict_metadata key '%s'", k->u.str.s);
+        if (is_instance(v, MOD_MD, "BytesStorageMetadata")) {
+            FC_TRY(add_entry(m, k->u.str.s, k->u.str.len, FC_DCP_BYTES, &idx));
+            continue;
+        }
+        if (!is_instance(v, MOD_MD, "TensorStorageMetadata")) {
+            const struct fc_pv *cls = class_of(v);
+            if (cls != NULL)
+                return rd_err(r, FC_EFORMAT, v,
+                              "state_dict_metadata['%s']: unsupported class "
+                              "%s.%s",
+                              k->u.str.s, cls->u.global.module, cls->u.global.name);
+            return rd_err(r, FC_EFORMAT, v,
+                          "state_dict_metadata['%s'] is %s, not storage "
+                          "metadata",
+                          k->u.str.s, kind_name(v));
+        }
+        FC_TRY(add_entry(m, k->u.str.s, k->u.str.len, FC_DCP_TENSOR, &idx));
+        FC_TRY(read_tensor(r, v, idx));
+    }
+    /* Sort each tensor's chunks once: duplicate offsets, and storage lookup below. */
+    r->sorted = fc_calloc(m->nentries, sizeof(*r->sorted));
+    if (r->sorted == NULL)
+        return fc_error_set(FC_ENOMEM, "dcp metadata: out of memory");
+    r->nsorted = m->nentries;
+    for (size_t i = 0; i < m->nentries; i++) {
+        const struct fc_dcp_entry *e = &m->entries[i];
+        if (e->kind != FC_DCP_TENSOR || e->nchunks == 0)
+            continue;
+        FC_TRY(sort_chunks(e, &r->sorted[i]));
+        for (size_t j = 1; j < e->nchunks; j++) {
+            const struct fc_dcp_chunk *a = &e->chunks[r->sorted[i][j - 1]];
+            const struct fc_dcp_chunk *b = &e->chunks[r->sorted[i][j]];
+            if (cmp_offsets(a->offsets, b->offsets, e->ndim) == 0)
+                return rd_err(r, FC_ECORRUPT, NULL,
+                              "'%s': chunks %zu and %zu have the same "
+                              "offsets",
+                              e->fqn, r->sorted[i][j - 1], r->sorted[i][j]);
+        }
+    }
+    return FC_OK;
+}
+
+/* Flatten a pathlib object's parts into one string (informational); NULL if not one. */
+static int path_string(const struct fc_pv *v, char **out)
+{
+    static const char *const names[] = {"PosixPath", "WindowsPath", "PurePosixPath",
+                                        "PureWindowsPath", "Path"};
+    const struct fc_pv *cls = v->u.call.callable, *a = v->u.call.args;
+    struct fc_buf b = FC_BUF_INIT(1 << 20);
+    int known = 0, rc = FC_OK;
+    *out = NULL;
+    if (cls == NULL || cls->kind != FC_PV_GLOBAL || a == NULL || a->kind != FC_PV_TUPLE)
+        return FC_OK;
+    if (strcmp(cls->u.global.module, "pathlib") != 0 &&
+        strcmp(cls->u.global.module, "pathlib._local") != 0)
+        return FC_OK;
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        known |= strcmp(cls->u.global.name, names[i]) == 0;
+    if (!known)
+        return FC_OK;
+    for (size_t i = 0; i < a->u.seq.n; i++) {
+        const struct fc_pv *p = a->u.seq.items[i];
+        if (!is_str(p))
+            goto done; /* not a path we understand: no string */
+        if (b.len > 0 && b.data[b.len - 1] != '/' && b.data[b.len - 1] != '\\')
+            FC_TRY_GOTO(fc_buf_putc(&b, '/'), rc, done);
+        FC_TRY_GOTO(fc_buf_append(&b, p->u.str.s, p->u.str.len), rc, done);
+    }
+    FC_TRY_GOTO(fc_buf_putc(&b, '\0'), rc, done);
+    *out = (char *)fc_buf_detach(&b, NULL);
+done:
+    fc_buf_release(&b);
+    return rc;
+}
+
+/* StorageMeta is informational: shapes we do not know are ignored, not rejected. */
+static int read_storage_meta(struct rd *r, const struct fc_pv *v)
+{
+    struct fc_dcp_meta *m = r->m;
+    const struct fc_pv *st, *x;
+    if (!is_instance(v, MOD_MD, "StorageMeta"))
+        return FC_OK;
+    st = v->u.call.state;
+    m->has_storage_meta = 1;
+    if (st == NULL || st->kind != FC_PV_DICT)
+        return FC_OK;
+    x = dget(st, "checkpoint_id");
+    if (is_str(x)) {
+        FC_TRY(set_str(&m->checkpoint_id, x->u.str.s));
+    } else if (x != NULL && x->kind == FC_PV_CALL) {
+        FC_TRY(path_string(x, &m->checkpoint_id));
+        m->checkpoint_id_was_path = m->checkpoint_id != NULL;
+    }
+    x = dget(st, "save_id");
+    if (is_str(x))
+        FC_TRY(set_str(&m->save_id, x->u.str.s));
+    x = dget(st, "modules");
+    if (is_seq(x)) {
+        for (size_t i = 0; i < x->u.seq.n; i++)
+            if (is_str(x->u.seq.items[i]))
+                FC_TRY(fc_dcp_meta_add_module(m, x->u.seq.items[i]->u.str.s));
+    }
+    return FC_OK;
+}
+
+/* A planner path: a non-empty tuple of str keys and int indices. */
+static int valid_path(const struct fc_pv *v)
+{
+    if (v == NULL || v->kind != FC_PV_TUPLE || v->u.seq.n == 0)
+        return 0;
+    for (size_t i = 0; i < v->u.seq.n; i++) {
+        const struct fc_pv *p = v->u.seq.items[i];
+        if (!is_str(p) && !(p != NULL && p->kind == FC_PV_INT))
+            return 0;
+    }
+    return 1;
+}
+
+static int read_planner_data(struct rd *r, const struct fc_pv *pd)
+{
+    struct fc_dcp_meta *m = r->m;
+    struct fc_path_elem elems[64];
+    m->has_planner_data = 0;
+    if (pd == NULL || pd->kind == FC_PV_NONE)
+        return FC_OK;
+    /* Only the default planner's shape is interpreted; anything else is kept out. */
+    if (pd->kind != FC_PV_DICT) {
+        m->planner_data_ignored = 1;
+        return FC_OK;
+    }
+    for (size_t i = 0; i < pd->u.dict.n; i++) {
+        if (!is_str(pd->u.dict.keys[i]) || !valid_path(pd->u.dict.vals[i])) {
+            m->planner_data_ignored = 1;
+            return FC_OK;
+        }
+    }
+    m->has_planner_data = 1;
+    for (size_t i = 0; i < pd->u.dict.n; i++) {
+        const struct fc_pv *k = pd->u.dict.keys[i], *v = pd->u.dict.vals[i];
+        struct fc_path_elem *pe = elems;
+        const long e = fc_dcp_meta_find(m, k->u.str.s);
+        int rc;
+        if (e < 0) {
+            m->planner_data_dropped++;
+            continue;
+        }
+        if (m->entries[e].path != NULL)
+            return rd_err(r, FC_ECORRUPT, k, "duplicate planner_data key '%s'", k->u.str.s);
+        if (v->u.seq.n > sizeof(elems) / sizeof(elems[0])) {
+            pe = fc_calloc(v->u.seq.n, sizeof(*pe));
+            if (pe == NULL)
+                return fc_error_set(FC_ENOMEM, "dcp metadata: out of memory");
+        }
+        for (size_t j = 0; j < v->u.seq.n; j++) {
+            const struct fc_pv *p = v->u.seq.items[j];
+            pe[j].is_index = p->kind == FC_PV_INT;
+            pe[j].index = p->kind == FC_PV_INT ? p->u.i : 0;
+            pe[j].key = p->kind == FC_PV_INT ? NULL : p->u.str.s;
+        }
+        rc = fc_dcp_meta_set_path(m, (size_t)e, pe, v->u.seq.n);
+        if (pe != elems)
+            fc_free(pe);
+        FC_TRY(rc);
+    }
+    return FC_OK;
+}
+
+static int read_storage_info(const struct rd *r, const struct fc_pv *v, const char *where,
+                             struct fc_dcp_storage *out)
+{
+    const struct fc_pv *st, *x;
+    int64_t off, len;
+    FC_TRY(obj_dict_state(r, v, MOD_FS, "_StorageInfo", where, &st));
+    FC_TRY(need_field(r, st, "relative_path", where, &x));
+    if (!is_str(x))
+        return rd_err(r, FC_ECORRUPT, x, "%s: relative_path is %s, not a str", where, kind_name(x));
+    if (bad_relative_path(x->u.str.s))
+        return rd_err(r, FC_ECORRUPT, x,
+                      "%s: relative_path '%s' is not a file name inside the "
+                      "checkpoint directory",
+                      where, x->u.str.s);
+    const struct fc_pv *path = x;
+    FC_TRY(need_field(r, st, "offset", where, &x));
+    FC_TRY(get_nonneg(r, x, where, &off));
+    FC_TRY(need_field(r, st, "length", where, &x));
+    FC_TRY(get_nonneg(r, x, where, &len));
+    FC_TRY(fc_dcp_storage_set(out, path->u.str.s, (uint64_t)off, (uint64_t)len));
+    x = dget(st, "transform_descriptors");
+    if (x != NULL && x->kind != FC_PV_NONE) {
+        if (!is_seq(x))
+            return rd_err(r, FC_ECORRUPT, x, "%s: transform_descriptors is %s", where,
+                          kind_name(x));
+        for (size_t i = 0; i < x->u.seq.n; i++) {
+            const struct fc_pv *d = x->u.seq.items[i];
+            if (!is_str(d) || d->u.str.len == 0)
+                return rd_err(r, FC_ECORRUPT, d, "%s: transform descriptor %zu is %s", where, i,
+                              is_str(d) ? "empty" : kind_name(d));
+            FC_TRY(fc_dcp_storage_add_transform(out, d->u.str.s));
+        }
+    }
+    return FC_OK;
+}
+
+/* The chunk of tensor entry e whose offsets equal off: the index hint first, then search. */
+static long find_chunk(const struct rd *r, size_t ei, const int64_t *off, int64_t hint)
+{
+    const struct fc_dcp_entry *e = &r->m->entries[ei];
+    const size_t *s = r->sorted[ei];
+    size_t lo = 0, hi = e->nchunks;
+    if (hint >= 0 && (uint64_t)hint < e->nchunks &&
+        cmp_offsets(e->chunks[hint].offsets, off, e->ndim) == 0)
+        return (long)hint;
+    while (lo < hi) {
+        const size_t mid = lo + (hi - lo) / 2;
+        const int c = cmp_offsets(e->chunks[s[mid]].offsets, off, e->ndim);
+        if (c == 0)
+            return (long)s[mid];
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return -1;
+}
+
+static int read_storage_data(struct rd *r, const struct fc_pv *sd)
+{
+    struct fc_dcp_meta *m = r->m;
+    if (sd == NULL || sd->kind == FC_PV_NONE)
+        return FC_OK; /* every item then lacks storage: reported by the caller */
+    if (sd->kind != FC_PV_DICT)
+        return rd_err(r, FC_EFORMAT, sd, "storage_data is %s, not the filesystem layout's dict",
+                      kind_name(sd));
+    for (size_t i = 0; i < sd->u.dict.n; i++) {
+        const struct fc_pv *k = sd->u.dict.keys[i], *v = sd->u.dict.vals[i], *kst, *x;
+        int64_t off[FC_MAX_DIMS], hint = -1;
+        int ndim = -1;
+        char where[320];
+        snprintf(where, sizeof(where), "storage_data item %zu", i);
+        FC_TRY(obj_dict_state(r, k, MOD_MD, "MetadataIndex", where, &kst));
+        FC_TRY(need_field(r, kst, "fqn", where, &x));
+        if (!is_str(x))
+            return rd_err(r, FC_ECORRUPT, x, "%s: fqn is %s, not a str", where, kind_name(x));
+        const char *fqn = x->u.str.s;
+        snprintf(where, sizeof(where), "storage_data['%s']", fqn);
+        x = dget(kst, "offset");
+        if (x != NULL && x->kind != FC_PV_NONE)
+            FC_TRY(get_size(r, x, where, off, &ndim));
+        x = dget(kst, "index");
+        if (x != NULL && x->kind == FC_PV_INT)
+            hint = x->u.i;
+
+        const long ei = fc_dcp_meta_find(m, fqn);
+        struct fc_dcp_storage *dst = NULL;
+        if (ei >= 0 && m->entries[ei].kind == FC_DCP_BYTES && ndim < 0) {
+            dst = &m->entries[ei].storage;
+        } else if (ei >= 0 && m->entries[ei].kind == FC_DCP_TENSOR && ndim == m->entries[ei].ndim) {
+            const long c = find_chunk(r, (size_t)ei, off, hint);
+            if (c >= 0)
+                dst = &m->entries[ei].chunks[c].storage;
+        }
+        if (dst == NULL) {
+            m->orphan_storage++; /* torch never looks it up either */
+            continue;
+        }
+        if (dst->relative_path != NULL)
+            return rd_err(r, FC_ECORRUPT, k, "%s: duplicate storage_data key", where);
+        FC_TRY(read_storage_info(r, v, where, dst));
+    }
+    return FC_OK;
+}
+
+static void fmt_dims(char *buf, size_t size, const int64_t *v, int n)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    used += (size_t)snprintf(buf, size, "[");
+    for (int d = 0; d < n && used < size; d++)
+        used += (size_t)snprintf(buf + used, size - used, "%s%" PRId64, d ? ", " : "", v[d]);
+    if (used < size)
+        snprintf(buf + used, size - used, "]");
+}
+
+static int require_storage(const struct rd *r)
+{
+    const struct fc_dcp_meta *m = r->m;
+    for (size_t i = 0; i < m->nentries; i++) {
+        const struct fc_dcp_entry *e = &m->entries[i];
+        if (e->kind == FC_DCP_BYTES) {
+            if (e->storage.relative_path == NULL)
+                return rd_err(r, FC_ECORRUPT, NULL, "bytes entry '%s' has no storage_data item",
+                              e->fqn);
+            continue;
+        }
+        for (size_t c = 0; c < e->nchunks; c++) {
+            if (e->chunks[c].storage.relative_path == NULL) {
+                char dims[256];
+                fmt_dims(dims, sizeof(dims), e->chunks[c].offsets, e->ndim);
+                return rd_err(r, FC_ECORRUPT, NULL,
+                              "tensor '%s': chunk %zu (offsets %s) has no "
+                              "storage_data item",
+                              e->fqn, c, dims);
+            }
+        }
+    }
+    return FC_OK;
+}
+
+int fc_dcp_meta_read(struct fc_dcp_meta **out, const unsigned char *data, size_t len,
+                     const char *what)
+{
+    struct fc_pickle *p = NULL;
+    struct rd r = {what != NULL ? what : ".metadata", NULL, NULL, 0};
+    const struct fc_pv *root, *st, *x;
+    int rc;
+
+    *out = NULL;
+    FC_TRY_GOTO(fc_pickle_load(&p, data, len, FC_PICKLE_SYMBOLIC, r.what), rc, done);
+    FC_TRY_GOTO(fc_dcp_meta_new(&r.m), rc, done);
+    fc_free(r.m->version);
+    r.m->version = NULL;
+
+    root = fc_pickle_root(p);
+    FC_TRY_GOTO(obj_dict_state(&r, root, MOD_MD, "Metadata", "root", &st), rc, done);
+    FC_TRY_GOTO(need_field(&r, st, "state_dict_metadata", "Metadata", &x), rc, done);
+    FC_TRY_GOTO(read_state_dict_metadata(&r, x), rc, done);
+    FC_TRY_GOTO(read_planner_data(&r, dget(st, "planner_data")), rc, done);
+    FC_TRY_GOTO(read_storage_data(&r, dget(st, "storage_data")), rc, done);
+    FC_TRY_GOTO(require_storage(&r), rc, done);
+    x = dget(st, "storage_meta");
+    if (x != NULL)
+        FC_TRY_GOTO(read_storage_meta(&r, x), rc, done);
+    x = dget(st, "version");
+    if (is_str(x))
+        FC_TRY_GOTO(set_str(&r.m->version, x->u.str.s), rc, done);
+    *out = r.m;
+    r.m = NULL;
+    rc = FC_OK;
+done:
+    for (size_t i = 0; i < r.nsorted; i++)
+        fc_free(r.sorted[i]);
+    fc_free(r.sorted);
+    fc_dcp_meta_free(r.m);
+    fc_pickle_free(p);
+    return rc;
+}
+
+int fc_dcp_meta_load(struct fc_dcp_meta **out, const char *path)
+{
+    struct fc_file f = FC_FILE_INIT;
+    unsigned char *data = NULL;
+    int rc;
+    *out = NULL;
+    FC_TRY_GOTO(fc_file_open_read(&f, path), rc, done);
+    if (f.size > FC_DCP_META_MAX_BYTES) {
+        rc = fc_error_set(FC_EFORMAT,
+                          "%s: %" PRIu64 " bytes, larger than the %zu-byte limit "
+                          "for DCP metadata",
+                          path, f.size, FC_DCP_META_MAX_BYTES);
+        goto done;
+    }
+    FC_TRY_GOTO(fc_file_read_alloc(&f, 0, (size_t)f.size, FC_DCP_META_MAX_BYTES, &data), rc, done);
+    FC_TRY_GOTO(fc_dcp_meta_read(out, data, (size_t)f.size, path), rc, done);
+done:
+    fc_free(data);
+    fc_file_close(&f);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* coverage check                                                           */
+
+struct ck {
+    struct fc_buf *report;
+    size_t nproblems;
+    size_t lines;
+    char first[768];
+    int oom;
+};
+
+static void ck_problem(struct ck *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void ck_problem(struct ck *k, const char *fmt, ...)
+{
+    char line[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    if (k->nproblems == 0)
+        memcpy(k->first, line, sizeof(line));
+    k->nproblems++;
+    if (k->report != NULL && k->lines < CHECK_MAX_LINES && !k->oom) {
+        if (fc_buf_printf(k->report, "%s\n", line) < 0)
+            k->oom = 1;
+        k->lines++;
+    }
+}
+
+static int chunk_empty(const struct fc_dcp_entry *e, const struct fc_dcp_chunk *c)
+{
+    for (int d = 0; d < e->ndim; d++)
+        if (c->sizes[d] == 0)
+            return 1;
+    return 0;
+}
+
+static int chunk_in_bounds(const struct fc_dcp_entry *e, const struct fc_dcp_chunk *c)
+{
+    for (int d = 0; d < e->ndim; d++)
+        if (c->offsets[d] < 0 || c->sizes[d] < 0 || c->offsets[d] > e->size[d] ||
+            c->sizes[d] > e->size[d] - c->offsets[d])
+            return 0;
+    return 1;
+}
+
+static int boxes_overlap(const struct fc_dcp_entry *e, const struct fc_dcp_chunk *a,
+                         const struct fc_dcp_chunk *b)
+{
+    for (int d = 0; d < e->ndim; d++)
+        if (a->offsets[d] >= b->offsets[d] + b->sizes[d] ||
+            b->offsets[d] >= a->offsets[d] + a->sizes[d])
+            return 0;
+    return 1;
+}
+
+static _Thread_local const struct fc_dcp_entry *sweep_entry;
+static _Thread_local int sweep_dim;
+
+static int cmp_sweep(const void *pa, const void *pb)
+{
+    const size_t a = *(const size_t *)pa, b = *(const size_t *)pb;
+    const int64_t oa = sweep_entry->chunks[a].offsets[sweep_dim];
+    const int64_t ob = sweep_entry->chunks[b].offsets[sweep_dim];
+    if (oa != ob)
+        return oa < ob ? -1 : 1;
+    return a < b ? -1 : (a > b);
+}
+
+static int cmp_i64(const void *pa, const void *pb)
+{
+    const int64_t a = *(const int64_t *)pa, b = *(const int64_t *)pb;
+    return a < b ? -1 : (a > b);
+}
+
+/*
+ * Pairwise overlap of the non-empty, in-bounds chunks listed in idx[0..n):
+ * sort by the start in the dim with the most distinct starts, then compare
+ * each chunk only with those that start before it ends in that dim.
+ */
+static int check_overlap(struct ck *k, const struct fc_dcp_entry *e, size_t *idx, size_t n)
+{
+    size_t best_distinct = 0, reported = 0;
+    int best = 0;
+    if (n < 2)
+        return FC_OK;
+    if (e->ndim == 0) {
+        ck_problem(k, "tensor '%s': %zu chunks of a 0-d tensor overlap", e->fqn, n);
+        return FC_OK;
+    }
+    int64_t *starts = fc_calloc(n, sizeof(*starts));
+    if (starts == NULL)
+        return fc_error_set(FC_ENOMEM, "dcp metadata: out of memory checking '%s'", e->fqn);
+    for (int d = 0; d < e->ndim; d++) {
+        size_t distinct = 1;
+        for (size_t i = 0; i < n; i++)
+            starts[i] = e->chunks[idx[i]].offsets[d];
+        qsort(starts, n, sizeof(*starts), cmp_i64);
+        for (size_t i = 1; i < n; i++)
+            distinct += starts[i] != starts[i - 1];
+        if (distinct > best_distinct) {
+            best_distinct = distinct;
+            best = d;
+        }
+    }
+    fc_free(starts);
+    sweep_entry = e;
+    sweep_dim = best;
+    qsort(idx, n, sizeof(*idx), cmp_sweep);
+    sweep_entry = NULL;
+    for (size_t i = 0; i < n && reported < 10; i++) {
+        const struct fc_dcp_chunk *a = &e->chunks[idx[i]];
+        const int64_t end = a->offsets[best] + a->sizes[best];
+        for (size_t j = i + 1; j < n && e->chunks[idx[j]].offsets[best] < end; j++) {
+            const struct fc_dcp_chunk *b = &e->chunks[idx[j]];
+            if (boxes_overlap(e, a, b)) {
+                char da[256], db[256];
+                fmt_dims(da, sizeof(da), a->offsets, e->ndim);
+                fmt_dims(db, sizeof(db), b->offsets, e->ndim);
+                ck_problem(k,
+                           "tensor '%s': chunk %zu (offsets %s) overlaps chunk %zu (offsets "
+                           "%s)",
+                           e->fqn, idx[i], da, idx[j], db);
+                if (++reported >= 10)
+                    break;
+            }
+        }
+    }
+    return FC_OK;
+}
+
+static int check_tensor(struct ck *k, const struct fc_dcp_entry *e)
+{
+    int64_t numel, volume = 0;
+    int overflow = 0;
+    size_t nfull = 0;
+    size_t *idx = NULL;
+    char dims[256];
+
+    if (fc_shape_numel(e->size, e->ndim, &numel) < 0) {
+        ck_problem(k, "tensor '%s': element count overflows int64", e->fqn);
+        return FC_OK;
+    }
+    if (e->nchunks > 0) {
+        idx = fc_calloc(e->nchunks, sizeof(*idx));
+        if (idx == NULL)
+            return fc_error_set(FC_ENOMEM, "dcp metadata: out of memory checking '%s'", e->fqn);
+    }
+    for (size_t c = 0; c < e->nchunks; c++) {
+        const struct fc_dcp_chunk *ch = &e->chunks[c];
+        int64_t vol;
+        if (ch->storage.relative_path == NULL) {
+            fmt_dims(dims, sizeof(dims), ch->offsets, e->ndim);
+            ck_problem(k, "tensor '%s': chunk %zu (offsets %s) has no storage", e->fqn, c, dims);
+        }
+        if (!chunk_in_bounds(e, ch)) {
+            char sz[256], gs[256];
+            fmt_dims(dims, sizeof(dims), ch->offsets, e->ndim);
+            fmt_dims(sz, sizeof(sz), ch->sizes, e->ndim);
+            fmt_dims(gs, sizeof(gs), e->size, e->ndim);
+            ck_problem(k, "tensor '%s': chunk %zu (offsets %s, sizes %s) is outside the shape %s",
+                       e->fqn, c, dims, sz, gs);
+            continue;
+        }
+        if (fc_shape_numel(ch->sizes, e->ndim, &vol) < 0 || fc_add_i64(volume, vol, &volume) < 0)
+            overflow = 1;
+        if (!chunk_empty(e, ch))
+            idx[nfull++] = c;
+    }
+    if (e->nchunks > 1) {
+        /* Duplicate offsets collide as storage_data keys even for empty chunks. */
+        size_t *s = NULL;
+        const int rc = sort_chunks(e, &s);
+        if (rc < 0) {
+            fc_free(idx);
+            return rc;
+        }
+        for (size_t j = 1; j < e->nchunks; j++) {
+            if (cmp_offsets(e->chunks[s[j - 1]].offsets, e->chunks[s[j]].offsets, e->ndim) == 0) {
+                fmt_dims(dims, sizeof(dims), e->chunks[s[j]].offsets, e->ndim);
+                ck_problem(k, "tensor '%s': chunks %zu and %zu have the same offsets %s", e->fqn,
+                           s[j - 1], s[j], dims);
+            }
+        }
+        fc_free(s);
+    }
+    const int rc = check_overlap(k, e, idx, nfull);
+    fc_free(idx);
+    FC_TRY(rc);
+    if (overflow) {
+        ck_problem(k, "tensor '%s': chunk volumes overflow int64", e->fqn);
+    } else if (volume != numel) {
+        fmt_dims(dims, sizeof(dims), e->size, e->ndim);
+        ck_problem(k, "tensor '%s': chunks cover %" PRId64 " of %" PRId64 " elements of shape %s",
+                   e->fqn, volume, numel, dims);
+    }
+    return FC_OK;
+}
+
+int fc_dcp_check(const struct fc_dcp_meta *m, struct fc_buf *report)
+{
+    struct ck k;
+    memset(&k, 0, sizeof(k));
+    k.report = report;
+    for (size_t i = 0; i < m->nentries; i++) {
+        const struct fc_dcp_entry *e = &m->entries[i];
+        if (e->kind == FC_DCP_BYTES) {
+            if (e->storage.relative_path == NULL)
+                ck_problem(&k, "bytes entry '%s' has no storage", e->fqn);
+            continue;
+        }
+        FC_TRY(check_tensor(&k, e));
+    }
+    if (k.report != NULL && k.nproblems > k.lines && !k.oom) {
+        if (fc_buf_printf(k.report, "... and %zu more problems\n", k.nproblems - k.lines) < 0)
+            k.oom = 1;
+    }
+    if (k.oom)
+        return fc_error_set(FC_ENOMEM, "dcp metadata: out of memory writing the check report");
+    if (k.nproblems > 0)
+        return fc_error_set(FC_ECORRUPT, "dcp metadata: %zu coverage problem%s; first: %s",
+                            k.nproblems, k.nproblems == 1 ? "" : "s", k.first);
+    return FC_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* comparison                                                               */
+
+static int diff_out(struct fc_buf *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static int diff_out(struct fc_buf *out, const char *fmt, ...)
+{
+    char line[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    if (out != NULL)
+        FC_TRY(fc_buf_printf(out, "%s\n", line));
+    return 1;
+}
+
+static int opt_str_eq(const char *a, const char *b)
+{
+    if (a == NULL || b == NULL)
+        return a == b;
+    return strcmp(a, b) == 0;
+}
+
+static int storage_diff(struct fc_buf *out, const struct fc_dcp_storage *a,
+                        const struct fc_dcp_storage *b, const char *fqn, size_t chunk)
+{
+    if (!opt_str_eq(a->relative_path, b->relative_path) || a->offset != b->offset ||
+        a->length != b->length)
+        return diff_out(
+            out, "'%s' item %zu: storage %s@%" PRIu64 "+%" PRIu64 " vs %s@%" PRIu64 "+%" PRIu64,
+            fqn, chunk, a->relative_path ? a->relative_path : "-", a->offset, a->length,
+            b->relative_path ? b->relative_path : "-", b->offset, b->length);
+    if (a->ntransforms != b->ntransforms)
+        return diff_out(out, "'%s' item %zu: %zu vs %zu transforms", fqn, chunk, a->ntransforms,
+                        b->ntransforms);
+    for (size_t i = 0; i < a->ntransforms; i++)
+        if (strcmp(a->transforms[i], b->transforms[i]) != 0)
+            return diff_out(out, "'%s' item %zu: transform %zu differs", fqn, chunk, i);
+    return 0;
+}
+
+static int entry_diff(struct fc_buf *out, const struct fc_dcp_entry *a,
+                      const struct fc_dcp_entry *b)
+{
+    if (strcmp(a->fqn, b->fqn) != 0)
+        return diff_out(out, "entry '%s' vs '%s'", a->fqn, b->fqn);
+    if (a->kind != b->kind)
+        return diff_out(out, "'%s': kind differs", a->fqn);
+    if ((a->path == NULL) != (b->path == NULL) || a->path_len != b->path_len)
+        return diff_out(out, "'%s': planner path presence/length differs", a->fqn);
+    for (size_t i = 0; i < a->path_len; i++) {
+        const struct fc_path_elem *x = &a->path[i], *y = &b->path[i];
+        if (x->is_index != y->is_index || (x->is_index && x->index != y->index) ||
+            (!x->is_index && strcmp(x->key, y->key) != 0))
+            return diff_out(out, "'%s': planner path element %zu differs", a->fqn, i);
+    }
+    if (a->kind == FC_DCP_BYTES)
+        return storage_diff(out, &a->storage, &b->storage, a->fqn, 0);
+    if (a->dtype != b->dtype || a->ndim != b->ndim || a->requires_grad != b->requires_grad ||
+        a->pin_memory != b->pin_memory || a->mem_format != b->mem_format)
+        return diff_out(out, "'%s': dtype/ndim/properties differ", a->fqn);
+    if (memcmp(a->size, b->size, (size_t)a->ndim * sizeof(int64_t)) != 0)
+        return diff_out(out, "'%s': size differs", a->fqn);
+    if (a->nchunks != b->nchunks)
+        return diff_out(out, "'%s': %zu vs %zu chunks", a->fqn, a->nchunks, b->nchunks);
+    for (size_t c = 0; c < a->nchunks; c++) {
+        const struct fc_dcp_chunk *x = &a->chunks[c], *y = &b->chunks[c];
+        if (a->ndim > 0 && (memcmp(x->offsets, y->offsets, (size_t)a->ndim * 8) != 0 ||
+                            memcmp(x->sizes, y->sizes, (size_t)a->ndim * 8) != 0))
+            return diff_out(out, "'%s': chunk %zu box differs", a->fqn, c);
+        const int rc = storage_diff(out, &x->storage, &y->storage, a->fqn, c);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+int fc_dcp_meta_diff(struct fc_buf *out, const struct fc_dcp_meta *a, const struct fc_dcp_meta *b)
+{
+    if (a->nentries != b->nentries)
+        return diff_out(out, "%zu vs %zu entries", a->nentries, b->nentries);
+    for (size_t i = 0; i < a->nentries; i++) {
+        const int rc = entry_diff(out, &a->entries[i], &b->entries[i]);
+        if (rc != 0)
+            return rc;
+    }
+    if (a->has_planner_data != b->has_planner_data)
+        return diff_out(out, "planner_data presence differs");
+    if (a->has_storage_meta != b->has_storage_meta ||
+        !opt_str_eq(a->checkpoint_id, b->checkpoint_id) || !opt_str_eq(a->save_id, b->save_id))
+        return diff_out(out, "storage_meta differs");
+    if (a->nmodules != b->nmodules)
+        return diff_out(out, "storage_meta.modules length differs");
+    for (size_t i = 0; i < a->nmodules; i++)
+        if (strcmp(a->modules[i], b->modules[i]) != 0)
+            return diff_out(out, "storage_meta.modules[%zu] differs", i);
+    if (!opt_str_eq(a->version, b->version))
+        return diff_out(out, "version differs");
+    return 0;
+}
