@@ -15,6 +15,7 @@
 #include "fc_alloc.h"
 #include "fc_buf.h"
 #include "fc_convert.h"
+#include "fc_dcp.h"
 #include "fc_error.h"
 #include "fc_pickle.h"
 
@@ -186,6 +187,174 @@ static int print_table(const struct fc_inspect_opts *o, const struct fc_inspect_
     return FC_OK;
 }
 
+static json_t *fc_json_ints(const int64_t *v, int n)
+{
+    json_t *a = json_array();
+    for (int d = 0; d < n; d++)
+        json_array_append_new(a, json_integer(v[d]));
+    return a;
+}
+
+/* The value of a DCP bytes entry, when the source parsed it. */
+static const struct fc_pv *fc_dcp_value(const struct fc_inspect_result *r, size_t i)
+{
+    return r->src != NULL ? r->src->entries[i].value : NULL;
+}
+
+static uint64_t fc_dcp_nbytes(const struct fc_dcp_entry *e)
+{
+    int64_t n = 0;
+    if (fc_shape_numel(e->size, e->ndim, &n) < 0)
+        return 0;
+    return (uint64_t)n * fc_dtype_size(e->dtype);
+}
+
+static int print_json_dcp(const struct fc_inspect_opts *o, const struct fc_inspect_result *r)
+{
+    const struct fc_dcp_meta *m = r->dcp;
+    json_t *root = json_object();
+    json_t *tensors = json_array(), *values = json_array(), *files = json_array();
+    json_t *problems = json_array();
+    uint64_t total = 0;
+    size_t nt = 0, nv = 0;
+    int rc = FC_OK;
+    json_object_set_new(root, "format", json_string("dcp"));
+    json_object_set_new(root, "path", json_string(o->path));
+    json_object_set_new(root, "version", m->version != NULL ? json_string(m->version) : json_null());
+    for (size_t k = 0; k < r->nselected; k++) {
+        const size_t i = r->selected[k];
+        const struct fc_dcp_entry *e = &m->entries[i];
+        json_t *obj = json_object();
+        json_object_set_new(obj, "key", json_string(e->fqn));
+        if (e->kind == FC_DCP_TENSOR) {
+            json_t *chunks = json_array();
+            json_object_set_new(obj, "dtype", json_string(fc_dtype_name(e->dtype)));
+            json_object_set_new(obj, "shape", fc_json_ints(e->size, e->ndim));
+            json_object_set_new(obj, "nbytes", json_integer((json_int_t)fc_dcp_nbytes(e)));
+            for (size_t c = 0; c < e->nchunks; c++) {
+                const struct fc_dcp_chunk *ch = &e->chunks[c];
+                json_t *co = json_object();
+                json_object_set_new(co, "offsets", fc_json_ints(ch->offsets, e->ndim));
+                json_object_set_new(co, "sizes", fc_json_ints(ch->sizes, e->ndim));
+                json_object_set_new(co, "file", json_string(ch->storage.relative_path));
+                json_object_set_new(co, "offset", json_integer((json_int_t)ch->storage.offset));
+                json_object_set_new(co, "length", json_integer((json_int_t)ch->storage.length));
+                if (ch->storage.ntransforms > 0)
+                    json_object_set_new(co, "transform", json_string(ch->storage.transforms[0]));
+                json_array_append_new(chunks, co);
+            }
+            json_object_set_new(obj, "chunks", chunks);
+            if (o->checksum)
+                json_object_set_new(obj, "sha256", json_string(r->sha256[k]));
+            json_array_append_new(tensors, obj);
+            total += fc_dcp_nbytes(e);
+            nt++;
+        } else {
+            const struct fc_pv *v = fc_dcp_value(r, i);
+            if (v != NULL) {
+                struct fc_buf b = FC_BUF_INIT(4096);
+                rc = fc_repr_string(&b, v);
+                json_object_set_new(obj, "type", json_string(fc_value_type(v)));
+                json_object_set_new(obj, "repr", json_string(rc == FC_OK ? (char *)b.data : ""));
+                fc_buf_release(&b);
+            }
+            json_object_set_new(obj, "file", json_string(e->storage.relative_path));
+            json_object_set_new(obj, "offset", json_integer((json_int_t)e->storage.offset));
+            json_object_set_new(obj, "length", json_integer((json_int_t)e->storage.length));
+            json_array_append_new(values, obj);
+            nv++;
+        }
+    }
+    for (size_t i = 0; i < r->nfiles; i++) {
+        json_t *f = json_object();
+        json_object_set_new(f, "name", json_string(r->files[i]));
+        json_object_set_new(f, "bytes", json_integer((json_int_t)r->file_bytes[i]));
+        json_array_append_new(files, f);
+    }
+    json_t *cov = json_object();
+    for (const char *p = r->coverage_report; p != NULL && *p != '\0';) {
+        const char *nl = strchr(p, '\n');
+        const size_t len = nl != NULL ? (size_t)(nl - p) : strlen(p);
+        json_array_append_new(problems, json_stringn(p, len));
+        p += len + (nl != NULL);
+    }
+    json_object_set_new(cov, "ok", json_boolean(r->coverage_problems == 0));
+    json_object_set(cov, "problems", problems);
+    json_object_set(root, "tensors", tensors);
+    json_object_set(root, "values", values);
+    json_object_set(root, "files", files);
+    json_object_set_new(root, "coverage", cov);
+    json_object_set_new(root, "total_tensors", json_integer((json_int_t)nt));
+    json_object_set_new(root, "total_bytes", json_integer((json_int_t)total));
+    json_object_set_new(root, "total_values", json_integer((json_int_t)nv));
+    if (json_dumpf(root, stdout, JSON_INDENT(1) | JSON_ENSURE_ASCII) != 0)
+        rc = fc_error_set(FC_EIO, "writing JSON to stdout failed");
+    fputc('\n', stdout);
+    json_decref(tensors);
+    json_decref(values);
+    json_decref(files);
+    json_decref(problems);
+    json_decref(root);
+    return rc;
+}
+
+static int print_table_dcp(const struct fc_inspect_opts *o, const struct fc_inspect_result *r)
+{
+    const struct fc_dcp_meta *m = r->dcp;
+    uint64_t total = 0;
+    size_t nt = 0, nv = 0;
+    printf("%s (dcp, version %s)\n", o->path, m->version != NULL ? m->version : "none");
+    for (size_t k = 0; k < r->nselected; k++) {
+        const struct fc_dcp_entry *e = &m->entries[r->selected[k]];
+        if (e->kind != FC_DCP_TENSOR)
+            continue;
+        struct fc_buf b = FC_BUF_INIT(4096);
+        FC_TRY(fc_shape_string(&b, e->size, e->ndim));
+        printf("%s  %s %s  %" PRIu64 " bytes  %zu chunks%s%s\n", e->fqn, fc_dtype_name(e->dtype),
+               (char *)b.data, fc_dcp_nbytes(e), e->nchunks, o->checksum ? "  sha256 " : "",
+               o->checksum ? r->sha256[k] : "");
+        fc_buf_release(&b);
+        for (size_t c = 0; c < e->nchunks; c++) {
+            const struct fc_dcp_chunk *ch = &e->chunks[c];
+            struct fc_buf ob = FC_BUF_INIT(4096), sb = FC_BUF_INIT(4096);
+            FC_TRY(fc_shape_string(&ob, ch->offsets, e->ndim));
+            FC_TRY(fc_shape_string(&sb, ch->sizes, e->ndim));
+            printf("    offsets %s  sizes %s  %s  [%" PRIu64 ", +%" PRIu64 ")%s%s\n",
+                   (char *)ob.data, (char *)sb.data, ch->storage.relative_path,
+                   ch->storage.offset, ch->storage.length,
+                   ch->storage.ntransforms > 0 ? "  " : "",
+                   ch->storage.ntransforms > 0 ? ch->storage.transforms[0] : "");
+            fc_buf_release(&ob);
+            fc_buf_release(&sb);
+        }
+        total += fc_dcp_nbytes(e);
+        nt++;
+    }
+    for (size_t k = 0; k < r->nselected; k++) {
+        const size_t i = r->selected[k];
+        const struct fc_dcp_entry *e = &m->entries[i];
+        if (e->kind != FC_DCP_BYTES)
+            continue;
+        const struct fc_pv *v = fc_dcp_value(r, i);
+        struct fc_buf b = FC_BUF_INIT(4096);
+        if (v != NULL)
+            FC_TRY(fc_repr_string(&b, v));
+        printf("%s%s  %s  %s  [%" PRIu64 ", +%" PRIu64 ")\n", nv++ == 0 ? "\nVALUES\n" : "",
+               e->fqn, v != NULL ? (char *)b.data : "(bytes)", e->storage.relative_path,
+               e->storage.offset, e->storage.length);
+        fc_buf_release(&b);
+    }
+    printf("\nFILES\n");
+    for (size_t i = 0; i < r->nfiles; i++)
+        printf("%s  %" PRIu64 " bytes\n", r->files[i], r->file_bytes[i]);
+    if (r->coverage_problems == 0)
+        printf("\ncoverage: ok (every element stored exactly once)\n");
+    else
+        printf("\ncoverage: %zu problems\n%s", r->coverage_problems, r->coverage_report);
+    printf("\n%zu tensors, %" PRIu64 " bytes, %zu values\n", nt, total, nv);
+    return FC_OK;
+}
+
 int cmd_inspect(int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -220,7 +389,13 @@ int cmd_inspect(int argc, char **argv)
     int rc = fc_inspect(&o, &r);
     if (rc < 0)
         return fc_cli_report(rc);
-    rc = json ? print_json(&o, &r) : print_table(&o, &r);
+    if (r.dcp != NULL)
+        rc = json ? print_json_dcp(&o, &r) : print_table_dcp(&o, &r);
+    else
+        rc = json ? print_json(&o, &r) : print_table(&o, &r);
+    if (rc == FC_OK && r.coverage_problems > 0)
+        rc = fc_error_set(FC_ECORRUPT, "%s: %zu coverage problems (gaps, overlaps or missing "
+                          "bytes)", o.path, r.coverage_problems);
     fc_inspect_result_release(&r);
     if (rc == FC_OK && fflush(stdout) != 0)
         rc = fc_error_set(FC_EIO, "writing to stdout failed");

@@ -1,14 +1,24 @@
 /*
  * inspect.c - open a checkpoint, select keys, checksum tensors.
  */
+#include <dirent.h>
+#include <stdlib.h>
+#include <errno.h>
+#include <inttypes.h>
 #include <regex.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <openssl/evp.h>
 
 #include "fc_alloc.h"
+#include "fc_buf.h"
 #include "fc_convert.h"
+#include "fc_dcp.h"
 #include "fc_error.h"
+#include "fc_zip.h"
 
 /* Checksums read at most this many bytes at a time, so memory stays flat. */
 #define FC_INSPECT_SLAB ((uint64_t)64 << 20)
@@ -76,6 +86,7 @@ done:
 void fc_inspect_result_release(struct fc_inspect_result *r)
 {
     fc_source_free(r->src);
+    fc_dcp_meta_free(r->dcp);
     fc_free(r->selected);
     fc_free(r->sha256);
     fc_free(r->coverage_report);
@@ -84,6 +95,202 @@ void fc_inspect_result_release(struct fc_inspect_result *r)
     fc_free(r->files);
     fc_free(r->file_bytes);
     memset(r, 0, sizeof(*r));
+}
+
+static int fc_cmp_name(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The .distcp files of a DCP directory and their sizes, sorted by name. */
+static int fc_inspect_list_files(const char *dir, struct fc_inspect_result *r)
+{
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return fc_error_set(FC_EIO, "%s: cannot open directory: %s", dir, strerror(errno));
+    int rc = FC_OK;
+    const struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        const size_t len = strlen(de->d_name);
+        if (len < 7 || strcmp(de->d_name + len - 7, ".distcp") != 0)
+            continue;
+        char **f = fc_reallocarray(r->files, r->nfiles + 1, sizeof(*f));
+        if (f == NULL) {
+            rc = fc_error_set(FC_ENOMEM, "out of memory");
+            break;
+        }
+        r->files = f;
+        f[r->nfiles] = fc_strdup(de->d_name);
+        if (f[r->nfiles] == NULL) {
+            rc = fc_error_set(FC_ENOMEM, "out of memory");
+            break;
+        }
+        r->nfiles++;
+    }
+    closedir(d);
+    FC_TRY(rc);
+    qsort(r->files, r->nfiles, sizeof(*r->files), fc_cmp_name);
+    r->file_bytes = fc_calloc(r->nfiles + 1, sizeof(*r->file_bytes));
+    if (r->file_bytes == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    for (size_t i = 0; i < r->nfiles; i++) {
+        char *p = fc_path_join(dir, r->files[i]);
+        struct stat st;
+        if (p == NULL)
+            return fc_error_set(FC_ENOMEM, "out of memory");
+        if (stat(p, &st) == 0)
+            r->file_bytes[i] = (uint64_t)st.st_size;
+        fc_free(p);
+    }
+    return FC_OK;
+}
+
+static int fc_problem(struct fc_buf *rep, size_t *count, const char *fmt, const char *a,
+                      const char *b, uint64_t x, uint64_t y)
+{
+    (*count)++;
+    FC_TRY(fc_buf_printf(rep, fmt, a, b, x, y));
+    return fc_buf_putc(rep, '\n');
+}
+
+/* Every item's byte range must lie inside its file. */
+static int fc_inspect_check_ranges(const struct fc_inspect_result *r, struct fc_buf *rep,
+                                   size_t *count)
+{
+    for (size_t i = 0; i < r->dcp->nentries; i++) {
+        const struct fc_dcp_entry *e = &r->dcp->entries[i];
+        const size_t n = e->kind == FC_DCP_TENSOR ? e->nchunks : 1;
+        for (size_t c = 0; c < n; c++) {
+            const struct fc_dcp_storage *st =
+                e->kind == FC_DCP_TENSOR ? &e->chunks[c].storage : &e->storage;
+            if (st->relative_path == NULL)
+                continue;
+            long fi = -1;
+            for (size_t k = 0; k < r->nfiles; k++)
+                if (strcmp(r->files[k], st->relative_path) == 0)
+                    fi = (long)k;
+            if (fi < 0) {
+                (*count)++;
+                FC_TRY(fc_buf_printf(rep, "'%s': file %s is missing\n", e->fqn,
+                                     st->relative_path));
+            } else if (st->offset + st->length > r->file_bytes[fi] || st->offset + st->length <
+                     st->offset) {
+                FC_TRY(fc_problem(rep, count, "'%s': item in %s ends at %" PRIu64
+                                  " past the file end %" PRIu64, e->fqn, st->relative_path,
+                                  st->offset + st->length, r->file_bytes[fi]));
+            }
+        }
+    }
+    return FC_OK;
+}
+
+/* --verify: open every item as a zip and check the CRC-32 of every record. */
+static int fc_inspect_verify_crcs(const char *dir, const struct fc_dcp_meta *m)
+{
+    unsigned char *buf = fc_malloc((size_t)1 << 20);
+    int rc = FC_OK;
+    if (buf == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    for (size_t i = 0; rc == FC_OK && i < m->nentries; i++) {
+        const struct fc_dcp_entry *e = &m->entries[i];
+        const size_t n = e->kind == FC_DCP_TENSOR ? e->nchunks : 1;
+        for (size_t c = 0; rc == FC_OK && c < n; c++) {
+            const struct fc_dcp_storage *st =
+                e->kind == FC_DCP_TENSOR ? &e->chunks[c].storage : &e->storage;
+            if (st->ntransforms > 0)
+                continue; /* checked after decompression by the source */
+            struct fc_file f = FC_FILE_INIT;
+            struct fc_zip_reader *zr = NULL;
+            char *p = fc_path_join(dir, st->relative_path);
+            char what[768];
+            if (p == NULL) {
+                rc = fc_error_set(FC_ENOMEM, "out of memory");
+                break;
+            }
+            snprintf(what, sizeof(what), "%s @ %" PRIu64 " (item '%s')", p, st->offset, e->fqn);
+            rc = fc_file_open_read(&f, p);
+            fc_free(p);
+            if (rc == FC_OK)
+                rc = fc_zip_reader_open(&zr, &f, st->offset, st->length, what);
+            for (size_t k = 0; rc == FC_OK && k < fc_zip_count(zr); k++) {
+                const struct fc_zip_entry *ze = fc_zip_entry_at(zr, k);
+                uint32_t crc = 0;
+                for (uint64_t pos = 0; rc == FC_OK && pos < ze->size;) {
+                    const size_t step = ze->size - pos > ((size_t)1 << 20) ? ((size_t)1 << 20)
+                                                                           : (size_t)(ze->size - pos);
+                    rc = fc_file_pread(&f, buf, step, ze->data_offset + pos);
+                    crc = fc_crc32(crc, buf, step);
+                    pos += step;
+                }
+                if (rc == FC_OK && crc != ze->crc32)
+                    rc = fc_error_set(FC_ECORRUPT, "%s: record %s: CRC-32 %08x, expected %08x",
+                                      what, ze->name, crc, ze->crc32);
+            }
+            fc_zip_reader_free(zr);
+            fc_file_close(&f);
+        }
+    }
+    fc_free(buf);
+    return rc;
+}
+
+static int fc_inspect_dcp(const struct fc_inspect_opts *opts, struct fc_inspect_result *r,
+                          const regex_t *re)
+{
+    struct fc_buf rep = FC_BUF_INIT((size_t)64 << 20);
+    char *mpath = fc_path_join(opts->path, ".metadata");
+    int rc = FC_OK;
+    if (mpath == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    rc = fc_dcp_meta_load(&r->dcp, mpath);
+    fc_free(mpath);
+    FC_TRY(rc);
+    r->format = "dcp";
+    FC_TRY_GOTO(fc_inspect_list_files(opts->path, r), rc, done);
+    if (fc_dcp_check(r->dcp, &rep) < 0) {
+        /* Problems are in rep; count its lines. */
+        for (size_t i = 0; i < rep.len; i++)
+            r->coverage_problems += rep.data[i] == '\n';
+        if (r->coverage_problems == 0)
+            r->coverage_problems = 1;
+    }
+    FC_TRY_GOTO(fc_inspect_check_ranges(r, &rep, &r->coverage_problems), rc, done);
+    FC_TRY_GOTO(fc_buf_putc(&rep, '\0'), rc, done);
+    r->coverage_report = (char *)fc_buf_detach(&rep, NULL);
+    if (opts->verify && r->coverage_problems == 0)
+        FC_TRY_GOTO(fc_inspect_verify_crcs(opts->path, r->dcp), rc, done);
+    int compressed = 0;
+    for (size_t i = 0; i < r->dcp->nentries; i++) {
+        const struct fc_dcp_entry *e = &r->dcp->entries[i];
+        for (size_t c = 0; c < e->nchunks; c++)
+            compressed |= e->chunks[c].storage.ntransforms > 0;
+        compressed |= e->storage.ntransforms > 0;
+    }
+    /* The source parses every item: values get their repr, blobs get checked. */
+    if ((opts->checksum || opts->verify || !compressed) && r->coverage_problems == 0)
+        FC_TRY_GOTO(fc_source_open_dcp(&r->src, opts->path), rc, done);
+    r->selected = fc_calloc(r->dcp->nentries + 1, sizeof(*r->selected));
+    r->sha256 = fc_calloc(r->dcp->nentries + 1, sizeof(*r->sha256));
+    if (r->selected == NULL || r->sha256 == NULL) {
+        rc = fc_error_set(FC_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < r->dcp->nentries; i++) {
+        const struct fc_dcp_entry *e = &r->dcp->entries[i];
+        if (re != NULL && regexec(re, e->fqn, 0, NULL, 0) != 0)
+            continue;
+        if (r->src != NULL && e->kind == FC_DCP_TENSOR) {
+            /* Reading every element also proves the chunks tile the tensor. */
+            char scratch[65];
+            FC_TRY_GOTO(fc_tensor_sha256(r->src, &r->src->entries[i],
+                                         opts->checksum ? r->sha256[r->nselected] : scratch),
+                        rc, done);
+        }
+        r->selected[r->nselected++] = i;
+    }
+done:
+    fc_buf_release(&rep);
+    return rc;
 }
 
 int fc_inspect(const struct fc_inspect_opts *opts, struct fc_inspect_result *r)
@@ -97,6 +304,19 @@ int fc_inspect(const struct fc_inspect_opts *opts, struct fc_inspect_result *r)
             return fc_error_set(FC_EINVAL, "invalid regular expression for --key: '%s'",
                                 opts->key_regex);
         have_re = 1;
+    }
+    {
+        char *mpath = fc_path_join(opts->path, ".metadata");
+        if (mpath == NULL) {
+            rc = fc_error_set(FC_ENOMEM, "out of memory");
+            goto done;
+        }
+        const int is_dcp = fc_path_is_dir(opts->path) == 1 && access(mpath, F_OK) == 0;
+        fc_free(mpath);
+        if (is_dcp) {
+            rc = fc_inspect_dcp(opts, r, have_re ? &re : NULL);
+            goto done;
+        }
     }
     FC_TRY_GOTO(fc_source_open(&r->src, opts->path), rc, done);
     r->format = r->src->format;
