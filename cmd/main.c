@@ -3,6 +3,7 @@
  */
 #define _GNU_SOURCE
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdint.h>
 #include <string.h>
@@ -64,6 +65,8 @@ int main(int argc, char **argv)
         { NULL, 0, NULL, 0 },
     };
     int c;
+    /* A file-size limit (ulimit -f) must fail the write, not kill us before cleanup. */
+    signal(SIGXFSZ, SIG_IGN);
     opterr = 0;
     while ((c = getopt_long(argc, argv, "+vqh", longopts, NULL)) != -1) {
         switch (c) {
