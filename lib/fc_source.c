@@ -521,7 +521,8 @@ int fc_source_open(struct fc_source **out, const char *path)
         fc_file_close(&f);
         FC_TRY(rc);
         const enum fc_ts_kind kind = fc_torchsave_detect(head, n, size);
-        if (kind == FC_TS_SAFETENSORS) {
+        /* A .safetensors name gets the safetensors parser's precise header errors. */
+        if (kind == FC_TS_SAFETENSORS || (fc_ends_with(path, ".safetensors") && kind != FC_TS_ZIP)) {
             FC_TRY(fc_source_new(&src, path, "safetensors"));
             rc = fc_source_add_safetensors(src, path, NULL, 0);
         } else if (kind == FC_TS_UNKNOWN && n == 0) {
