@@ -31,9 +31,9 @@
 #include "fc_endian.h"
 #include "fc_error.h"
 
-#define FC_ST_MAX_HEADER 100000000u           /* MAX_HEADER_SIZE of the reference */
-#define FC_ST_INDEX_MAX ((size_t)64 << 20)    /* largest index.json we read */
-#define FC_ST_META_KEY "__metadata__"
+#define FC_ST_MAX_HEADER 100000000u         /* MAX_HEADER_SIZE of the reference */
+#define FC_ST_INDEX_MAX  ((size_t)64 << 20) /* largest index.json we read */
+#define FC_ST_META_KEY   "__metadata__"
 
 #if JANSSON_VERSION_HEX < 0x020b00
 #error "jansson >= 2.11 is required (json_error_code, insertion-ordered objects)"
@@ -59,12 +59,11 @@ static const struct {
     const char *name;
     unsigned bits;
 } fc_st_dtypes[] = {
-    { "BOOL", 8 },         { "F4", 4 },           { "F6_E2M3", 6 },      { "F6_E3M2", 6 },
-    { "U8", 8 },           { "I8", 8 },           { "F8_E5M2", 8 },      { "F8_E4M3", 8 },
-    { "F8_E8M0", 8 },      { "F8_E4M3FNUZ", 8 },  { "F8_E5M2FNUZ", 8 },  { "I16", 16 },
-    { "U16", 16 },         { "F16", 16 },         { "BF16", 16 },        { "I32", 32 },
-    { "U32", 32 },         { "F32", 32 },         { "C64", 64 },         { "F64", 64 },
-    { "I64", 64 },         { "U64", 64 },
+    {"BOOL", 8},        {"F4", 4},      {"F6_E2M3", 6}, {"F6_E3M2", 6}, {"U8", 8},
+    {"I8", 8},          {"F8_E5M2", 8}, {"F8_E4M3", 8}, {"F8_E8M0", 8}, {"F8_E4M3FNUZ", 8},
+    {"F8_E5M2FNUZ", 8}, {"I16", 16},    {"U16", 16},    {"F16", 16},    {"BF16", 16},
+    {"I32", 32},        {"U32", 32},    {"F32", 32},    {"C64", 64},    {"F64", 64},
+    {"I64", 64},        {"U64", 64},
 };
 
 /* Index into fc_st_dtypes, or -1 for a string the reference does not know. */
@@ -210,7 +209,7 @@ static int fc_st_span_cmp(const void *a, const void *b)
 struct fc_st_parse {
     const char *path;
     uint64_t data_start;
-    int format_pending;      /* a FC_EFORMAT problem was found; reported after validation */
+    int format_pending; /* a FC_EFORMAT problem was found; reported after validation */
     char format_msg[512];
 };
 
@@ -235,15 +234,17 @@ static int fc_st_parse_tensor(struct fc_st_parse *ps, const char *name, const js
 
     if (!json_is_object(v))
         return fc_error_set(FC_ECORRUPT,
-                            "%s: safetensors header: tensor '%s': entry is %s, not an object",
-                            path, name, fc_st_json_type(v));
+                            "%s: safetensors header: tensor '%s': entry is %s, not an object", path,
+                            name, fc_st_json_type(v));
     const json_t *const jdtype = json_object_get(v, "dtype");
     const json_t *const jshape = json_object_get(v, "shape");
     const json_t *const joffs = json_object_get(v, "data_offsets");
     if (jdtype == NULL || jshape == NULL || joffs == NULL)
         return fc_error_set(FC_ECORRUPT, "%s: safetensors header: tensor '%s': missing field '%s'",
                             path, name,
-                            jdtype == NULL ? "dtype" : jshape == NULL ? "shape" : "data_offsets");
+                            jdtype == NULL   ? "dtype"
+                            : jshape == NULL ? "shape"
+                                             : "data_offsets");
     if (!json_is_string(jdtype))
         return fc_error_set(FC_ECORRUPT,
                             "%s: safetensors header: tensor '%s': dtype is %s, not a string", path,
@@ -328,29 +329,36 @@ static int fc_st_parse_tensor(struct fc_st_parse *ps, const char *name, const js
     t->nbytes = span->end - span->begin;
     t->data_offset = ps->data_start + span->begin; /* <= 8 + 1e8 + INT64_MAX: no overflow */
 
+    /* Once one FC_EFORMAT problem is pending the open fails: keep its message. */
     if (ps->format_pending)
         return FC_OK;
-    const char *problem = NULL;
+    const int is_f4 = strcmp(dname, "F4") == 0;
+    const char *const prefix = "safetensors header: tensor";
+    fc_st_shape_str(shape_buf, sizeof(shape_buf), jshape);
+    ps->format_pending = 1;
     if (ndim > FC_MAX_DIMS) {
-        problem = "has too many dimensions (fsdpconv supports at most 16)";
-    } else if (strides_overflow) {
-        problem = "is too large: its strides overflow int64";
-    } else if (strcmp(dname, "F4") == 0) {
-        /* safetensors stores torch.float4_e2m1fn_x2 as F4 with the last dim doubled. */
-        if (ndim == 0 || t->shape[ndim - 1] % 2 != 0)
-            problem = "cannot be viewed as torch.float4_e2m1fn_x2 (needs an even last dimension)";
-        else {
-            t->dtype = FC_DTYPE_FLOAT4_E2M1FN_X2;
-            t->shape[ndim - 1] /= 2;
-        }
-    } else if (t->dtype == FC_DTYPE_INVALID) {
-        problem = "has a dtype with no torch equivalent";
-    }
-    if (problem != NULL) {
-        ps->format_pending = 1;
         snprintf(ps->format_msg, sizeof(ps->format_msg),
-                 "%s: safetensors header: tensor '%.200s': dtype %s shape %s %s", path, name,
-                 dname, fc_st_shape_str(shape_buf, sizeof(shape_buf), jshape), problem);
+                 "%s: %s '%.200s': shape %s has %zu dimensions; at most %d are supported", path,
+                 prefix, name, shape_buf, ndim, FC_MAX_DIMS);
+    } else if (strides_overflow) {
+        snprintf(ps->format_msg, sizeof(ps->format_msg),
+                 "%s: %s '%.200s': shape %s is too large: its strides overflow int64", path, prefix,
+                 name, shape_buf);
+    } else if (is_f4 && (ndim == 0 || t->shape[ndim - 1] % 2 != 0)) {
+        snprintf(ps->format_msg, sizeof(ps->format_msg),
+                 "%s: %s '%.200s': dtype F4 shape %s cannot be viewed as torch.float4_e2m1fn_x2 "
+                 "(needs an even last dimension)",
+                 path, prefix, name, shape_buf);
+    } else if (is_f4) {
+        /* safetensors stores torch.float4_e2m1fn_x2 as F4 with the last dim doubled. */
+        t->dtype = FC_DTYPE_FLOAT4_E2M1FN_X2;
+        t->shape[ndim - 1] /= 2;
+        ps->format_pending = 0;
+    } else if (t->dtype == FC_DTYPE_INVALID) {
+        snprintf(ps->format_msg, sizeof(ps->format_msg),
+                 "%s: %s '%.200s': dtype %s has no torch equivalent", path, prefix, name, dname);
+    } else {
+        ps->format_pending = 0;
     }
     return FC_OK;
 }
@@ -358,15 +366,15 @@ static int fc_st_parse_tensor(struct fc_st_parse *ps, const char *name, const js
 /* Check __metadata__ and add its string sizes to *nbytes. */
 static int fc_st_check_metadata(const char *path, json_t *v, size_t *count, size_t *nbytes)
 {
-    const char *k;
-    json_t *mv;
     if (json_is_null(v))
         return FC_OK; /* serde reads null as an absent Option */
     if (!json_is_object(v))
         return fc_error_set(FC_ECORRUPT,
                             "%s: safetensors header: __metadata__ is %s, not an object of strings",
                             path, fc_st_json_type(v));
-    json_object_foreach(v, k, mv) {
+    for (void *it = json_object_iter(v); it != NULL; it = json_object_iter_next(v, it)) {
+        const char *const k = json_object_iter_key(it);
+        json_t *const mv = json_object_iter_value(it);
         if (!json_is_string(mv))
             return fc_error_set(FC_ECORRUPT,
                                 "%s: safetensors header: __metadata__['%s'] is %s, not a string",
@@ -416,7 +424,8 @@ static int fc_st_check_tiling(const struct fc_st_parse *ps, const struct fc_safe
         if (s->begin < prev_end)
             return fc_error_set(FC_ECORRUPT,
                                 "%s: safetensors header: tensor '%s': data_offsets [%" PRIu64
-                                ", %" PRIu64 ") overlap the previous tensor '%s' ending at %" PRIu64,
+                                ", %" PRIu64
+                                ") overlap the previous tensor '%s' ending at %" PRIu64,
                                 path, name, s->begin, s->end, prev_name, prev_end);
         return fc_error_set(FC_ECORRUPT,
                             "%s: safetensors header: tensor '%s': data_offsets [%" PRIu64
@@ -449,8 +458,6 @@ int fc_safetensors_open(struct fc_safetensors **out, const struct fc_file *f)
     struct fc_st_span *spans = NULL;
     struct fc_st_parse ps;
     json_error_t jerr;
-    const char *key;
-    json_t *v;
 
     *out = NULL;
     if (f->size < 8)
@@ -461,10 +468,9 @@ int fc_safetensors_open(struct fc_safetensors **out, const struct fc_file *f)
     FC_TRY(fc_file_pread(f, lenbuf, sizeof(lenbuf), 0));
     const uint64_t n = fc_read_le64(lenbuf);
     if (n > FC_ST_MAX_HEADER)
-        return fc_error_set(FC_ECORRUPT,
-                            "%s: safetensors: header length %" PRIu64
-                            " exceeds the limit of %u bytes",
-                            path, n, FC_ST_MAX_HEADER);
+        return fc_error_set(
+            FC_ECORRUPT, "%s: safetensors: header length %" PRIu64 " exceeds the limit of %u bytes",
+            path, n, FC_ST_MAX_HEADER);
     if (n > f->size - 8)
         return fc_error_set(FC_ECORRUPT,
                             "%s: safetensors: header length %" PRIu64
@@ -498,7 +504,9 @@ int fc_safetensors_open(struct fc_safetensors **out, const struct fc_file *f)
 
     /* Pass 1: count entries and string bytes, check __metadata__. */
     size_t ntensors = 0, nmeta = 0, strbytes = 0;
-    json_object_foreach(root, key, v) {
+    for (void *it = json_object_iter(root); it != NULL; it = json_object_iter_next(root, it)) {
+        const char *const key = json_object_iter_key(it);
+        json_t *const v = json_object_iter_value(it);
         if (strcmp(key, FC_ST_META_KEY) == 0) {
             FC_TRY_GOTO(fc_st_check_metadata(path, v, &nmeta, &strbytes), rc, done);
             continue;
@@ -527,17 +535,20 @@ int fc_safetensors_open(struct fc_safetensors **out, const struct fc_file *f)
     ps.path = path;
     ps.data_start = 8 + n;
     size_t used = 0;
-    json_object_foreach(root, key, v) {
+    for (void *it = json_object_iter(root); it != NULL; it = json_object_iter_next(root, it)) {
+        const char *const key = json_object_iter_key(it);
+        json_t *const v = json_object_iter_value(it);
         if (strcmp(key, FC_ST_META_KEY) == 0) {
-            const char *mk;
-            json_t *mv;
             if (json_is_null(v))
                 continue;
-            json_object_foreach(v, mk, mv) {
+            for (void *mit = json_object_iter(v); mit != NULL;
+                 mit = json_object_iter_next(v, mit)) {
+                const char *const mk = json_object_iter_key(mit);
+                json_t *const mv = json_object_iter_value(mit);
                 struct fc_st_meta *const m = &st->meta[st->nmeta++];
                 m->key = fc_st_put(st->strings, &used, mk, strlen(mk));
-                m->value = fc_st_put(st->strings, &used, json_string_value(mv),
-                                     json_string_length(mv));
+                m->value =
+                    fc_st_put(st->strings, &used, json_string_value(mv), json_string_length(mv));
             }
             continue;
         }
@@ -643,8 +654,6 @@ int fc_st_index_load(struct fc_st_index *out, const char *index_path)
     unsigned char *buf = NULL;
     json_t *root = NULL, *seen = NULL;
     json_error_t jerr;
-    const char *key;
-    json_t *v;
     size_t used = 0;
 
     memset(out, 0, sizeof(*out));
@@ -697,7 +706,9 @@ int fc_st_index_load(struct fc_st_index *out, const char *index_path)
     if (seen == NULL)
         goto nomem;
     size_t nkeys = 0, nfiles = 0, strbytes = 0;
-    json_object_foreach(wm, key, v) {
+    for (void *it = json_object_iter(wm); it != NULL; it = json_object_iter_next(wm, it)) {
+        const char *const key = json_object_iter_key(it);
+        json_t *const v = json_object_iter_value(it);
         if (!json_is_string(v)) {
             rc = fc_error_set(FC_ECORRUPT, "%s: weight_map['%s'] is %s, not a file name string",
                               index_path, key, fc_st_json_type(v));
@@ -725,7 +736,9 @@ int fc_st_index_load(struct fc_st_index *out, const char *index_path)
         goto nomem;
 
     /* Pass 2: fill, files in order of first appearance. */
-    json_object_foreach(wm, key, v) {
+    for (void *it = json_object_iter(wm); it != NULL; it = json_object_iter_next(wm, it)) {
+        const char *const key = json_object_iter_key(it);
+        json_t *const v = json_object_iter_value(it);
         const char *const file = json_string_value(v);
         const size_t id = (size_t)json_integer_value(json_object_get(seen, file));
         if (id == out->nfiles)

@@ -37,10 +37,10 @@
 
 struct fc_st_tensor {
     const char *name;
-    fc_dtype dtype;       /* torch dtype */
+    fc_dtype dtype; /* torch dtype */
     int ndim;
     int64_t shape[FC_MAX_DIMS]; /* torch shape (F4: last dim halved) */
-    uint64_t data_offset; /* absolute file offset */
+    uint64_t data_offset;       /* absolute file offset */
     uint64_t nbytes;
     const char *st_dtype; /* the header's spelling ("BF16", "F4"); static storage */
 };
@@ -77,10 +77,10 @@ uint64_t fc_safetensors_data_start(const struct fc_safetensors *st);
  * exactly the keys mapped to it is the caller's job (it needs the shards).
  */
 struct fc_st_index {
-    char **files;      /* shard file names, relative to the index's directory */
+    char **files; /* shard file names, relative to the index's directory */
     size_t nfiles;
-    char **keys;       /* weight_map keys in JSON order */
-    size_t *key_file;  /* index into files for each key */
+    char **keys;      /* weight_map keys in JSON order */
+    size_t *key_file; /* index into files for each key */
     size_t nkeys;
     uint64_t total_size; /* metadata.total_size when has_total_size */
     int has_total_size;  /* metadata.total_size present as a non-negative integer */
