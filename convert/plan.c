@@ -1,0 +1,1206 @@
+#include "plan.h"
+
+#include <assert.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fc_alloc.h"
+#include "fc_checked.h"
+#include "fc_error.h"
+
+#define FC_PLAN_NONE SIZE_MAX
+
+/* Work bounds of the coverage checker (documented in plan.h). */
+#define FC_COVERAGE_MAX_PAIR_TESTS ((uint64_t)1 << 26)
+#define FC_COVERAGE_MAX_CELLS ((uint64_t)1 << 24)
+#define FC_COVERAGE_MAX_MARKS ((uint64_t)1 << 26)
+
+/* At most this many runs of ranks are listed per chunk by fc_plan_describe(). */
+#define FC_PLAN_DESCRIBE_MAX_RUNS 8
+
+/* ------------------------------------------------------------------------ */
+/* Small helpers                                                            */
+
+/*
+ * Stable merge sort of an index array with a context comparator (qsort has
+ * no context argument, and its order among equal elements is unspecified;
+ * plans must be deterministic).
+ */
+typedef int (*fc_plan__cmp_fn)(const void *ctx, size_t a, size_t b);
+
+static void fc_plan__msort(size_t *v, size_t *tmp, size_t n, fc_plan__cmp_fn cmp, const void *ctx)
+{
+    if (n < 2)
+        return;
+    const size_t half = n / 2;
+    fc_plan__msort(v, tmp, half, cmp, ctx);
+    fc_plan__msort(v + half, tmp, n - half, cmp, ctx);
+    size_t i = 0, j = half, k = 0;
+    while (i < half && j < n)
+        tmp[k++] = cmp(ctx, v[j], v[i]) < 0 ? v[j++] : v[i++];
+    while (i < half)
+        tmp[k++] = v[i++];
+    while (j < n)
+        tmp[k++] = v[j++];
+    memcpy(v, tmp, n * sizeof(*v));
+}
+
+/* Sorts v[0..n) with cmp; FC_ENOMEM when the scratch array cannot be had. */
+static int fc_plan__sort_idx(size_t *v, size_t n, fc_plan__cmp_fn cmp, const void *ctx)
+{
+    if (n < 2)
+        return FC_OK;
+    size_t *tmp = fc_calloc(n, sizeof(*tmp));
+    if (tmp == NULL)
+        return fc_error_set(FC_ENOMEM, "plan: out of memory sorting %zu chunks", n);
+    fc_plan__msort(v, tmp, n, cmp, ctx);
+    fc_free(tmp);
+    return FC_OK;
+}
+
+static int fc_plan__cmp_i64(const void *a, const void *b)
+{
+    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static int fc_plan__cmp_str(const void *a, const void *b)
+{
+    const char *const *x = a;
+    const char *const *y = b;
+    return strcmp(*x, *y);
+}
+
+/* Appends the key with bytes outside printable ASCII (and '\') as \xNN. */
+static int fc_plan__put_key(struct fc_buf *out, const char *key)
+{
+    for (const unsigned char *p = (const unsigned char *)key; *p != '\0'; p++) {
+        if (*p >= 0x20 && *p < 0x7f && *p != '\\')
+            FC_TRY(fc_buf_putc(out, *p));
+        else
+            FC_TRY(fc_buf_printf(out, "\\x%02x", *p));
+    }
+    return FC_OK;
+}
+
+/* Appends "[a, b, c]". */
+static int fc_plan__put_list(struct fc_buf *out, int ndim, const int64_t *v)
+{
+    FC_TRY(fc_buf_putc(out, '['));
+    for (int d = 0; d < ndim; d++)
+        FC_TRY(fc_buf_printf(out, "%s%" PRId64, d > 0 ? ", " : "", v[d]));
+    return fc_buf_putc(out, ']');
+}
+
+int fc_plan_format_box(struct fc_buf *out, int ndim, const int64_t *offsets, const int64_t *sizes)
+{
+    FC_TRY(fc_buf_putc(out, '['));
+    for (int d = 0; d < ndim; d++) {
+        int64_t end;
+        if (fc_add_i64(offsets[d], sizes[d], &end) < 0)
+            end = INT64_MAX;
+        FC_TRY(fc_buf_printf(out, "%s%" PRId64 ":%" PRId64, d > 0 ? ", " : "", offsets[d], end));
+    }
+    return fc_buf_putc(out, ']');
+}
+
+int fc_plan_file_name(int rank, char *buf, size_t bufsize)
+{
+    const int n = snprintf(buf, bufsize, "__%d_0.distcp", rank);
+    if (n < 0 || (size_t)n >= bufsize)
+        return fc_error_set(FC_EINVAL, "plan: file name for rank %d does not fit %zu bytes", rank,
+                            bufsize);
+    return FC_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Building a plan                                                          */
+
+static int fc_plan__check_tensor(const struct fc_plan_tensor_in *all, size_t i)
+{
+    const struct fc_plan_tensor_in *t = &all[i];
+    assert(t->key != NULL);
+    if (fc_dtype_info(t->dtype) == NULL)
+        return fc_error_set(FC_EINVAL, "plan: tensor '%s': invalid dtype %d", t->key,
+                            (int)t->dtype);
+    if (t->ndim < 0 || t->ndim > FC_MAX_DIMS)
+        return fc_error_set(FC_EINVAL, "plan: tensor '%s': %d dims is outside [0, %d]", t->key,
+                            t->ndim, FC_MAX_DIMS);
+    for (int d = 0; d < t->ndim; d++) {
+        if (t->shape[d] < 0)
+            return fc_error_set(FC_EINVAL, "plan: tensor '%s': dim %d has negative size %" PRId64,
+                                t->key, d, t->shape[d]);
+    }
+    int64_t numel;
+    uint64_t nbytes;
+    if (fc_shape_numel(t->shape, t->ndim, &numel) < 0 ||
+        fc_mul_u64((uint64_t)numel, fc_dtype_size(t->dtype), &nbytes) < 0)
+        return fc_error_set(FC_EINVAL, "plan: tensor '%s': element count overflows", t->key);
+    if (t->placement != FC_PLACE_SHARD0 && t->placement != FC_PLACE_REPLICATE)
+        return fc_error_set(FC_EINVAL, "plan: tensor '%s': unknown placement %d", t->key,
+                            (int)t->placement);
+    if (t->placement == FC_PLACE_SHARD0 && t->ndim == 0)
+        return fc_error_set(FC_EINVAL, "plan: tensor '%s': 0-d tensor cannot be Shard(0)",
+                            t->key);
+    if (t->alias_of == -1)
+        return FC_OK;
+    if (t->alias_of < 0 || (uint64_t)t->alias_of >= (uint64_t)i)
+        return fc_error_set(FC_EINVAL,
+                            "plan: tensor '%s': alias_of %" PRId64 " is not an earlier tensor",
+                            t->key, t->alias_of);
+    const struct fc_plan_tensor_in *src = &all[t->alias_of];
+    int same = src->dtype == t->dtype && src->ndim == t->ndim && src->placement == t->placement;
+    for (int d = 0; same && d < t->ndim; d++)
+        same = src->shape[d] == t->shape[d];
+    if (!same)
+        return fc_error_set(FC_EINVAL,
+                            "plan: tensor '%s' is tied to '%s' but differs in dtype, shape or "
+                            "placement",
+                            t->key, src->key);
+    return FC_OK;
+}
+
+static int fc_plan__check_keys(const struct fc_plan_tensor_in *tensors, size_t ntensors,
+                               const struct fc_plan_value_in *values, size_t nvalues)
+{
+    size_t n;
+    if (fc_add_size(ntensors, nvalues, &n) < 0)
+        return fc_error_set(FC_EINVAL, "plan: too many keys");
+    if (n < 2)
+        return FC_OK;
+    const char **keys = fc_calloc(n, sizeof(*keys));
+    if (keys == NULL)
+        return fc_error_set(FC_ENOMEM, "plan: out of memory checking %zu keys", n);
+    for (size_t i = 0; i < ntensors; i++)
+        keys[i] = tensors[i].key;
+    for (size_t i = 0; i < nvalues; i++) {
+        assert(values[i].key != NULL);
+        keys[ntensors + i] = values[i].key;
+    }
+    qsort(keys, n, sizeof(*keys), fc_plan__cmp_str);
+    int rc = FC_OK;
+    for (size_t i = 1; i < n; i++) {
+        if (strcmp(keys[i - 1], keys[i]) == 0) {
+            rc = fc_error_set(FC_EINVAL, "plan: duplicate key '%s'", keys[i]);
+            break;
+        }
+    }
+    fc_free(keys);
+    return rc;
+}
+
+/* Number of distinct boxes of a (root) tensor: invariant 1 of plan.h. */
+static size_t fc_plan__distinct_boxes(const struct fc_plan_tensor_in *t, int shard)
+{
+    if (t->placement == FC_PLACE_REPLICATE)
+        return 1;
+    const int64_t k = fc_mesh_nonempty_chunks(t->shape[0], shard);
+    return (size_t)k + (k < shard ? 1 : 0);
+}
+
+/*
+ * Indexed binary min-heap of ranks keyed by (load, rank), so "the least
+ * loaded rank, ties to the lowest" is O(1) and a load increase O(log W).
+ */
+struct fc_plan__heap {
+    int *heap;      /* heap[i] = rank */
+    int *pos;       /* pos[rank] = i */
+    uint64_t *load; /* bytes assigned so far per rank */
+    int n;
+};
+
+static int fc_plan__less(const struct fc_plan__heap *h, int a, int b)
+{
+    return h->load[a] < h->load[b] || (h->load[a] == h->load[b] && a < b);
+}
+
+static void fc_plan__sift_down(struct fc_plan__heap *h, int i)
+{
+    for (;;) {
+        const int l = 2 * i + 1, r = l + 1;
+        int m = i;
+        if (l < h->n && fc_plan__less(h, h->heap[l], h->heap[m]))
+            m = l;
+        if (r < h->n && fc_plan__less(h, h->heap[r], h->heap[m]))
+            m = r;
+        if (m == i)
+            return;
+        const int t = h->heap[i];
+        h->heap[i] = h->heap[m];
+        h->heap[m] = t;
+        h->pos[h->heap[i]] = i;
+        h->pos[h->heap[m]] = m;
+        i = m;
+    }
+}
+
+static int fc_plan__add_load(struct fc_plan__heap *h, int rank, uint64_t nbytes)
+{
+    if (fc_add_u64(h->load[rank], nbytes, &h->load[rank]) < 0)
+        return fc_error_set(FC_EINVAL, "plan: file of rank %d would exceed 2^64 bytes", rank);
+    /* Loads only grow, so the rank can only move down. */
+    fc_plan__sift_down(h, h->pos[rank]);
+    return FC_OK;
+}
+
+/* The least loaded holder of shard coordinates [first, first + count), ties to the lowest rank. */
+static int fc_plan__pick(const struct fc_plan__heap *h, const struct fc_mesh *mesh, int first,
+                         int count)
+{
+    if (first == 0 && count == mesh->shard)
+        return h->heap[0];
+    int best = -1;
+    for (int r = 0; r < mesh->replicate; r++) {
+        for (int s = first; s < first + count; s++) {
+            const int rank = r * mesh->shard + s;
+            if (best < 0 || fc_plan__less(h, rank, best))
+                best = rank;
+        }
+    }
+    return best;
+}
+
+void fc_plan_free(struct fc_plan *plan)
+{
+    if (plan == NULL)
+        return;
+    fc_free(plan->tensors);
+    fc_free(plan->values);
+    fc_free(plan->chunks);
+    fc_free(plan->items);
+    fc_free(plan->files);
+    fc_free(plan->dims_);
+    fc_free(plan->strings_);
+    fc_free(plan);
+}
+
+/* Copies key into the string pool at *cursor. */
+static const char *fc_plan__intern(char *pool, size_t *cursor, const char *key)
+{
+    const size_t len = strlen(key);
+    char *dst = pool + *cursor;
+    memcpy(dst, key, len + 1);
+    *cursor += len + 1;
+    return dst;
+}
+
+/* Allocates the plan's arrays once all counts are known. */
+static int fc_plan__alloc(struct fc_plan *p, size_t ndims, size_t nstrings)
+{
+    p->tensors = fc_calloc(p->ntensors, sizeof(*p->tensors));
+    p->values = fc_calloc(p->nvalues, sizeof(*p->values));
+    p->chunks = fc_calloc(p->nchunks, sizeof(*p->chunks));
+    p->items = fc_calloc(p->nitems, sizeof(*p->items));
+    p->files = fc_calloc(p->nfiles, sizeof(*p->files));
+    p->dims_ = fc_calloc(ndims, sizeof(*p->dims_));
+    p->strings_ = fc_calloc(nstrings, 1);
+    if (p->tensors == NULL || p->values == NULL || p->chunks == NULL || p->items == NULL ||
+        p->files == NULL || p->dims_ == NULL || p->strings_ == NULL)
+        return fc_error_set(FC_ENOMEM, "plan: out of memory for %zu chunks and %zu items",
+                            p->nchunks, p->nitems);
+    return FC_OK;
+}
+
+/* Fills tensors[] and chunks[] (boxes, holders); items are set later. */
+static void fc_plan__fill_chunks(struct fc_plan *p, const struct fc_plan_tensor_in *in,
+                                 size_t *str_cursor)
+{
+    const int S = p->mesh.shard;
+    size_t c = 0, dim_cursor = 0;
+    for (size_t i = 0; i < p->ntensors; i++) {
+        struct fc_plan_tensor *t = &p->tensors[i];
+        t->key = fc_plan__intern(p->strings_, str_cursor, in[i].key);
+        t->dtype = in[i].dtype;
+        t->ndim = in[i].ndim;
+        memcpy(t->shape, in[i].shape, sizeof(t->shape));
+        for (int d = t->ndim; d < FC_MAX_DIMS; d++)
+            t->shape[d] = 0;
+        t->placement = in[i].placement;
+        t->alias_of = FC_PLAN_NONE;
+        if (in[i].alias_of >= 0) {
+            const size_t src = (size_t)in[i].alias_of;
+            t->alias_of = p->tensors[src].alias_of == FC_PLAN_NONE ? src : p->tensors[src].alias_of;
+        }
+        t->first_chunk = c;
+        t->nchunks = fc_plan__distinct_boxes(&in[i], S);
+        const int64_t k = t->placement == FC_PLACE_SHARD0 ? fc_mesh_nonempty_chunks(t->shape[0], S)
+                                                          : 0;
+        for (size_t j = 0; j < t->nchunks; j++, c++) {
+            struct fc_plan_chunk *ch = &p->chunks[c];
+            int64_t *off = p->dims_ + dim_cursor;
+            int64_t *size = off + t->ndim;
+            dim_cursor += 2 * (size_t)t->ndim;
+            ch->box.offsets = off;
+            ch->box.sizes = size;
+            ch->tensor = i;
+            ch->item = FC_PLAN_NONE;
+            for (int d = 0; d < t->ndim; d++) {
+                off[d] = 0;
+                size[d] = t->shape[d];
+            }
+            if (t->placement == FC_PLACE_REPLICATE) {
+                ch->shard_first = 0;
+                ch->shard_count = S;
+            } else if ((int64_t)j < k) {
+                ch->shard_first = (int)j;
+                ch->shard_count = 1;
+                fc_mesh_chunk(t->shape[0], S, (int64_t)j, &off[0], &size[0]);
+            } else {
+                ch->shard_first = (int)k;
+                ch->shard_count = S - (int)k;
+                fc_mesh_chunk(t->shape[0], S, k, &off[0], &size[0]);
+            }
+        }
+    }
+}
+
+/*
+ * Items in plan order (values, then non-alias tensor chunks) into tmp,
+ * lengths from the inputs and the callback, owners by the greedy balancer.
+ */
+static int fc_plan__assign(struct fc_plan *p, const struct fc_plan_value_in *values,
+                           fc_plan_blob_size_fn blob_size, void *ctx, struct fc_plan_item *tmp,
+                           struct fc_plan__heap *h)
+{
+    size_t k = 0;
+    for (size_t v = 0; v < p->nvalues; v++, k++) {
+        tmp[k].kind = FC_ITEM_BYTES;
+        tmp[k].index = v;
+        tmp[k].chunk = FC_PLAN_NONE;
+        tmp[k].length = values[v].blob_size;
+        tmp[k].rank = fc_plan__pick(h, &p->mesh, 0, p->mesh.shard);
+        FC_TRY(fc_plan__add_load(h, tmp[k].rank, tmp[k].length));
+    }
+    for (size_t i = 0; i < p->ntensors; i++) {
+        const struct fc_plan_tensor *t = &p->tensors[i];
+        if (t->alias_of != FC_PLAN_NONE)
+            continue;
+        for (size_t j = 0; j < t->nchunks; j++, k++) {
+            const struct fc_plan_chunk *ch = &p->chunks[t->first_chunk + j];
+            tmp[k].kind = FC_ITEM_TENSOR;
+            tmp[k].index = i;
+            tmp[k].chunk = t->first_chunk + j;
+            FC_TRY(blob_size(ctx, t->dtype, ch->box.sizes, t->ndim, &tmp[k].length));
+            tmp[k].rank = fc_plan__pick(h, &p->mesh, ch->shard_first, ch->shard_count);
+            FC_TRY(fc_plan__add_load(h, tmp[k].rank, tmp[k].length));
+        }
+    }
+    assert(k == p->nitems);
+    return FC_OK;
+}
+
+/* Groups the plan-order items by file (stable) and lays out offsets. */
+static void fc_plan__layout(struct fc_plan *p, const struct fc_plan_item *tmp, size_t *cursor)
+{
+    for (size_t r = 0; r < p->nfiles; r++) {
+        struct fc_plan_file *f = &p->files[r];
+        f->rank = (int)r;
+        (void)fc_plan_file_name(f->rank, f->name, sizeof(f->name)); /* always fits */
+        f->nitems = 0;
+    }
+    for (size_t k = 0; k < p->nitems; k++)
+        p->files[tmp[k].rank].nitems++;
+    size_t first = 0;
+    for (size_t r = 0; r < p->nfiles; r++) {
+        p->files[r].first_item = first;
+        cursor[r] = first;
+        first += p->files[r].nitems;
+    }
+    for (size_t k = 0; k < p->nitems; k++) {
+        const size_t dst = cursor[tmp[k].rank]++;
+        struct fc_plan_file *f = &p->files[tmp[k].rank];
+        p->items[dst] = tmp[k];
+        p->items[dst].offset = f->nbytes; /* no overflow: bounded by the rank's load */
+        f->nbytes += tmp[k].length;
+        if (tmp[k].kind == FC_ITEM_BYTES)
+            p->values[tmp[k].index].item = dst;
+        else
+            p->chunks[tmp[k].chunk].item = dst;
+    }
+    p->total_bytes = 0;
+    for (size_t r = 0; r < p->nfiles; r++)
+        p->total_bytes += p->files[r].nbytes; /* checked by the caller */
+    for (size_t i = 0; i < p->ntensors; i++) {
+        const struct fc_plan_tensor *t = &p->tensors[i];
+        if (t->alias_of == FC_PLAN_NONE)
+            continue;
+        const struct fc_plan_tensor *root = &p->tensors[t->alias_of];
+        for (size_t j = 0; j < t->nchunks; j++)
+            p->chunks[t->first_chunk + j].item = p->chunks[root->first_chunk + j].item;
+    }
+}
+
+int fc_plan_build(struct fc_plan **out, const struct fc_mesh *mesh,
+                  const struct fc_plan_tensor_in *tensors, size_t ntensors,
+                  const struct fc_plan_value_in *values, size_t nvalues,
+                  fc_plan_blob_size_fn blob_size, void *ctx)
+{
+    struct fc_plan *p = NULL;
+    struct fc_plan_item *tmp = NULL;
+    struct fc_plan__heap h = {NULL, NULL, NULL, 0};
+    size_t *cursor = NULL;
+    int rc = FC_OK;
+
+    assert(out != NULL && mesh != NULL);
+    assert(ntensors == 0 || (tensors != NULL && blob_size != NULL));
+    assert(nvalues == 0 || values != NULL);
+    *out = NULL;
+    FC_TRY(fc_mesh_validate(mesh));
+    for (size_t i = 0; i < ntensors; i++)
+        FC_TRY(fc_plan__check_tensor(tensors, i));
+    FC_TRY(fc_plan__check_keys(tensors, ntensors, values, nvalues));
+
+    /* Count everything first, so every array is allocated once. */
+    size_t nchunks = 0, ndims = 0, nitems = nvalues, nstrings = 0;
+    size_t *counts = fc_calloc(ntensors, sizeof(*counts));
+    if (counts == NULL)
+        return fc_error_set(FC_ENOMEM, "plan: out of memory for %zu tensors", ntensors);
+    int overflow = 0;
+    for (size_t i = 0; i < ntensors; i++) {
+        const int64_t a = tensors[i].alias_of;
+        counts[i] = a >= 0 ? counts[a] : fc_plan__distinct_boxes(&tensors[i], mesh->shard);
+        size_t d;
+        overflow |= fc_add_size(nchunks, counts[i], &nchunks);
+        overflow |= fc_mul_size(counts[i], 2 * (size_t)tensors[i].ndim, &d);
+        overflow |= fc_add_size(ndims, d, &ndims);
+        if (a < 0)
+            overflow |= fc_add_size(nitems, counts[i], &nitems);
+        overflow |= fc_add_size(nstrings, strlen(tensors[i].key) + 1, &nstrings);
+    }
+    for (size_t v = 0; v < nvalues; v++) {
+        assert(values[v].key != NULL);
+        overflow |= fc_add_size(nstrings, strlen(values[v].key) + 1, &nstrings);
+    }
+    fc_free(counts);
+    if (overflow)
+        return fc_error_set(FC_EINVAL, "plan: chunk or item count overflows");
+
+    p = fc_calloc(1, sizeof(*p));
+    if (p == NULL)
+        return fc_error_set(FC_ENOMEM, "plan: out of memory");
+    p->mesh = *mesh;
+    p->ntensors = ntensors;
+    p->nvalues = nvalues;
+    p->nchunks = nchunks;
+    p->nitems = nitems;
+    p->nfiles = (size_t)fc_mesh_world_size(mesh);
+    FC_TRY_GOTO(fc_plan__alloc(p, ndims, nstrings), rc, done);
+
+    size_t str_cursor = 0;
+    fc_plan__fill_chunks(p, tensors, &str_cursor);
+    for (size_t v = 0; v < nvalues; v++) {
+        p->values[v].key = fc_plan__intern(p->strings_, &str_cursor, values[v].key);
+        p->values[v].item = FC_PLAN_NONE;
+    }
+
+    const int world = (int)p->nfiles;
+    tmp = fc_calloc(nitems, sizeof(*tmp));
+    h.heap = fc_calloc((size_t)world, sizeof(*h.heap));
+    h.pos = fc_calloc((size_t)world, sizeof(*h.pos));
+    h.load = fc_calloc((size_t)world, sizeof(*h.load));
+    cursor = fc_calloc((size_t)world, sizeof(*cursor));
+    if (tmp == NULL || h.heap == NULL || h.pos == NULL || h.load == NULL || cursor == NULL) {
+        rc = fc_error_set(FC_ENOMEM, "plan: out of memory for %zu items on %d ranks", nitems,
+                          world);
+        goto done;
+    }
+    h.n = world;
+    for (int r = 0; r < world; r++) { /* all loads 0: rank order is a valid heap */
+        h.heap[r] = r;
+        h.pos[r] = r;
+    }
+    FC_TRY_GOTO(fc_plan__assign(p, values, blob_size, ctx, tmp, &h), rc, done);
+    uint64_t total = 0;
+    for (int r = 0; r < world; r++) {
+        if (fc_add_u64(total, h.load[r], &total) < 0) {
+            rc = fc_error_set(FC_EINVAL, "plan: total size exceeds 2^64 bytes");
+            goto done;
+        }
+    }
+    fc_plan__layout(p, tmp, cursor);
+    assert(p->total_bytes == total);
+
+done:
+    fc_free(tmp);
+    fc_free(h.heap);
+    fc_free(h.pos);
+    fc_free(h.load);
+    fc_free(cursor);
+    if (rc < 0) {
+        fc_plan_free(p);
+        return rc;
+    }
+    *out = p;
+    return FC_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Queries and --dry-run text                                               */
+
+size_t fc_plan_rank_chunk(const struct fc_plan *plan, size_t tensor, int rank)
+{
+    assert(plan != NULL && tensor < plan->ntensors);
+    assert(rank >= 0 && (size_t)rank < plan->nfiles);
+    const struct fc_plan_tensor *t = &plan->tensors[tensor];
+    if (t->placement == FC_PLACE_REPLICATE)
+        return t->first_chunk;
+    const int s = rank % plan->mesh.shard;
+    const int64_t k = fc_mesh_nonempty_chunks(t->shape[0], plan->mesh.shard);
+    return t->first_chunk + (size_t)(s < k ? s : k);
+}
+
+void fc_plan_rank_box(const struct fc_plan *plan, size_t tensor, int rank, int64_t *offsets_out,
+                      int64_t *sizes_out)
+{
+    const struct fc_plan_chunk *ch = &plan->chunks[fc_plan_rank_chunk(plan, tensor, rank)];
+    const int ndim = plan->tensors[tensor].ndim;
+    for (int d = 0; d < ndim; d++) {
+        offsets_out[d] = ch->box.offsets[d];
+        sizes_out[d] = ch->box.sizes[d];
+    }
+}
+
+static int fc_plan__put_ranks(struct fc_buf *out, const struct fc_mesh *mesh, int first, int count)
+{
+    if (first == 0 && count == mesh->shard)
+        return fc_buf_puts(out, "all");
+    for (int r = 0; r < mesh->replicate; r++) {
+        if (r == FC_PLAN_DESCRIBE_MAX_RUNS)
+            return fc_buf_printf(out, ", ... (%" PRId64 " ranks)",
+                                 (int64_t)mesh->replicate * count);
+        const int lo = r * mesh->shard + first, hi = lo + count - 1;
+        FC_TRY(fc_buf_printf(out, "%s%d", r > 0 ? "," : "", lo));
+        if (hi > lo)
+            FC_TRY(fc_buf_printf(out, "-%d", hi));
+    }
+    return FC_OK;
+}
+
+static int fc_plan__put_item(struct fc_buf *out, const struct fc_plan *plan, size_t item)
+{
+    const struct fc_plan_item *it = &plan->items[item];
+    return fc_buf_printf(out, "  ->  %s  offset %" PRIu64 "  bytes %" PRIu64,
+                         plan->files[it->rank].name, it->offset, it->length);
+}
+
+static int fc_plan__describe_tensor(const struct fc_plan *plan, size_t i, struct fc_buf *out)
+{
+    const struct fc_plan_tensor *t = &plan->tensors[i];
+    FC_TRY(fc_buf_puts(out, "tensor "));
+    FC_TRY(fc_plan__put_key(out, t->key));
+    FC_TRY(fc_buf_printf(out, "  %s ", fc_dtype_name(t->dtype)));
+    FC_TRY(fc_plan__put_list(out, t->ndim, t->shape));
+    FC_TRY(fc_buf_printf(out, "  %s", fc_placement_name(&plan->mesh, t->placement)));
+    if (t->alias_of != FC_PLAN_NONE) {
+        FC_TRY(fc_buf_puts(out, "  alias of "));
+        FC_TRY(fc_plan__put_key(out, plan->tensors[t->alias_of].key));
+    }
+    FC_TRY(fc_buf_putc(out, '\n'));
+    for (size_t j = 0; j < t->nchunks; j++) {
+        const struct fc_plan_chunk *ch = &plan->chunks[t->first_chunk + j];
+        int empty = 0;
+        for (int d = 0; d < t->ndim; d++)
+            empty |= ch->box.sizes[d] == 0;
+        FC_TRY(fc_buf_puts(out, "  box "));
+        FC_TRY(fc_plan_format_box(out, t->ndim, ch->box.offsets, ch->box.sizes));
+        FC_TRY(fc_buf_puts(out, "  ranks "));
+        FC_TRY(fc_plan__put_ranks(out, &plan->mesh, ch->shard_first, ch->shard_count));
+        FC_TRY(fc_plan__put_item(out, plan, ch->item));
+        if (empty)
+            FC_TRY(fc_buf_puts(out, "  (empty)"));
+        if (t->alias_of != FC_PLAN_NONE)
+            FC_TRY(fc_buf_puts(out, "  (shared)"));
+        FC_TRY(fc_buf_putc(out, '\n'));
+    }
+    return FC_OK;
+}
+
+int fc_plan_describe(const struct fc_plan *plan, struct fc_buf *out)
+{
+    assert(plan != NULL && out != NULL);
+    FC_TRY(fc_buf_printf(out,
+                         "plan: mesh replicate=%d shard=%d (world %zu); %zu tensors, %zu values; "
+                         "%zu items in %zu files, %" PRIu64 " bytes\n",
+                         plan->mesh.replicate, plan->mesh.shard, plan->nfiles, plan->ntensors,
+                         plan->nvalues, plan->nitems, plan->nfiles, plan->total_bytes));
+    for (size_t v = 0; v < plan->nvalues; v++) {
+        FC_TRY(fc_buf_puts(out, "value "));
+        FC_TRY(fc_plan__put_key(out, plan->values[v].key));
+        FC_TRY(fc_plan__put_item(out, plan, plan->values[v].item));
+        FC_TRY(fc_buf_putc(out, '\n'));
+    }
+    for (size_t i = 0; i < plan->ntensors; i++)
+        FC_TRY(fc_plan__describe_tensor(plan, i, out));
+    for (size_t r = 0; r < plan->nfiles; r++) {
+        const struct fc_plan_file *f = &plan->files[r];
+        FC_TRY(fc_buf_printf(out, "file %s  %zu items  %" PRIu64 " bytes\n", f->name, f->nitems,
+                             f->nbytes));
+    }
+    return FC_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Coverage checker                                                         */
+
+enum { FC_CHUNK_FULL = 0, FC_CHUNK_EMPTY = 1, FC_CHUNK_OOB = 2 };
+
+struct fc_cov_ctx {
+    int ndim;
+    const int64_t *shape;
+    const struct fc_box *chunks;
+    int dim; /* sweep dim */
+    struct fc_buf *report;
+};
+
+/* Lexicographic order of offset tuples, then index (stable and total). */
+static int fc_cov__cmp_offsets(const void *ctxp, size_t a, size_t b)
+{
+    const struct fc_cov_ctx *ctx = ctxp;
+    for (int d = 0; d < ctx->ndim; d++) {
+        const int64_t x = ctx->chunks[a].offsets[d], y = ctx->chunks[b].offsets[d];
+        if (x != y)
+            return x < y ? -1 : 1;
+    }
+    return (a > b) - (a < b);
+}
+
+static int fc_cov__cmp_start(const void *ctxp, size_t a, size_t b)
+{
+    const struct fc_cov_ctx *ctx = ctxp;
+    const int64_t x = ctx->chunks[a].offsets[ctx->dim], y = ctx->chunks[b].offsets[ctx->dim];
+    if (x != y)
+        return x < y ? -1 : 1;
+    return (a > b) - (a < b);
+}
+
+static int fc_cov__classify(const struct fc_cov_ctx *ctx, size_t i)
+{
+    const struct fc_box *b = &ctx->chunks[i];
+    int empty = 0;
+    for (int d = 0; d < ctx->ndim; d++) {
+        const int64_t off = b->offsets[d], size = b->sizes[d], dim = ctx->shape[d];
+        if (off < 0 || size < 0 || size > dim || off > dim - size)
+            return FC_CHUNK_OOB;
+        empty |= size == 0;
+    }
+    return empty ? FC_CHUNK_EMPTY : FC_CHUNK_FULL;
+}
+
+static int fc_cov__more(struct fc_buf *report, uint64_t n, const char *what)
+{
+    if (report == NULL || n <= FC_COVERAGE_REPORT_MAX)
+        return FC_OK;
+    return fc_buf_printf(report, "... and %" PRIu64 " more %s\n", n - FC_COVERAGE_REPORT_MAX,
+                         what);
+}
+
+static int fc_cov__report_overlap(const struct fc_cov_ctx *ctx, uint64_t nth, size_t a, size_t b)
+{
+    if (ctx->report == NULL || nth > FC_COVERAGE_REPORT_MAX)
+        return FC_OK;
+    if (a > b) {
+        const size_t t = a;
+        a = b;
+        b = t;
+    }
+    FC_TRY(fc_buf_printf(ctx->report, "overlap: chunk %zu ", a));
+    FC_TRY(fc_plan_format_box(ctx->report, ctx->ndim, ctx->chunks[a].offsets,
+                              ctx->chunks[a].sizes));
+    FC_TRY(fc_buf_printf(ctx->report, " and chunk %zu ", b));
+    FC_TRY(fc_plan_format_box(ctx->report, ctx->ndim, ctx->chunks[b].offsets,
+                              ctx->chunks[b].sizes));
+    return fc_buf_putc(ctx->report, '\n');
+}
+
+/* Pairwise overlaps of the non-empty in-bounds chunks full[0..m): the sweep of plan.h. */
+static int fc_cov__overlaps(struct fc_cov_ctx *ctx, size_t *full, size_t m,
+                            struct fc_coverage *cov)
+{
+    FC_TRY(fc_plan__sort_idx(full, m, fc_cov__cmp_start, ctx));
+    uint64_t tests = 0;
+    const int sd = ctx->dim;
+    for (size_t i = 0; i < m; i++) {
+        const struct fc_box *a = &ctx->chunks[full[i]];
+        const int64_t end = a->offsets[sd] + a->sizes[sd];
+        for (size_t j = i + 1; j < m; j++) {
+            const struct fc_box *b = &ctx->chunks[full[j]];
+            if (b->offsets[sd] >= end)
+                break;
+            if (++tests > FC_COVERAGE_MAX_PAIR_TESTS) {
+                cov->exact = 0;
+                return FC_OK;
+            }
+            int hit = 1;
+            for (int d = 0; hit && d < ctx->ndim; d++)
+                hit = a->offsets[d] < b->offsets[d] + b->sizes[d] &&
+                      b->offsets[d] < a->offsets[d] + a->sizes[d];
+            if (hit) {
+                cov->overlaps++;
+                FC_TRY(fc_cov__report_overlap(ctx, cov->overlaps, full[i], full[j]));
+            }
+        }
+    }
+    return FC_OK;
+}
+
+/* Index of v in the sorted unique array e[0..n) (v is known to be there). */
+static size_t fc_cov__find(const int64_t *e, size_t n, int64_t v)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        const size_t mid = lo + (hi - lo) / 2;
+        if (e[mid] < v)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/*
+ * Per-dim sorted unique chunk edges (plus 0 and the shape) into
+ * edges[d * stride ..], counts into nedges[d].
+ */
+static void fc_cov__edges(const struct fc_cov_ctx *ctx, const size_t *full, size_t m,
+                          int64_t *edges, size_t stride, size_t *nedges)
+{
+    for (int d = 0; d < ctx->ndim; d++) {
+        int64_t *e = edges + (size_t)d * stride;
+        size_t k = 0;
+        e[k++] = 0;
+        e[k++] = ctx->shape[d];
+        for (size_t i = 0; i < m; i++) {
+            const struct fc_box *b = &ctx->chunks[full[i]];
+            e[k++] = b->offsets[d];
+            e[k++] = b->offsets[d] + b->sizes[d];
+        }
+        qsort(e, k, sizeof(*e), fc_plan__cmp_i64);
+        size_t u = 0;
+        for (size_t i = 0; i < k; i++) {
+            if (u == 0 || e[i] != e[u - 1])
+                e[u++] = e[i];
+        }
+        nedges[d] = u;
+    }
+}
+
+struct fc_cov_grid {
+    const int64_t *edges;
+    size_t stride;
+    const size_t *nedges;
+    size_t cstride[FC_MAX_DIMS]; /* row-major strides over cells */
+    unsigned char *mark;         /* 0 uncovered, 1 covered, 2 covered more than once */
+    uint64_t ncells;
+};
+
+/* Marks the cells of every full chunk; returns 0 when the work bound is hit. */
+static int fc_cov__mark(const struct fc_cov_ctx *ctx, struct fc_cov_grid *g, const size_t *full,
+                        size_t m)
+{
+    uint64_t work = 0;
+    for (size_t i = 0; i < m; i++) {
+        const struct fc_box *b = &ctx->chunks[full[i]];
+        size_t lo[FC_MAX_DIMS], hi[FC_MAX_DIMS], cur[FC_MAX_DIMS];
+        for (int d = 0; d < ctx->ndim; d++) {
+            const int64_t *e = g->edges + (size_t)d * g->stride;
+            lo[d] = fc_cov__find(e, g->nedges[d], b->offsets[d]);
+            hi[d] = fc_cov__find(e, g->nedges[d], b->offsets[d] + b->sizes[d]);
+            cur[d] = lo[d];
+        }
+        for (;;) {
+            if (++work > FC_COVERAGE_MAX_MARKS)
+                return 0;
+            size_t cell = 0;
+            for (int d = 0; d < ctx->ndim; d++)
+                cell += cur[d] * g->cstride[d];
+            if (g->mark[cell] < 2)
+                g->mark[cell]++;
+            int d = ctx->ndim - 1;
+            while (d >= 0 && ++cur[d] == hi[d]) {
+                cur[d] = lo[d];
+                d--;
+            }
+            if (d < 0)
+                break;
+        }
+    }
+    return 1;
+}
+
+/* Counts uncovered cells and their elements; reports the first few. */
+static int fc_cov__scan(const struct fc_cov_ctx *ctx, const struct fc_cov_grid *g,
+                        struct fc_coverage *cov)
+{
+    for (uint64_t cell = 0; cell < g->ncells; cell++) {
+        if (g->mark[cell] != 0)
+            continue;
+        int64_t off[FC_MAX_DIMS], size[FC_MAX_DIMS];
+        uint64_t rest = cell, vol = 1;
+        for (int d = ctx->ndim - 1; d >= 0; d--) {
+            const size_t ncell = g->nedges[d] - 1;
+            const size_t c = (size_t)(rest % ncell);
+            const int64_t *e = g->edges + (size_t)d * g->stride;
+            rest /= ncell;
+            off[d] = e[c];
+            size[d] = e[c + 1] - e[c];
+            vol *= (uint64_t)size[d]; /* <= the tensor's numel */
+        }
+        cov->gaps++;
+        cov->missing_elems += vol;
+        if (ctx->report != NULL && cov->gaps <= FC_COVERAGE_REPORT_MAX) {
+            FC_TRY(fc_buf_puts(ctx->report, "gap: "));
+            FC_TRY(fc_plan_format_box(ctx->report, ctx->ndim, off, size));
+            FC_TRY(fc_buf_printf(ctx->report, " (%" PRIu64 " elements) is covered by no chunk\n",
+                                 vol));
+        }
+    }
+    return fc_cov__more(ctx->report, cov->gaps, "gaps");
+}
+
+/* Gaps and missing elements of the full chunks (ndim >= 1). */
+static int fc_cov__gaps(struct fc_cov_ctx *ctx, const size_t *full, size_t m, int64_t *edges,
+                        size_t stride, const size_t *nedges, int64_t numel,
+                        struct fc_coverage *cov)
+{
+    struct fc_cov_grid g;
+    memset(&g, 0, sizeof(g));
+    g.edges = edges;
+    g.stride = stride;
+    g.nedges = nedges;
+    g.ncells = 1;
+    int fits = 1;
+    for (int d = ctx->ndim - 1; d >= 0; d--) {
+        g.cstride[d] = (size_t)g.ncells;
+        if (fits && fc_mul_u64(g.ncells, nedges[d] - 1, &g.ncells) < 0)
+            fits = 0;
+        if (g.ncells > FC_COVERAGE_MAX_CELLS)
+            fits = 0;
+    }
+    int rc = FC_OK;
+    if (fits && g.ncells > 0) {
+        g.mark = fc_calloc((size_t)g.ncells, 1);
+        if (g.mark == NULL)
+            return fc_error_set(FC_ENOMEM, "coverage: out of memory for %" PRIu64 " cells",
+                                g.ncells);
+        if (fc_cov__mark(ctx, &g, full, m))
+            rc = fc_cov__scan(ctx, &g, cov);
+        else
+            fits = 0;
+        fc_free(g.mark);
+        if (fits || rc < 0)
+            return rc;
+    } else if (fits) {
+        return FC_OK; /* zero cells: the tensor has no elements */
+    }
+    /* Too many cells: fall back on the volume deficit. */
+    uint64_t sum = 0;
+    for (size_t i = 0; i < m; i++) {
+        int64_t v;
+        (void)fc_shape_numel(ctx->chunks[full[i]].sizes, ctx->ndim, &v); /* <= numel */
+        if (fc_add_u64(sum, (uint64_t)v, &sum) < 0)
+            sum = UINT64_MAX;
+    }
+    cov->missing_elems = sum < (uint64_t)numel ? (uint64_t)numel - sum : 0;
+    cov->gaps = cov->missing_elems > 0;
+    if (cov->missing_elems > 0 || cov->overlaps > 0)
+        cov->exact = 0;
+    if (ctx->report != NULL && cov->missing_elems > 0)
+        FC_TRY(fc_buf_printf(ctx->report,
+                             "gap: at least %" PRIu64 " elements are covered by no chunk "
+                             "(too many chunk edges to list the gaps)\n",
+                             cov->missing_elems));
+    return FC_OK;
+}
+
+static int fc_cov__same_offsets(const struct fc_cov_ctx *ctx, size_t a, size_t b)
+{
+    for (int d = 0; d < ctx->ndim; d++) {
+        if (ctx->chunks[a].offsets[d] != ctx->chunks[b].offsets[d])
+            return 0;
+    }
+    return 1;
+}
+
+/* Chunks whose offset tuple equals an earlier chunk's. */
+static int fc_cov__duplicates(struct fc_cov_ctx *ctx, size_t n, struct fc_coverage *cov)
+{
+    if (n < 2)
+        return FC_OK;
+    size_t *idx = fc_calloc(n, sizeof(*idx));
+    if (idx == NULL)
+        return fc_error_set(FC_ENOMEM, "coverage: out of memory for %zu chunks", n);
+    for (size_t i = 0; i < n; i++)
+        idx[i] = i;
+    /* Equal tuples end up adjacent, the lowest chunk index first. */
+    int rc = fc_plan__sort_idx(idx, n, fc_cov__cmp_offsets, ctx);
+    size_t first = 0; /* position of the first chunk of the current run */
+    for (size_t i = 1; rc == FC_OK && i < n; i++) {
+        if (!fc_cov__same_offsets(ctx, idx[first], idx[i])) {
+            first = i;
+            continue;
+        }
+        cov->duplicate_offsets++;
+        if (ctx->report != NULL && cov->duplicate_offsets <= FC_COVERAGE_REPORT_MAX) {
+            rc = fc_buf_printf(ctx->report,
+                               "duplicate offsets: chunk %zu has the offsets of chunk %zu ",
+                               idx[i], idx[first]);
+            if (rc == FC_OK)
+                rc = fc_plan__put_list(ctx->report, ctx->ndim, ctx->chunks[idx[i]].offsets);
+            if (rc == FC_OK)
+                rc = fc_buf_putc(ctx->report, '\n');
+        }
+    }
+    if (rc == FC_OK)
+        rc = fc_cov__more(ctx->report, cov->duplicate_offsets, "duplicate offsets");
+    fc_free(idx);
+    return rc;
+}
+
+/* 0-d tensors: every 0-d chunk covers the one element, so every pair overlaps. */
+static int fc_cov__scalar(struct fc_cov_ctx *ctx, size_t n, struct fc_coverage *cov)
+{
+    cov->overlaps = n < 2 ? 0 : (uint64_t)n * (uint64_t)(n - 1) / 2;
+    cov->missing_elems = n == 0;
+    cov->gaps = n == 0;
+    if (ctx->report == NULL)
+        return FC_OK;
+    uint64_t listed = 0;
+    for (size_t b = 1; b < n && listed < FC_COVERAGE_REPORT_MAX; b++) {
+        for (size_t a = 0; a < b && listed < FC_COVERAGE_REPORT_MAX; a++)
+            FC_TRY(fc_cov__report_overlap(ctx, ++listed, a, b));
+    }
+    FC_TRY(fc_cov__more(ctx->report, cov->overlaps, "overlaps"));
+    if (n == 0)
+        FC_TRY(fc_buf_puts(ctx->report, "gap: [] (1 elements) is covered by no chunk\n"));
+    return FC_OK;
+}
+
+int fc_chunks_check_coverage(int ndim, const int64_t *shape, const struct fc_box *chunks,
+                             size_t n, struct fc_coverage *out, struct fc_buf *report)
+{
+    assert(out != NULL && (n == 0 || chunks != NULL));
+    memset(out, 0, sizeof(*out));
+    out->nchunks = n;
+    out->exact = 1;
+    if (ndim < 0 || ndim > FC_MAX_DIMS)
+        return fc_error_set(FC_EINVAL, "coverage: %d dims is outside [0, %d]", ndim,
+                            FC_MAX_DIMS);
+    int64_t numel;
+    if (fc_shape_numel(shape, ndim, &numel) < 0)
+        return fc_error_set(FC_EINVAL, "coverage: shape has a negative dim or too many elements");
+
+    struct fc_cov_ctx ctx = {ndim, shape, chunks, 0, report};
+    if (ndim == 0) {
+        FC_TRY(fc_cov__duplicates(&ctx, n, out));
+        return fc_cov__scalar(&ctx, n, out);
+    }
+
+    int rc = FC_OK;
+    size_t *full = NULL, *nedges = NULL;
+    int64_t *edges = NULL;
+    size_t m = 0;
+    full = fc_calloc(n, sizeof(*full));
+    if (full == NULL) {
+        rc = fc_error_set(FC_ENOMEM, "coverage: out of memory for %zu chunks", n);
+        goto done;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const int kind = fc_cov__classify(&ctx, i);
+        if (kind == FC_CHUNK_FULL) {
+            full[m++] = i;
+        } else if (kind == FC_CHUNK_EMPTY) {
+            out->empty++;
+        } else {
+            out->out_of_bounds++;
+            if (report != NULL && out->out_of_bounds <= FC_COVERAGE_REPORT_MAX) {
+                FC_TRY_GOTO(fc_buf_printf(report, "out of bounds: chunk %zu offsets ", i), rc,
+                            done);
+                FC_TRY_GOTO(fc_plan__put_list(report, ndim, chunks[i].offsets), rc, done);
+                FC_TRY_GOTO(fc_buf_puts(report, " sizes "), rc, done);
+                FC_TRY_GOTO(fc_plan__put_list(report, ndim, chunks[i].sizes), rc, done);
+                FC_TRY_GOTO(fc_buf_puts(report, " do not fit shape "), rc, done);
+                FC_TRY_GOTO(fc_plan__put_list(report, ndim, shape), rc, done);
+                FC_TRY_GOTO(fc_buf_putc(report, '\n'), rc, done);
+            }
+        }
+    }
+    FC_TRY_GOTO(fc_cov__more(report, out->out_of_bounds, "out of bounds"), rc, done);
+    FC_TRY_GOTO(fc_cov__duplicates(&ctx, n, out), rc, done);
+
+    /* Edges: 2 per full chunk plus 0 and the shape, per dim. */
+    size_t stride, nall;
+    if (fc_mul_size(m, 2, &stride) < 0 || fc_add_size(stride, 2, &stride) < 0 ||
+        fc_mul_size(stride, (size_t)ndim, &nall) < 0) {
+        rc = fc_error_set(FC_ENOMEM, "coverage: too many chunks (%zu)", n);
+        goto done;
+    }
+    edges = fc_calloc(nall, sizeof(*edges));
+    nedges = fc_calloc((size_t)ndim, sizeof(*nedges));
+    if (edges == NULL || nedges == NULL) {
+        rc = fc_error_set(FC_ENOMEM, "coverage: out of memory for %zu chunk edges", nall);
+        goto done;
+    }
+    fc_cov__edges(&ctx, full, m, edges, stride, nedges);
+    /* Sweep along the dim with the most distinct edges: fewest candidate pairs. */
+    for (int d = 1; d < ndim; d++) {
+        if (nedges[d] > nedges[ctx.dim])
+            ctx.dim = d;
+    }
+    FC_TRY_GOTO(fc_cov__overlaps(&ctx, full, m, out), rc, done);
+    FC_TRY_GOTO(fc_cov__more(report, out->overlaps, "overlaps"), rc, done);
+    FC_TRY_GOTO(fc_cov__gaps(&ctx, full, m, edges, stride, nedges, numel, out), rc, done);
+
+done:
+    fc_free(full);
+    fc_free(edges);
+    fc_free(nedges);
+    return rc;
+}
+
+int fc_coverage_ok(const struct fc_coverage *cov)
+{
+    return cov->out_of_bounds == 0 && cov->duplicate_offsets == 0 && cov->overlaps == 0 &&
+           cov->gaps == 0 && cov->missing_elems == 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Intersection index                                                       */
+
+struct fc_chunk_index {
+    int ndim;
+    const struct fc_box *chunks;
+    size_t n;
+    size_t *order;   /* chunk indices by (dim-0 start, index) */
+    int64_t *maxend; /* maxend[i] = max dim-0 end over order[0..i] */
+};
+
+void fc_chunk_index_free(struct fc_chunk_index *idx)
+{
+    if (idx == NULL)
+        return;
+    fc_free(idx->order);
+    fc_free(idx->maxend);
+    fc_free(idx);
+}
+
+int fc_chunk_index_new(struct fc_chunk_index **out, int ndim, const struct fc_box *chunks,
+                       size_t n)
+{
+    assert(out != NULL && (n == 0 || chunks != NULL));
+    *out = NULL;
+    if (ndim < 0 || ndim > FC_MAX_DIMS)
+        return fc_error_set(FC_EINVAL, "chunk index: %d dims is outside [0, %d]", ndim,
+                            FC_MAX_DIMS);
+    for (size_t i = 0; i < n; i++) {
+        for (int d = 0; d < ndim; d++) {
+            int64_t end;
+            if (chunks[i].offsets[d] < 0 || chunks[i].sizes[d] < 0 ||
+                fc_add_i64(chunks[i].offsets[d], chunks[i].sizes[d], &end) < 0)
+                return fc_error_set(FC_EINVAL,
+                                    "chunk index: chunk %zu has an invalid box in dim %d "
+                                    "(offset %" PRId64 ", size %" PRId64 ")",
+                                    i, d, chunks[i].offsets[d], chunks[i].sizes[d]);
+        }
+    }
+    struct fc_chunk_index *idx = fc_calloc(1, sizeof(*idx));
+    if (idx == NULL)
+        return fc_error_set(FC_ENOMEM, "chunk index: out of memory");
+    idx->ndim = ndim;
+    idx->chunks = chunks;
+    idx->n = n;
+    idx->order = fc_calloc(n, sizeof(*idx->order));
+    idx->maxend = fc_calloc(n, sizeof(*idx->maxend));
+    if (idx->order == NULL || idx->maxend == NULL) {
+        fc_chunk_index_free(idx);
+        return fc_error_set(FC_ENOMEM, "chunk index: out of memory for %zu chunks", n);
+    }
+    for (size_t i = 0; i < n; i++)
+        idx->order[i] = i;
+    if (ndim > 0) {
+        struct fc_cov_ctx ctx = {ndim, NULL, chunks, 0, NULL};
+        const int rc = fc_plan__sort_idx(idx->order, n, fc_cov__cmp_start, &ctx);
+        if (rc < 0) {
+            fc_chunk_index_free(idx);
+            return rc;
+        }
+        int64_t m = INT64_MIN;
+        for (size_t i = 0; i < n; i++) {
+            const struct fc_box *b = &chunks[idx->order[i]];
+            const int64_t end = b->offsets[0] + b->sizes[0];
+            m = end > m ? end : m;
+            idx->maxend[i] = m;
+        }
+    }
+    *out = idx;
+    return FC_OK;
+}
+
+int fc_plan_intersect(const struct fc_chunk_index *idx, const int64_t *target_offsets,
+                      const int64_t *target_sizes, struct fc_overlap **out, size_t *n_out)
+{
+    assert(idx != NULL && out != NULL && n_out != NULL);
+    *out = NULL;
+    *n_out = 0;
+    const int ndim = idx->ndim;
+    int64_t tend[FC_MAX_DIMS];
+    for (int d = 0; d < ndim; d++) {
+        if (target_offsets[d] < 0 || target_sizes[d] < 0 ||
+            fc_add_i64(target_offsets[d], target_sizes[d], &tend[d]) < 0)
+            return fc_error_set(FC_EINVAL,
+                                "intersect: target box is invalid in dim %d (offset %" PRId64
+                                ", size %" PRId64 ")",
+                                d, target_offsets[d], target_sizes[d]);
+        if (target_sizes[d] == 0)
+            return FC_OK;
+    }
+    /* First position whose running max end passes the target's start. */
+    size_t lo = 0;
+    if (ndim > 0) {
+        size_t hi = idx->n;
+        while (lo < hi) {
+            const size_t mid = lo + (hi - lo) / 2;
+            if (idx->maxend[mid] > target_offsets[0])
+                hi = mid;
+            else
+                lo = mid + 1;
+        }
+    }
+    struct fc_overlap *res = NULL;
+    size_t nres = 0, cap = 0;
+    for (size_t i = lo; i < idx->n; i++) {
+        const size_t c = idx->order[i];
+        const struct fc_box *b = &idx->chunks[c];
+        if (ndim > 0 && b->offsets[0] >= tend[0])
+            break;
+        struct fc_overlap o;
+        int hit = 1;
+        o.chunk = c;
+        for (int d = 0; hit && d < ndim; d++) {
+            const int64_t s = b->offsets[d] > target_offsets[d] ? b->offsets[d] : target_offsets[d];
+            const int64_t be = b->offsets[d] + b->sizes[d];
+            const int64_t e = be < tend[d] ? be : tend[d];
+            hit = e > s;
+            o.offsets[d] = s;
+            o.sizes[d] = e - s;
+        }
+        if (!hit)
+            continue;
+        if (nres == cap) {
+            const size_t ncap = cap == 0 ? 8 : cap * 2;
+            struct fc_overlap *p = fc_reallocarray(res, ncap, sizeof(*res));
+            if (p == NULL) {
+                fc_free(res);
+                return fc_error_set(FC_ENOMEM, "intersect: out of memory for %zu overlaps",
+                                    ncap);
+            }
+            res = p;
+            cap = ncap;
+        }
+        res[nres++] = o;
+    }
+    *out = res;
+    *n_out = nres;
+    return FC_OK;
+}

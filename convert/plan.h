@@ -1,0 +1,355 @@
+/*
+ * plan.h - the complete DCP write plan, decided before any byte moves.
+ *
+ * fc_plan_build() turns a mesh, a list of tensors (key, dtype, global shape,
+ * placement, tie) and a list of non-tensor values into every chunk (box) of
+ * every tensor, the DCP item that stores each distinct chunk, the rank file
+ * that item goes to, and its byte offset and length in that file.  It is
+ * pure: no I/O, no printing, no format module; the only outside knowledge is
+ * the byte length of one tensor item (a torch.save blob), which the caller
+ * supplies through a callback.  Textual output (--dry-run) goes into a
+ * struct fc_buf via fc_plan_describe().
+ *
+ * The module also holds two helpers on arbitrary chunk lists (including those
+ * of a DCP checkpoint written by PyTorch): a coverage checker for inspect and
+ * an intersection index for reshard.
+ *
+ * Invariants of a built plan (checked by tests/unit/test_plan.c and
+ * tests/fuzz/fuzz_plan.c):
+ *
+ *  1. Chunks.  Each tensor owns chunks[first_chunk .. first_chunk+nchunks),
+ *     one per DISTINCT box that some rank holds (fc_mesh_box()): replicas and
+ *     identical empty boxes collapse into one chunk, as DCP's dedup by (fqn,
+ *     offsets) does.  Chunks are ordered by box offset (= shard order).  For
+ *     FC_PLACE_SHARD0 with L = shape[0] and S = mesh.shard: chunks 0..k-1 are
+ *     the k = fc_mesh_nonempty_chunks(L, S) pieces with length > 0 along dim 0
+ *     (chunk s held by shard coordinate s), followed, when k < S, by ONE chunk
+ *     at dim-0 offset L with length 0 held by shard coordinates k..S-1.  For
+ *     FC_PLACE_REPLICATE there is one chunk, offsets 0, sizes = shape (a 0-d
+ *     tensor: one chunk with ndim 0).  Consequently the offset tuples of a
+ *     tensor's chunks are pairwise distinct, and its chunks with dim-0 length
+ *     > 0 tile the tensor exactly once (fc_chunks_check_coverage() reports
+ *     nothing).
+ *  2. Holders.  The ranks holding chunk c are { r * S + s : 0 <= r < R,
+ *     shard_first <= s < shard_first + shard_count }.
+ *  3. Items.  One item per value and one per chunk of a non-alias tensor.
+ *     An alias tensor (weight tying) has its own chunks (same boxes as its
+ *     root) whose `item` is the root chunk's item: no bytes are stored twice.
+ *     Every item's rank is one of the holders of what it stores (values: any
+ *     rank).
+ *  4. Owners.  Items are assigned in plan order - values in input order, then
+ *     non-alias tensors in input order, chunks in chunk order - greedily to
+ *     the holder with the fewest item bytes assigned so far, ties to the
+ *     lowest rank (DCP's dedup_save_plans; it weighs tensors by raw storage
+ *     bytes and values as 1, we weigh every item by its planned length, which
+ *     balances the files better).  Chunks with one holder (Shard(0) on a 1-D
+ *     mesh) have no choice but still add to their rank's load.
+ *  5. Files.  One file per rank, files[r] named "__{r}_0.distcp", created
+ *     even when empty.  items[] is grouped by file in write order:
+ *     files[r].first_item .. + nitems; within a file, bytes items first
+ *     (value order), then tensor items (tensor order, chunk order), back to
+ *     back with no padding: the first item is at offset 0, each next one at
+ *     the previous offset + length, and files[r].nbytes is the sum of the
+ *     lengths.  total_bytes is the sum over files.  No sum overflows uint64.
+ *  6. Determinism.  The plan is a pure function of its inputs (and of the
+ *     callback's answers): building twice gives identical plans.
+ *  7. Keys.  Tensor and value keys are pairwise distinct across tensors and
+ *     values (FC_EINVAL otherwise); the planner gives them no other meaning.
+ *
+ * Ownership: a struct fc_plan and everything it points to (keys, boxes) is
+ * owned by the plan and freed by fc_plan_free(); every pointer the plan gives
+ * out is borrowed and lives as long as the plan.  Inputs are copied; the
+ * caller may free them after fc_plan_build() returns.  A built plan is
+ * read-only and may be shared between threads.
+ */
+#ifndef FC_PLAN_H
+#define FC_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fc_buf.h"
+#include "fc_dtype.h"
+#include "fc_tensor.h"
+#include "mesh.h"
+
+/*
+ * A box: per-dim start offsets and extents, `ndim` entries each, where ndim
+ * is known from context (the tensor).  The arrays are borrowed.
+ */
+struct fc_box {
+    const int64_t *offsets;
+    const int64_t *sizes;
+};
+
+/* One tensor to plan.  All fields are read; nothing is kept after the call. */
+struct fc_plan_tensor_in {
+    const char *key;             /* flattened FQN; non-NULL */
+    fc_dtype dtype;              /* must have an fc_dtype_info() row */
+    int ndim;                    /* 0 .. FC_MAX_DIMS */
+    int64_t shape[FC_MAX_DIMS];  /* global shape; dims >= 0, numel * elem size fits uint64 */
+    enum fc_placement placement; /* FC_PLACE_SHARD0 needs ndim >= 1 */
+    int64_t alias_of;            /* -1, or index of an EARLIER tensor sharing the same bytes
+                                    (same dtype, ndim, shape, placement); chains allowed */
+};
+
+/* One non-tensor value (a DCP bytes item): blob_size = its torch.save blob length. */
+struct fc_plan_value_in {
+    const char *key;
+    uint64_t blob_size;
+};
+
+/*
+ * Byte length of the stored item of one tensor chunk of `dtype` and chunk
+ * shape sizes[0..ndim) (a torch.save blob; the caller derives it from the
+ * zip layout).  Called once per non-alias chunk, in plan order, during
+ * fc_plan_build(); sizes is borrowed for the call.  Returns FC_OK and sets
+ * *nbytes_out, or a negative fc_err (with its message set), which
+ * fc_plan_build() returns unchanged.
+ */
+typedef int (*fc_plan_blob_size_fn)(void *ctx, fc_dtype dtype, const int64_t *sizes, int ndim,
+                                    uint64_t *nbytes_out);
+
+enum fc_plan_item_kind {
+    FC_ITEM_BYTES = 0, /* a value: index is into values[] */
+    FC_ITEM_TENSOR     /* a tensor chunk: index into tensors[], chunk into chunks[] */
+};
+
+struct fc_plan_tensor {
+    const char *key;
+    fc_dtype dtype;
+    int ndim;
+    int64_t shape[FC_MAX_DIMS];
+    enum fc_placement placement;
+    size_t alias_of;    /* SIZE_MAX, or the ROOT (non-alias) tensor whose items it shares */
+    size_t first_chunk; /* its chunks are chunks[first_chunk .. first_chunk + nchunks) */
+    size_t nchunks;     /* >= 1 */
+};
+
+struct fc_plan_chunk {
+    struct fc_box box; /* tensors[tensor].ndim entries each, owned by the plan */
+    size_t tensor;     /* the tensor this chunk belongs to */
+    size_t item;       /* the item storing its bytes (the root's item for an alias) */
+    int shard_first;   /* holders: see invariant 2 */
+    int shard_count;
+};
+
+struct fc_plan_value {
+    const char *key;
+    size_t item;
+};
+
+struct fc_plan_item {
+    enum fc_plan_item_kind kind;
+    size_t index;    /* value index (bytes) or tensor index (tensor; never an alias) */
+    size_t chunk;    /* tensor items: index into chunks[]; SIZE_MAX for bytes */
+    int rank;        /* owner = the file files[rank] */
+    uint64_t offset; /* byte offset in that file */
+    uint64_t length; /* byte length */
+};
+
+#define FC_PLAN_FILE_NAME_MAX 32
+
+struct fc_plan_file {
+    char name[FC_PLAN_FILE_NAME_MAX]; /* "__{rank}_0.distcp" */
+    int rank;
+    uint64_t nbytes;   /* file size */
+    size_t first_item; /* its items are items[first_item .. first_item + nitems) */
+    size_t nitems;
+};
+
+struct fc_plan {
+    struct fc_mesh mesh;
+    struct fc_plan_tensor *tensors;
+    size_t ntensors;
+    struct fc_plan_value *values;
+    size_t nvalues;
+    struct fc_plan_chunk *chunks;
+    size_t nchunks;
+    struct fc_plan_item *items; /* grouped by file in write order */
+    size_t nitems;
+    struct fc_plan_file *files; /* files[r] for r in [0, world) */
+    size_t nfiles;
+    uint64_t total_bytes;
+    /* private: backing storage for boxes and keys */
+    int64_t *dims_;
+    char *strings_;
+};
+
+/*
+ * fc_plan_build() - plan a full -> DCP conversion onto `mesh`.
+ *
+ * tensors/values may be NULL when their count is 0.  blob_size is required
+ * when ntensors > 0.  On success *out is a new plan owned by the caller
+ * (fc_plan_free()); on failure *out is NULL.
+ *
+ * Returns FC_OK; FC_EINVAL for an invalid mesh, a tensor with a bad dtype,
+ * ndim, shape or placement, an alias that is not an earlier tensor or differs
+ * in dtype/shape/placement, a duplicate key, or file sizes overflowing
+ * uint64 (the message names the key); FC_ENOMEM; or whatever the callback
+ * returned.
+ */
+int fc_plan_build(struct fc_plan **out, const struct fc_mesh *mesh,
+                  const struct fc_plan_tensor_in *tensors, size_t ntensors,
+                  const struct fc_plan_value_in *values, size_t nvalues,
+                  fc_plan_blob_size_fn blob_size, void *ctx);
+
+void fc_plan_free(struct fc_plan *plan); /* accepts NULL */
+
+/*
+ * fc_plan_file_name() - "__{rank}_0.distcp" into buf (FC_PLAN_FILE_NAME_MAX
+ * bytes suffice for any int rank).  Returns FC_OK, or FC_EINVAL when it does
+ * not fit.
+ */
+int fc_plan_file_name(int rank, char *buf, size_t bufsize);
+
+/*
+ * fc_plan_rank_chunk() - index into plan->chunks of the box that `rank`
+ * holds of tensor `tensor` (even when that chunk's item is stored in another
+ * rank's file).  Preconditions (asserted): tensor < ntensors, 0 <= rank <
+ * world.
+ */
+size_t fc_plan_rank_chunk(const struct fc_plan *plan, size_t tensor, int rank);
+
+/*
+ * fc_plan_rank_box() - copy the box of fc_plan_rank_chunk() into
+ * offsets_out/sizes_out (tensors[tensor].ndim entries each).  Equals
+ * fc_mesh_box() for the tensor's shape and placement.
+ */
+void fc_plan_rank_box(const struct fc_plan *plan, size_t tensor, int rank, int64_t *offsets_out,
+                      int64_t *sizes_out);
+
+/*
+ * fc_plan_describe() - append the --dry-run text of the plan to out.
+ *
+ * Format (one record per line, fields separated by two spaces; keys are
+ * written with bytes outside printable ASCII, and backslash, as \xNN):
+ *
+ *   plan: mesh replicate=R shard=S (world W); T tensors, V values; I items in W files, B bytes
+ *   value <key>  ->  <file>  offset <o>  bytes <n>                  (one per value)
+ *   tensor <key>  <dtype> [d0, d1]  <placement>[  alias of <key>]   (one per tensor)
+ *     box [a:b, c:d]  ranks <set>  ->  <file>  offset <o>  bytes <n>[  (empty)][  (shared)]
+ *   file <name>  <n> items  <b> bytes                               (one per file)
+ *
+ * A box line follows its tensor line, one per chunk.  Boxes are half-open
+ * Python slices per dim ("[]" for 0-d).  <set> is "all", or the holder
+ * ranks as comma-separated runs "a" / "a-b" (at most 8 runs, then ", ...
+ * (N ranks)").  "(empty)" marks a zero-element box, "(shared)" an alias's
+ * chunk whose bytes are the root's item.  <placement> is fc_placement_name().
+ *
+ * Returns FC_OK or FC_ENOMEM (out's cap exceeded; out keeps what fit).
+ */
+int fc_plan_describe(const struct fc_plan *plan, struct fc_buf *out);
+
+/*
+ * fc_plan_format_box() - append "[a:b, c:d]" for a box of ndim dims to out.
+ * Returns FC_OK or FC_ENOMEM.
+ */
+int fc_plan_format_box(struct fc_buf *out, int ndim, const int64_t *offsets,
+                       const int64_t *sizes);
+
+/* ------------------------------------------------------------------------ */
+/* Coverage of an arbitrary chunk list (inspect, DCP readers).               */
+
+/* Each kind of problem is listed at most this many times in the report. */
+#define FC_COVERAGE_REPORT_MAX 8
+
+struct fc_coverage {
+    size_t nchunks;
+    size_t empty;             /* in-bounds chunks with zero elements */
+    size_t out_of_bounds;     /* chunks with an offset or size < 0, or past the shape */
+    size_t duplicate_offsets; /* chunks whose offsets equal those of an earlier chunk
+                                 (DCP keys storage by (fqn, offsets): one of them is lost) */
+    uint64_t overlaps;        /* pairs of non-empty in-bounds chunks that intersect */
+    uint64_t gaps;            /* uncovered boxes of the grid cut by all chunk edges */
+    uint64_t missing_elems;   /* elements covered by no in-bounds chunk */
+    int exact;                /* 1: every count is exact; 0: a work bound was hit on a
+                                 pathological list and overlaps/gaps/missing_elems are
+                                 lower bounds */
+};
+
+/*
+ * fc_chunks_check_coverage() - do chunks[0..n) tile a tensor of `shape`
+ * exactly once?  Works on any list (PyTorch-written included); empty chunks
+ * never count as overlaps; out-of-bounds chunks are counted and otherwise
+ * ignored.  A perfect tiling has out_of_bounds, duplicate_offsets, overlaps,
+ * gaps and missing_elems all 0 (fc_coverage_ok()).
+ *
+ * Algorithm and cost (n chunks, d dims):
+ *   - bounds and emptiness: O(n d);
+ *   - duplicate offsets: sort by offset tuple, O(n d log n);
+ *   - overlaps: sweep along the dim with the most distinct chunk edges; each
+ *     chunk is tested only against chunks starting before it ends on that
+ *     dim: O(n d log n + d K), K = pairs overlapping on the sweep dim.  K = 0
+ *     for any valid 1-D sharding (on any dim), about n * (t-1) / 2 for a valid
+ *     t-wide 2-D grid; bounded by 2^26 tests, beyond which exact = 0;
+ *   - gaps / missing elements: the per-dim sorted edges (incl. 0 and the
+ *     shape) cut the tensor into a grid of cells; each chunk marks its cells;
+ *     uncovered cells are the gaps.  O(C + covered cells), C = cell count,
+ *     which is n for a 1-D sharding and about n for a 2-D grid; when C
+ *     exceeds 2^24 only the volume deficit is used (exact if no overlaps,
+ *     else a lower bound, exact = 0).  0-d tensors: every pair of 0-d chunks
+ *     overlaps, counted arithmetically.
+ *
+ * If report is not NULL, one line per problem ("out of bounds: ...",
+ * "duplicate offsets: ...", "overlap: ...", "gap: ...") is appended, at most
+ * FC_COVERAGE_REPORT_MAX per kind, then "... and N more <kind>".
+ *
+ * Returns FC_OK (whatever the coverage; results in *out), FC_EINVAL when
+ * ndim is outside [0, FC_MAX_DIMS], a dim of shape is negative or the shape's
+ * element count overflows int64, or FC_ENOMEM.
+ */
+int fc_chunks_check_coverage(int ndim, const int64_t *shape, const struct fc_box *chunks,
+                             size_t n, struct fc_coverage *out, struct fc_buf *report);
+
+/* fc_coverage_ok() - 1 when the list tiles the tensor exactly once. */
+int fc_coverage_ok(const struct fc_coverage *cov);
+
+/* ------------------------------------------------------------------------ */
+/* Intersections with a target box (reshard).                               */
+
+struct fc_chunk_index; /* opaque */
+
+/*
+ * fc_chunk_index_new() - index chunks[0..n) of an ndim-dim tensor for
+ * fc_plan_intersect(): chunks sorted by dim-0 start plus a running maximum
+ * of dim-0 ends, O(n log n) to build, O(n) memory.
+ *
+ * The index BORROWS chunks[] and the arrays it points to: they must outlive
+ * it.  Chunks with a zero size are kept but never reported.  On success *out
+ * is owned by the caller (fc_chunk_index_free()); NULL on failure.
+ *
+ * Returns FC_OK, FC_EINVAL (ndim out of range, a negative offset or size, or
+ * offset + size overflowing int64; the message names the chunk), FC_ENOMEM.
+ */
+int fc_chunk_index_new(struct fc_chunk_index **out, int ndim, const struct fc_box *chunks,
+                       size_t n);
+void fc_chunk_index_free(struct fc_chunk_index *idx); /* accepts NULL */
+
+/* One (source chunk, overlap) pair, in global tensor coordinates. */
+struct fc_overlap {
+    size_t chunk; /* index into the chunks[] given to fc_chunk_index_new() */
+    int64_t offsets[FC_MAX_DIMS];
+    int64_t sizes[FC_MAX_DIMS]; /* all > 0 */
+};
+
+/*
+ * fc_plan_intersect() - every non-empty intersection of an indexed chunk with
+ * the target box (target_offsets/target_sizes, ndim entries each).
+ *
+ * Binary search on the running maximum of dim-0 ends skips every chunk
+ * ending before the target starts; the scan stops at the first chunk
+ * starting after the target ends: O(log n + m) for chunks disjoint along dim
+ * 0, m = chunks overlapping the target's dim-0 range.  Results come in
+ * (dim-0 start, chunk index) order.  The caller derives, per dim, the offset
+ * inside the source chunk (overlap - chunk offset) and inside the target
+ * (overlap - target offset).
+ *
+ * On success *out is an array of *n_out entries owned by the caller
+ * (fc_free()), or NULL when there is none.  Returns FC_OK, FC_EINVAL (a
+ * negative target offset or size), FC_ENOMEM.
+ */
+int fc_plan_intersect(const struct fc_chunk_index *idx, const int64_t *target_offsets,
+                      const int64_t *target_sizes, struct fc_overlap **out, size_t *n_out);
+
+#endif

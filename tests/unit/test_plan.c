@@ -1,0 +1,1257 @@
+/*
+ * test_plan.c - the sharding planner, the coverage checker and the
+ * intersection index.  No file is touched: every check is on the plan.
+ */
+#include "fc_test.h"
+
+#include <inttypes.h>
+
+#include "fc_alloc.h"
+#include "fc_buf.h"
+#include "plan.h"
+
+/* ------------------------------------------------------------------------ */
+/* Helpers                                                                  */
+
+/* A deterministic stand-in for the torch.save blob size: data + header per dim. */
+struct blob_ctx {
+    unsigned calls;
+    unsigned fail_at; /* 1-based call that fails, 0 never */
+};
+
+static int blob_size(void *ctxp, fc_dtype dtype, const int64_t *sizes, int ndim,
+                     uint64_t *nbytes_out)
+{
+    struct blob_ctx *ctx = ctxp;
+    if (ctx != NULL && ++ctx->calls == ctx->fail_at)
+        return fc_error_set(FC_EIO, "blob size: injected failure");
+    int64_t numel = 0;
+    assert_int_equal(fc_shape_numel(sizes, ndim, &numel), 0);
+    *nbytes_out = (uint64_t)numel * fc_dtype_size(dtype) + 100 + 8 * (uint64_t)ndim;
+    return FC_OK;
+}
+
+static struct fc_plan_tensor_in tin(const char *key, fc_dtype dt, enum fc_placement pl, int ndim,
+                                    int64_t d0, int64_t d1, int64_t d2)
+{
+    struct fc_plan_tensor_in t;
+    memset(&t, 0, sizeof(t));
+    t.key = key;
+    t.dtype = dt;
+    t.ndim = ndim;
+    t.shape[0] = d0;
+    t.shape[1] = d1;
+    t.shape[2] = d2;
+    t.placement = pl;
+    t.alias_of = -1;
+    return t;
+}
+
+static int64_t box_numel(int ndim, const int64_t *sizes)
+{
+    int64_t n = 0;
+    assert_int_equal(fc_shape_numel(sizes, ndim, &n), 0);
+    return n;
+}
+
+/* Marks every element of a box in counts (row-major over shape). */
+static void mark_box(unsigned *counts, int ndim, const int64_t *shape, const int64_t *off,
+                     const int64_t *size)
+{
+    if (box_numel(ndim, size) == 0)
+        return;
+    int64_t cur[FC_MAX_DIMS];
+    for (int d = 0; d < ndim; d++)
+        cur[d] = 0;
+    for (;;) {
+        int64_t lin = 0;
+        for (int d = 0; d < ndim; d++)
+            lin = lin * shape[d] + off[d] + cur[d];
+        counts[lin]++;
+        int d = ndim - 1;
+        while (d >= 0 && ++cur[d] == size[d]) {
+            cur[d] = 0;
+            d--;
+        }
+        if (d < 0)
+            return;
+    }
+}
+
+/* Every invariant of plan.h that can be checked from the outside. */
+static void check_plan(const struct fc_plan *p)
+{
+    const struct fc_mesh *m = &p->mesh;
+    const int world = fc_mesh_world_size(m);
+    assert_int_equal(p->nfiles, (size_t)world);
+
+    /* Files: named, contiguous item ranges, cumulative offsets, bytes first. */
+    size_t next_item = 0;
+    uint64_t total = 0;
+    for (int r = 0; r < world; r++) {
+        const struct fc_plan_file *f = &p->files[r];
+        char name[FC_PLAN_FILE_NAME_MAX];
+        snprintf(name, sizeof(name), "__%d_0.distcp", r);
+        assert_string_equal(f->name, name);
+        assert_int_equal(f->rank, r);
+        assert_int_equal(f->first_item, next_item);
+        uint64_t off = 0;
+        int seen_tensor = 0;
+        size_t last_value = SIZE_MAX, last_chunk = SIZE_MAX;
+        for (size_t k = f->first_item; k < f->first_item + f->nitems; k++) {
+            const struct fc_plan_item *it = &p->items[k];
+            assert_int_equal(it->rank, r);
+            assert_int_equal(it->offset, off);
+            off += it->length;
+            if (it->kind == FC_ITEM_BYTES) {
+                assert_false(seen_tensor);
+                assert_true(last_value == SIZE_MAX || it->index > last_value);
+                last_value = it->index;
+                assert_int_equal(p->values[it->index].item, k);
+                assert_int_equal(it->chunk, SIZE_MAX);
+            } else {
+                seen_tensor = 1;
+                /* tensor order then chunk order == increasing global chunk index */
+                assert_true(last_chunk == SIZE_MAX || it->chunk > last_chunk);
+                last_chunk = it->chunk;
+                assert_int_equal(p->chunks[it->chunk].item, k);
+                assert_int_equal(p->chunks[it->chunk].tensor, it->index);
+                assert_int_equal(p->tensors[it->index].alias_of, SIZE_MAX);
+            }
+        }
+        assert_int_equal(f->nbytes, off);
+        next_item += f->nitems;
+        total += f->nbytes;
+    }
+    assert_int_equal(next_item, p->nitems);
+    assert_int_equal(total, p->total_bytes);
+
+    /* Tensors: chunk ranges, tiling, holders, rank boxes. */
+    size_t next_chunk = 0, nitems = p->nvalues;
+    for (size_t i = 0; i < p->ntensors; i++) {
+        const struct fc_plan_tensor *t = &p->tensors[i];
+        assert_int_equal(t->first_chunk, next_chunk);
+        assert_true(t->nchunks >= 1);
+        next_chunk += t->nchunks;
+        if (t->alias_of == SIZE_MAX)
+            nitems += t->nchunks;
+        else
+            assert_int_equal(p->tensors[t->alias_of].alias_of, SIZE_MAX);
+
+        struct fc_box boxes[64];
+        assert_true(t->nchunks <= 64);
+        for (size_t j = 0; j < t->nchunks; j++) {
+            const struct fc_plan_chunk *ch = &p->chunks[t->first_chunk + j];
+            boxes[j] = ch->box;
+            assert_int_equal(ch->tensor, i);
+            const struct fc_plan_item *it = &p->items[ch->item];
+            assert_int_equal(it->kind, FC_ITEM_TENSOR);
+            if (t->alias_of != SIZE_MAX)
+                assert_int_equal(ch->item, p->chunks[p->tensors[t->alias_of].first_chunk + j].item);
+            /* the owner holds the box */
+            int ss;
+            fc_mesh_coords(m, it->rank, NULL, &ss);
+            assert_true(ss >= ch->shard_first && ss < ch->shard_first + ch->shard_count);
+            if (t->ndim > 0 && ch->box.sizes[0] == 0)
+                assert_int_equal(ch->box.offsets[0], t->shape[0]); /* empty at offset L */
+        }
+        struct fc_coverage cov;
+        assert_fc_ok(fc_chunks_check_coverage(t->ndim, t->shape, boxes, t->nchunks, &cov, NULL));
+        assert_true(fc_coverage_ok(&cov));
+        assert_true(cov.exact);
+
+        int64_t numel = 0;
+        assert_int_equal(fc_shape_numel(t->shape, t->ndim, &numel), 0);
+        unsigned *counts = calloc((size_t)numel + 1, sizeof(*counts));
+        for (size_t j = 0; j < t->nchunks; j++)
+            mark_box(counts, t->ndim, t->shape, boxes[j].offsets, boxes[j].sizes);
+        for (int64_t e = 0; e < numel; e++)
+            assert_int_equal(counts[e], 1);
+        free(counts);
+
+        for (int r = 0; r < world; r++) {
+            int64_t off[FC_MAX_DIMS], size[FC_MAX_DIMS], moff[FC_MAX_DIMS], msize[FC_MAX_DIMS];
+            fc_plan_rank_box(p, i, r, off, size);
+            assert_fc_ok(fc_mesh_box(m, t->placement, t->ndim, t->shape, r, moff, msize));
+            for (int d = 0; d < t->ndim; d++) {
+                assert_int_equal(off[d], moff[d]);
+                assert_int_equal(size[d], msize[d]);
+            }
+            const struct fc_plan_chunk *ch = &p->chunks[fc_plan_rank_chunk(p, i, r)];
+            assert_true(r % m->shard >= ch->shard_first &&
+                        r % m->shard < ch->shard_first + ch->shard_count);
+        }
+    }
+    assert_int_equal(next_chunk, p->nchunks);
+    assert_int_equal(nitems, p->nitems);
+}
+
+static int plans_equal(const struct fc_plan *a, const struct fc_plan *b)
+{
+    if (a->nitems != b->nitems || a->nchunks != b->nchunks || a->total_bytes != b->total_bytes)
+        return 0;
+    for (size_t k = 0; k < a->nitems; k++) {
+        const struct fc_plan_item *x = &a->items[k], *y = &b->items[k];
+        if (x->kind != y->kind || x->index != y->index || x->chunk != y->chunk ||
+            x->rank != y->rank || x->offset != y->offset || x->length != y->length)
+            return 0;
+    }
+    for (size_t c = 0; c < a->nchunks; c++) {
+        const int nd = a->tensors[a->chunks[c].tensor].ndim;
+        if (a->chunks[c].item != b->chunks[c].item ||
+            memcmp(a->chunks[c].box.offsets, b->chunks[c].box.offsets, nd * sizeof(int64_t)) ||
+            memcmp(a->chunks[c].box.sizes, b->chunks[c].box.sizes, nd * sizeof(int64_t)))
+            return 0;
+    }
+    return 1;
+}
+
+/* A toy model: uneven rows, a scalar, a zero-row tensor, a 3-D conv, a tie, buffers. */
+#define NTOY 9
+static void toy_model(struct fc_plan_tensor_in *t)
+{
+    t[0] = tin("embed.weight", FC_DTYPE_FLOAT32, FC_PLACE_SHARD0, 2, 11, 4, 0);
+    t[1] = tin("layers.0.bias", FC_DTYPE_BFLOAT16, FC_PLACE_SHARD0, 1, 5, 0, 0);
+    t[2] = tin("layers.0.scale", FC_DTYPE_FLOAT32, FC_PLACE_REPLICATE, 0, 0, 0, 0);
+    t[3] = tin("layers.0.conv", FC_DTYPE_FLOAT16, FC_PLACE_SHARD0, 3, 3, 2, 2);
+    t[4] = tin("empty_rows", FC_DTYPE_INT64, FC_PLACE_SHARD0, 2, 0, 3, 0);
+    t[5] = tin("zero_cols", FC_DTYPE_INT8, FC_PLACE_SHARD0, 2, 4, 0, 0);
+    t[6] = tin("running_mean", FC_DTYPE_FLOAT32, FC_PLACE_REPLICATE, 1, 6, 0, 0);
+    t[7] = tin("lm_head.weight", FC_DTYPE_FLOAT32, FC_PLACE_SHARD0, 2, 11, 4, 0);
+    t[7].alias_of = 0;
+    t[8] = tin("one_row", FC_DTYPE_FLOAT64, FC_PLACE_SHARD0, 2, 1, 9, 0);
+}
+
+static const struct fc_plan_value_in toy_values[] = {
+    {"optim.state.step", 300}, {"optim.param_groups.0.lr", 280}, {"epoch", 250}};
+
+static struct fc_plan *build_toy(int replicate, int shard)
+{
+    struct fc_plan_tensor_in t[NTOY];
+    toy_model(t);
+    const struct fc_mesh m = {replicate, shard};
+    struct fc_plan *p = NULL;
+    assert_fc_ok(fc_plan_build(&p, &m, t, NTOY, toy_values, 3, blob_size, NULL));
+    assert_non_null(p);
+    return p;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Planner                                                                  */
+
+static void test_plan_tiles_every_tensor_on_1d_meshes(void **state)
+{
+    (void)state;
+    static const int sizes[] = {1, 2, 3, 4, 7, 8};
+    for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+        struct fc_plan *p = build_toy(1, sizes[k]);
+        check_plan(p);
+        fc_plan_free(p);
+    }
+}
+
+static void test_plan_tiles_every_tensor_on_hsdp_meshes(void **state)
+{
+    (void)state;
+    static const int rs[][2] = {{2, 2}, {2, 3}, {3, 1}, {4, 2}};
+    for (size_t k = 0; k < sizeof(rs) / sizeof(rs[0]); k++) {
+        struct fc_plan *p = build_toy(rs[k][0], rs[k][1]);
+        check_plan(p);
+        /* S distinct boxes per Shard(0) tensor whatever R is (11 rows) */
+        const int S = rs[k][1];
+        const int64_t want = fc_mesh_nonempty_chunks(11, S) + (fc_mesh_nonempty_chunks(11, S) < S);
+        assert_int_equal(p->tensors[0].nchunks, (size_t)want);
+        fc_plan_free(p);
+    }
+}
+
+static void test_plan_records_identical_empty_boxes_once_at_offset_len(void **state)
+{
+    (void)state;
+    /* L = 2 over 4 ranks: (0)/1, (1)/1, (2)/0 as DCP's dedup stores it. */
+    struct fc_plan_tensor_in t[2] = {tin("w", FC_DTYPE_FLOAT32, FC_PLACE_SHARD0, 2, 2, 3, 0),
+                                     tin("z", FC_DTYPE_FLOAT32, FC_PLACE_SHARD0, 1, 0, 0, 0)};
+    const struct fc_mesh m = {1, 4};
+    struct fc_plan *p = NULL;
+    assert_fc_ok(fc_plan_build(&p, &m, t, 2, NULL, 0, blob_size, NULL));
+    check_plan(p);
+    assert_int_equal(p->tensors[0].nchunks, 3);
+    const struct fc_plan_chunk *c = &p->chunks[p->tensors[0].first_chunk];
+    assert_int_equal(c[0].box.offsets[0], 0);
+    assert_int_equal(c[0].box.sizes[0], 1);
+    assert_int_equal(c[1].box.offsets[0], 1);
+    assert_int_equal(c[2].box.offsets[0], 2);
+    assert_int_equal(c[2].box.sizes[0], 0);
+    assert_int_equal(c[2].box.sizes[1], 3);
+    assert_int_equal(c[2].shard_first, 2);
+    assert_int_equal(c[2].shard_count, 2);
+    assert_int_equal(fc_plan_rank_chunk(p, 0, 3), p->tensors[0].first_chunk + 2);
+    /* a zero-length tensor: one empty chunk at offset 0 held by everyone */
+    assert_int_equal(p->tensors[1].nchunks, 1);
+    const struct fc_plan_chunk *z = &p->chunks[p->tensors[1].first_chunk];
+    assert_int_equal(z->box.offsets[0], 0);
+    assert_int_equal(z->box.sizes[0], 0);
+    assert_int_equal(z->shard_count, 4);
+    fc_plan_free(p);
+}
+
+static void test_plan_gives_a_scalar_one_chunk_with_no_dims(void **state)
+{
+    (void)state;
+    struct fc_plan *p = build_toy(2, 3);
+    const struct fc_plan_tensor *t = &p->tensors[2];
+    assert_int_equal(t->ndim, 0);
+    assert_int_equal(t->nchunks, 1);
+    const struct fc_plan_item *it = &p->items[p->chunks[t->first_chunk].item];
+    assert_int_equal(it->length, 104); /* 4 bytes + 100, no dims */
+    fc_plan_free(p);
+}
+
+static void test_plan_alias_shares_the_items_of_its_root(void **state)
+{
+    (void)state;
+    struct fc_plan_tensor_in t[4] = {tin("a", FC_DTYPE_FLOAT32, FC_PLACE_SHARD0, 2, 5, 2, 0),
+                                     tin("b", FC_DTYPE_FLOAT32, FC_PLACE_SHARD0, 2, 5, 2, 0),
+                                     tin("c", FC_DTYPE_FLOAT32, FC_PLACE_SHARD0, 2, 5, 2, 0),
+                                     tin("s", FC_DTYPE_INT64, FC_PLACE_REPLICATE, 0, 0, 0, 0)};
+    t[1].alias_of = 0;
+    t[2].alias_of = 1; /* a chain resolves to the root */
+    const struct fc_mesh m = {1, 4};
+    struct fc_plan *p = NULL;
+    struct blob_ctx ctx = {0, 0};
+    assert_fc_ok(fc_plan_build(&p, &m, t, 4, NULL, 0, blob_size, &ctx));
+    check_plan(p);
+    assert_int_equal(ctx.calls, 4 + 1); /* only the root's chunks and the scalar */
+    assert_int_equal(p->nitems, 5);
+    assert_int_equal(p->tensors[1].alias_of, 0);
+    assert_int_equal(p->tensors[2].alias_of, 0);
+    for (size_t j = 0; j < 4; j++) {
+        const size_t item = p->chunks[p->tensors[0].first_chunk + j].item;
+        assert_int_equal(p->chunks[p->tensors[1].first_chunk + j].item, item);
+        assert_int_equal(p->chunks[p->tensors[2].first_chunk + j].item, item);
+        assert_int_equal(p->chunks[p->tensors[2].first_chunk + j].box.offsets[0],
+                         p->chunks[p->tensors[0].first_chunk + j].box.offsets[0]);
+    }
+    fc_plan_free(p);
+}
+
+static void test_plan_rejects_bad_aliases(void **state)
+{
+    (void)state;
+    const struct fc_mesh m = {1, 2};
+    static struct fc_plan sentinel;
+    struct fc_plan *p = &sentinel; /* must come back NULL */
+    struct fc_plan_tensor_in t[2] = {tin("a", FC_DTYPE_FLOAT32, FC_PLACE_SHARD0, 2, 5, 2, 0),
+                                     tin("b", FC_DTYPE_FLOAT32, FC_PLACE_SHARD0, 2, 5, 2, 0)};
+    t[0].alias_of = 1;
+    assert_fc_fails(fc_plan_build(&p, &m, t, 2, NULL, 0, blob_size, NULL), FC_EINVAL,
+                    "not an earlier tensor");
+    assert_null(p);
+    t[0].alias_of = 0;
+    assert_fc_fails(fc_plan_build(&p, &m, t, 2, NULL, 0, blob_size, NULL), FC_EINVAL,
+                    "not an earlier tensor");
+    t[0].alias_of = -2;
+    assert_fc_fails(fc_plan_build(&p, &m, t, 2, NULL, 0, blob_size, NULL), FC_EINVAL,
+                    "not an earlier tensor");
+    t[0].alias_of = -1;
+    t[1].alias_of = 0;
+    t[1].shape[1] = 3;
+    assert_fc_fails(fc_plan_build(&p, &m, t, 2, NULL, 0, blob_size, NULL), FC_EINVAL,
+                    "'b' is tied to 'a'");
+    t[1].shape[1] = 2;
+    t[1].dtype = FC_DTYPE_BFLOAT16;
+    assert_fc_fails(fc_plan_build(&p, &m, t, 2, NULL, 0, blob_size, NULL), FC_EINVAL,
+                    "differs in dtype");
+    t[1].dtype = FC_DTYPE_FLOAT32;
+    t[1].placement = FC_PLACE_REPLICATE;
+    assert_fc_fails(fc_plan_build(&p, &m, t, 2, NULL, 0, blob_size, NULL), FC_EINVAL,
+                    "placement");
+    assert_null(p);
+}
+
+static void test_plan_rejects_duplicate_keys_across_tensors_and_values(void **state)
+{
+    (void)state;
+    const struct fc_mesh m = {1, 2};
+    struct fc_plan *p = NULL;
+    struct fc_plan_tensor_in t[2] = {tin("a", FC_DTYPE_FLOAT32, FC_PLACE_SHARD0, 1, 5, 0, 0),
+                                     tin("b", FC_DTYPE_FLOAT32, FC_PLACE_SHARD0, 1, 5, 0, 0)};
+    const struct fc_plan_value_in v[2] = {{"x", 1}, {"b", 2}};
+    assert_fc_fails(fc_plan_build(&p, &m, t, 2, v, 2, blob_size, NULL), FC_EINVAL,
+                    "duplicate key 'b'");
+    t[1].key = "a";
+    assert_fc_fails(fc_plan_build(&p, &m, t, 2, NULL, 0, blob_size, NULL), FC_EINVAL,
+                    "duplicate key 'a'");
+    const struct fc_plan_value_in vv[2] = {{"x", 1}, {"x", 2}};
+    assert_fc_fails(fc_plan_build(&p, &m, NULL, 0, vv, 2, NULL, NULL), FC_EINVAL,
+                    "duplicate key 'x'");
+    assert_null(p);
+}
+
+static void test_plan_rejects_invalid_tensors_and_meshes(void **state)
+{
+    (void)state;
+    const struct fc_mesh m = {1, 2}, bad = {0, 2};
+    struct fc_plan *p = NULL;
+    struct fc_plan_tensor_in t = tin("w", FC_DTYPE_INVALID, FC_PLACE_SHARD0, 1, 4, 0, 0);
+    assert_fc_fails(fc_plan_build(&p, &m, &t, 1, NULL, 0, blob_size, NULL), FC_EINVAL,
+                    "'w': invalid dtype");
+    t.dtype = FC_DTYPE_COUNT;
+    assert_fc_fails(fc_plan_build(&p, &m, &t, 1, NULL, 0, blob_size, NULL), FC_EINVAL,
+                    "invalid dtype");
+    t.dtype = FC_DTYPE_FLOAT32;
+    t.ndim = FC_MAX_DIMS + 1;
+    assert_fc_fails(fc_plan_build(&p, &m, &t, 1, NULL, 0, blob_size, NULL), FC_EINVAL,
+                    "dims is outside");
+    t.ndim = 1;
+    t.shape[0] = -1;
+    assert_fc_fails(fc_plan_build(&p, &m, &t, 1, NULL, 0, blob_size, NULL), FC_EINVAL,
+                    "negative size");
+    t.ndim = 3;
+    t.shape[0] = t.shape[1] = t.shape[2] = INT64_C(1) << 30;
+    assert_fc_fails(fc_plan_build(&p, &m, &t, 1, NULL, 0, blob_size, NULL), FC_EINVAL,
+                    "element count overflows");
+    t.ndim = 0;
+    assert_fc_fails(fc_plan_build(&p, &m, &t, 1, NULL, 0, blob_size, NULL), FC_EINVAL,
+                    "0-d tensor cannot be Shard(0)");
+    t.ndim = 1;
+    t.shape[0] = 3;
+    t.placement = (enum fc_placement)5;
+    assert_fc_fails(fc_plan_build(&p, &m, &t, 1, NULL, 0, blob_size, NULL), FC_EINVAL,
+                    "unknown placement");
+    t.placement = FC_PLACE_SHARD0;
+    assert_fc_fails(fc_plan_build(&p, &bad, &t, 1, NULL, 0, blob_size, NULL), FC_EINVAL,
+                    "replicate size 0");
+    assert_null(p);
+}
+
+static void test_plan_offsets_and_lengths_add_up_to_file_sizes(void **state)
+{
+    (void)state;
+    struct fc_plan *p = build_toy(1, 3);
+    uint64_t sum = 0;
+    for (size_t k = 0; k < p->nitems; k++) {
+        const struct fc_plan_item *it = &p->items[k];
+        assert_true(it->offset + it->length <= p->files[it->rank].nbytes);
+        sum += it->length;
+    }
+    assert_int_equal(sum, p->total_bytes);
+    fc_plan_free(p);
+}
+
+static void test_plan_writes_bytes_before_tensors_in_each_file(void **state)
+{
+    (void)state;
+    /* 1 rank: everything in one file; values first, in input order. */
+    struct fc_plan *p = build_toy(1, 1);
+    check_plan(p);
+    for (size_t v = 0; v < 3; v++) {
+        assert_int_equal(p->items[v].kind, FC_ITEM_BYTES);
+        assert_int_equal(p->items[v].index, v);
+    }
+    assert_int_equal(p->items[0].offset, 0);
+    assert_int_equal(p->items[1].offset, 300);
+    assert_int_equal(p->items[2].offset, 580);
+    assert_int_equal(p->items[3].kind, FC_ITEM_TENSOR);
+    assert_int_equal(p->items[3].offset, 830);
+    fc_plan_free(p);
+}
+
+static void test_plan_is_deterministic(void **state)
+{
+    (void)state;
+    struct fc_plan *a = build_toy(2, 3), *b = build_toy(2, 3);
+    assert_true(plans_equal(a, b));
+    struct fc_buf ta = FC_BUF_INIT(1 << 20), tb = FC_BUF_INIT(1 << 20);
+    assert_fc_ok(fc_plan_describe(a, &ta));
+    assert_fc_ok(fc_plan_describe(b, &tb));
+    assert_int_equal(ta.len, tb.len);
+    assert_memory_equal(ta.data, tb.data, ta.len);
+    fc_buf_release(&ta);
+    fc_buf_release(&tb);
+    fc_plan_free(a);
+    fc_plan_free(b);
+}
+
+static void test_plan_hsdp_stores_each_shard_box_once_on_one_of_its_replicas(void **state)
+{
+    (void)state;
+    /* 8 equal tensors on (replicate 2, shard 2): each shard box has 2 replicas. */
+    struct fc_plan_tensor_in t[8];
+    const char *keys[8] = {"t0", "t1", "t2", "t3", "t4", "t5", "t6", "t7"};
+    for (int i = 0; i < 8; i++)
+        t[i] = tin(keys[i], FC_DTYPE_FLOAT32, FC_PLACE_SHARD0, 2, 8, 4, 0);
+    const struct fc_mesh m = {2, 2};
+    struct fc_plan *p = NULL;
+    assert_fc_ok(fc_plan_build(&p, &m, t, 8, NULL, 0, blob_size, NULL));
+    check_plan(p);
+    assert_int_equal(p->nitems, 16); /* 8 tensors x 2 shard boxes, not x 4 ranks */
+    /* greedy: t0 -> ranks 0, 1; t1 -> ranks 2, 3; ... every file gets 4 items */
+    for (int r = 0; r < 4; r++)
+        assert_int_equal(p->files[r].nitems, 4);
+    assert_int_equal(p->items[p->chunks[p->tensors[0].first_chunk].item].rank, 0);
+    assert_int_equal(p->items[p->chunks[p->tensors[0].first_chunk + 1].item].rank, 1);
+    assert_int_equal(p->items[p->chunks[p->tensors[1].first_chunk].item].rank, 2);
+    assert_int_equal(p->items[p->chunks[p->tensors[1].first_chunk + 1].item].rank, 3);
+    fc_plan_free(p);
+
+    /* 2 x 3 with 5 rows: boxes rows 0-1, 2-3, 4; each stored once on (s or 3 + s). */
+    for (int i = 0; i < 6; i++)
+        t[i] = tin(keys[i], FC_DTYPE_FLOAT32, FC_PLACE_SHARD0, 2, 5, 4, 0);
+    const struct fc_mesh m2 = {2, 3};
+    assert_fc_ok(fc_plan_build(&p, &m2, t, 6, NULL, 0, blob_size, NULL));
+    check_plan(p);
+    assert_int_equal(p->nitems, 18);
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (int r = 0; r < 6; r++) {
+        lo = p->files[r].nbytes < lo ? p->files[r].nbytes : lo;
+        hi = p->files[r].nbytes > hi ? p->files[r].nbytes : hi;
+    }
+    assert_true(hi - lo <= 2 * (32 + 116)); /* balanced within two items */
+    fc_plan_free(p);
+}
+
+static void test_plan_spreads_bytes_values_and_replicated_tensors(void **state)
+{
+    (void)state;
+    struct fc_plan_value_in v[8];
+    char keys[8][8];
+    for (int i = 0; i < 8; i++) {
+        snprintf(keys[i], sizeof(keys[i]), "v%d", i);
+        v[i].key = keys[i];
+        v[i].blob_size = 100;
+    }
+    const struct fc_mesh m = {1, 4};
+    struct fc_plan *p = NULL;
+    assert_fc_ok(fc_plan_build(&p, &m, NULL, 0, v, 8, NULL, NULL));
+    check_plan(p);
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(p->items[p->values[i].item].rank, i % 4);
+    for (int r = 0; r < 4; r++)
+        assert_int_equal(p->files[r].nbytes, 200);
+    fc_plan_free(p);
+
+    /* Replicated tensors go to the least loaded rank, after the forced shards. */
+    struct fc_plan_tensor_in t[3] = {tin("w", FC_DTYPE_FLOAT32, FC_PLACE_SHARD0, 1, 3, 0, 0),
+                                     tin("b1", FC_DTYPE_FLOAT32, FC_PLACE_REPLICATE, 1, 2, 0, 0),
+                                     tin("b2", FC_DTYPE_FLOAT32, FC_PLACE_REPLICATE, 1, 2, 0, 0)};
+    assert_fc_ok(fc_plan_build(&p, &m, t, 3, NULL, 0, blob_size, NULL));
+    check_plan(p);
+    /* w: rows 0, 1, 2 on ranks 0-2 and the empty box on rank 3; b1, b2 -> 3 then 0 */
+    assert_int_equal(p->items[p->chunks[p->tensors[1].first_chunk].item].rank, 3);
+    assert_int_equal(p->items[p->chunks[p->tensors[2].first_chunk].item].rank, 0);
+    fc_plan_free(p);
+}
+
+static void test_plan_creates_a_file_for_every_rank_even_when_idle(void **state)
+{
+    (void)state;
+    struct fc_plan_tensor_in t = tin("w", FC_DTYPE_FLOAT32, FC_PLACE_SHARD0, 1, 2, 0, 0);
+    const struct fc_mesh m = {1, 8};
+    struct fc_plan *p = NULL;
+    assert_fc_ok(fc_plan_build(&p, &m, &t, 1, NULL, 0, blob_size, NULL));
+    check_plan(p);
+    assert_int_equal(p->nfiles, 8);
+    assert_int_equal(p->files[0].nitems, 1);
+    assert_int_equal(p->files[1].nitems, 1);
+    assert_int_equal(p->files[2].nitems, 1); /* the one empty box, at offset 2 */
+    for (int r = 3; r < 8; r++) {
+        assert_int_equal(p->files[r].nitems, 0);
+        assert_int_equal(p->files[r].nbytes, 0);
+    }
+    fc_plan_free(p);
+
+    /* no tensors, no values: still one (empty) file per rank */
+    assert_fc_ok(fc_plan_build(&p, &m, NULL, 0, NULL, 0, NULL, NULL));
+    assert_int_equal(p->nfiles, 8);
+    assert_int_equal(p->nitems, 0);
+    assert_int_equal(p->total_bytes, 0);
+    fc_plan_free(p);
+}
+
+static void test_plan_propagates_blob_size_errors(void **state)
+{
+    (void)state;
+    struct fc_plan_tensor_in t[NTOY];
+    toy_model(t);
+    const struct fc_mesh m = {1, 4};
+    for (unsigned k = 1; k <= 6; k++) {
+        struct blob_ctx ctx = {0, k};
+        struct fc_plan *p = NULL;
+        assert_fc_fails(fc_plan_build(&p, &m, t, NTOY, toy_values, 3, blob_size, &ctx), FC_EIO,
+                        "injected failure");
+        assert_null(p);
+    }
+}
+
+static void test_plan_survives_every_allocation_failure(void **state)
+{
+    (void)state;
+    struct fc_plan_tensor_in t[NTOY];
+    toy_model(t);
+    const struct fc_mesh m = {2, 3};
+    for (unsigned long n = 1;; n++) {
+        struct fc_plan *p = NULL;
+        fc_alloc_fail_at(n);
+        const int rc = fc_plan_build(&p, &m, t, NTOY, toy_values, 3, blob_size, NULL);
+        const int fired = fc_alloc_failed();
+        fc_alloc_fail_at(0);
+        if (!fired) {
+            assert_fc_ok(rc);
+            check_plan(p);
+            fc_plan_free(p);
+            break;
+        }
+        assert_int_equal(rc, FC_ENOMEM);
+        assert_null(p);
+        assert_true(n < 100);
+    }
+}
+
+static void test_plan_describe_renders_the_dry_run_table(void **state)
+{
+    (void)state;
+    struct fc_plan_tensor_in t[3] = {tin("w", FC_DTYPE_FLOAT32, FC_PLACE_SHARD0, 2, 3, 2, 0),
+                                     tin("b", FC_DTYPE_FLOAT32, FC_PLACE_REPLICATE, 0, 0, 0, 0),
+                                     tin("tied", FC_DTYPE_FLOAT32, FC_PLACE_SHARD0, 2, 3, 2, 0)};
+    t[2].alias_of = 0;
+    const struct fc_plan_value_in v = {"step", 10};
+    const struct fc_mesh m = {1, 2};
+    struct fc_plan *p = NULL;
+    assert_fc_ok(fc_plan_build(&p, &m, t, 3, &v, 1, blob_size, NULL));
+    struct fc_buf out = FC_BUF_INIT(1 << 16);
+    assert_fc_ok(fc_plan_describe(p, &out));
+    assert_fc_ok(fc_buf_putc(&out, '\0'));
+    const char *want =
+        "plan: mesh replicate=1 shard=2 (world 2); 3 tensors, 1 values; 4 items in 2 files, "
+        "370 bytes\n"
+        "value step  ->  __0_0.distcp  offset 0  bytes 10\n"
+        "tensor w  float32 [3, 2]  Shard(0)\n"
+        "  box [0:2, 0:2]  ranks 0  ->  __0_0.distcp  offset 10  bytes 132\n"
+        "  box [2:3, 0:2]  ranks 1  ->  __1_0.distcp  offset 0  bytes 124\n"
+        "tensor b  float32 []  Replicate()\n"
+        "  box []  ranks all  ->  __1_0.distcp  offset 124  bytes 104\n"
+        "tensor tied  float32 [3, 2]  Shard(0)  alias of w\n"
+        "  box [0:2, 0:2]  ranks 0  ->  __0_0.distcp  offset 10  bytes 132  (shared)\n"
+        "  box [2:3, 0:2]  ranks 1  ->  __1_0.distcp  offset 0  bytes 124  (shared)\n"
+        "file __0_0.distcp  2 items  142 bytes\n"
+        "file __1_0.distcp  2 items  228 bytes\n";
+    assert_string_equal((const char *)out.data, want);
+    fc_buf_release(&out);
+    fc_plan_free(p);
+}
+
+static void test_plan_describe_lists_hsdp_holders_and_empty_boxes(void **state)
+{
+    (void)state;
+    struct fc_plan_tensor_in t = tin("x\n\\y", FC_DTYPE_BFLOAT16, FC_PLACE_SHARD0, 1, 1, 0, 0);
+    const struct fc_mesh m = {2, 3};
+    struct fc_plan *p = NULL;
+    assert_fc_ok(fc_plan_build(&p, &m, &t, 1, NULL, 0, blob_size, NULL));
+    struct fc_buf out = FC_BUF_INIT(1 << 16);
+    assert_fc_ok(fc_plan_describe(p, &out));
+    assert_fc_ok(fc_buf_putc(&out, '\0'));
+    const char *s = (const char *)out.data;
+    assert_non_null(strstr(s, "tensor x\\x0a\\x5cy  bfloat16 [1]  (Replicate(), Shard(0))\n"));
+    assert_non_null(strstr(s, "  box [0:1]  ranks 0,3  ->  __0_0.distcp  offset 0  bytes 110\n"));
+    assert_non_null(
+        strstr(s, "  box [1:1]  ranks 1-2,4-5  ->  __1_0.distcp  offset 0  bytes 108  (empty)\n"));
+    fc_buf_release(&out);
+    fc_plan_free(p);
+
+    /* Long holder lists are cut after 8 runs. */
+    const struct fc_mesh wide = {10, 2};
+    assert_fc_ok(fc_plan_build(&p, &wide, &t, 1, NULL, 0, blob_size, NULL));
+    fc_buf_init(&out, 1 << 16);
+    assert_fc_ok(fc_plan_describe(p, &out));
+    assert_fc_ok(fc_buf_putc(&out, '\0'));
+    assert_non_null(strstr((const char *)out.data,
+                           "ranks 0,2,4,6,8,10,12,14, ... (10 ranks)  ->"));
+    fc_buf_release(&out);
+    fc_plan_free(p);
+}
+
+static void test_plan_describe_fails_when_the_buffer_cap_is_exceeded(void **state)
+{
+    (void)state;
+    struct fc_plan *p = build_toy(1, 8);
+    struct fc_buf out = FC_BUF_INIT(64);
+    assert_fc_fails(fc_plan_describe(p, &out), FC_ENOMEM, "cap");
+    assert_true(out.len <= 64);
+    fc_buf_release(&out);
+    fc_plan_free(p);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Coverage                                                                 */
+
+struct boxes {
+    int64_t off[64][FC_MAX_DIMS];
+    int64_t size[64][FC_MAX_DIMS];
+    struct fc_box b[64];
+    size_t n;
+};
+
+static void add_box(struct boxes *bx, int ndim, const int64_t *off, const int64_t *size)
+{
+    for (int d = 0; d < ndim; d++) {
+        bx->off[bx->n][d] = off[d];
+        bx->size[bx->n][d] = size[d];
+    }
+    bx->b[bx->n].offsets = bx->off[bx->n];
+    bx->b[bx->n].sizes = bx->size[bx->n];
+    bx->n++;
+}
+
+static void add1(struct boxes *bx, int64_t off, int64_t size, int64_t cols)
+{
+    const int64_t o[2] = {off, 0}, s[2] = {size, cols};
+    add_box(bx, 2, o, s);
+}
+
+static void test_coverage_accepts_an_exact_tiling(void **state)
+{
+    (void)state;
+    struct boxes bx = {.n = 0};
+    const int64_t shape[2] = {5, 3};
+    add1(&bx, 4, 1, 3); /* order does not matter */
+    add1(&bx, 0, 2, 3);
+    add1(&bx, 2, 2, 3);
+    add1(&bx, 5, 0, 3); /* empty chunk at L */
+    struct fc_coverage cov;
+    struct fc_buf rep = FC_BUF_INIT(4096);
+    assert_fc_ok(fc_chunks_check_coverage(2, shape, bx.b, bx.n, &cov, &rep));
+    assert_true(fc_coverage_ok(&cov));
+    assert_int_equal(cov.empty, 1);
+    assert_int_equal(cov.nchunks, 4);
+    assert_true(cov.exact);
+    assert_int_equal(rep.len, 0);
+    fc_buf_release(&rep);
+}
+
+static void test_coverage_finds_gaps(void **state)
+{
+    (void)state;
+    struct boxes bx = {.n = 0};
+    const int64_t shape[2] = {6, 3};
+    add1(&bx, 0, 2, 3);
+    add1(&bx, 3, 1, 3);
+    struct fc_coverage cov;
+    struct fc_buf rep = FC_BUF_INIT(4096);
+    assert_fc_ok(fc_chunks_check_coverage(2, shape, bx.b, bx.n, &cov, &rep));
+    assert_false(fc_coverage_ok(&cov));
+    assert_int_equal(cov.gaps, 2);
+    assert_int_equal(cov.missing_elems, 9);
+    assert_int_equal(cov.overlaps, 0);
+    assert_fc_ok(fc_buf_putc(&rep, '\0'));
+    assert_string_equal((const char *)rep.data,
+                        "gap: [2:3, 0:3] (3 elements) is covered by no chunk\n"
+                        "gap: [4:6, 0:3] (6 elements) is covered by no chunk\n");
+    fc_buf_release(&rep);
+}
+
+static void test_coverage_finds_overlaps_but_not_with_empty_chunks(void **state)
+{
+    (void)state;
+    struct boxes bx = {.n = 0};
+    const int64_t shape[2] = {4, 4};
+    add1(&bx, 0, 3, 4);
+    add1(&bx, 2, 2, 4);
+    add1(&bx, 1, 0, 4); /* empty and strictly inside: not an overlap */
+    struct fc_coverage cov;
+    struct fc_buf rep = FC_BUF_INIT(4096);
+    assert_fc_ok(fc_chunks_check_coverage(2, shape, bx.b, bx.n, &cov, &rep));
+    assert_int_equal(cov.overlaps, 1);
+    assert_int_equal(cov.gaps, 0);
+    assert_int_equal(cov.missing_elems, 0);
+    assert_int_equal(cov.empty, 1);
+    assert_fc_ok(fc_buf_putc(&rep, '\0'));
+    assert_string_equal((const char *)rep.data,
+                        "overlap: chunk 0 [0:3, 0:4] and chunk 1 [2:4, 0:4]\n");
+    fc_buf_release(&rep);
+}
+
+static void test_coverage_finds_out_of_bounds_chunks(void **state)
+{
+    (void)state;
+    struct boxes bx = {.n = 0};
+    const int64_t shape[2] = {4, 2};
+    add1(&bx, 0, 4, 2);
+    add1(&bx, 3, 2, 2);         /* past the end */
+    add1(&bx, -1, 1, 2);        /* negative offset */
+    add1(&bx, 1, -1, 2);        /* negative size */
+    add1(&bx, INT64_MAX, 1, 2); /* would overflow */
+    add1(&bx, 5, 0, 2);         /* empty but past the end */
+    struct fc_coverage cov;
+    struct fc_buf rep = FC_BUF_INIT(4096);
+    assert_fc_ok(fc_chunks_check_coverage(2, shape, bx.b, bx.n, &cov, &rep));
+    assert_int_equal(cov.out_of_bounds, 5);
+    assert_int_equal(cov.overlaps, 0);
+    assert_int_equal(cov.missing_elems, 0);
+    assert_false(fc_coverage_ok(&cov));
+    assert_fc_ok(fc_buf_putc(&rep, '\0'));
+    assert_non_null(strstr((const char *)rep.data,
+                           "out of bounds: chunk 1 offsets [3, 0] sizes [2, 2] do not fit "
+                           "shape [4, 2]\n"));
+    fc_buf_release(&rep);
+}
+
+static void test_coverage_finds_duplicate_offsets_like_the_lost_hsdp_shard(void **state)
+{
+    (void)state;
+    /*
+     * pytorch#150862: before torch 2.8 an empty shard on a 2-D mesh could get
+     * offset 0, the key of a real shard; dedup kept one of them and the real
+     * rows vanished.  The stored list then has two chunks at offset 0.
+     */
+    struct boxes bx = {.n = 0};
+    const int64_t shape[2] = {2, 3};
+    add1(&bx, 0, 1, 3);
+    add1(&bx, 1, 1, 3);
+    add1(&bx, 0, 0, 3); /* the empty shard at offset 0 */
+    struct fc_coverage cov;
+    struct fc_buf rep = FC_BUF_INIT(4096);
+    assert_fc_ok(fc_chunks_check_coverage(2, shape, bx.b, bx.n, &cov, &rep));
+    assert_int_equal(cov.duplicate_offsets, 1);
+    assert_int_equal(cov.overlaps, 0);
+    assert_false(fc_coverage_ok(&cov));
+    assert_fc_ok(fc_buf_putc(&rep, '\0'));
+    assert_string_equal((const char *)rep.data,
+                        "duplicate offsets: chunk 2 has the offsets of chunk 0 [0, 0]\n");
+    /* after dedup dropped the real chunk: a gap */
+    bx.n = 0;
+    add1(&bx, 0, 0, 3);
+    add1(&bx, 1, 1, 3);
+    fc_buf_clear(&rep);
+    assert_fc_ok(fc_chunks_check_coverage(2, shape, bx.b, bx.n, &cov, &rep));
+    assert_int_equal(cov.gaps, 1);
+    assert_int_equal(cov.missing_elems, 3);
+    fc_buf_release(&rep);
+}
+
+static void test_coverage_handles_scalars(void **state)
+{
+    (void)state;
+    struct fc_box b[3] = {{NULL, NULL}, {NULL, NULL}, {NULL, NULL}};
+    struct fc_coverage cov;
+    assert_fc_ok(fc_chunks_check_coverage(0, NULL, b, 1, &cov, NULL));
+    assert_true(fc_coverage_ok(&cov));
+    assert_fc_ok(fc_chunks_check_coverage(0, NULL, b, 0, &cov, NULL));
+    assert_int_equal(cov.gaps, 1);
+    assert_int_equal(cov.missing_elems, 1);
+    struct fc_buf rep = FC_BUF_INIT(4096);
+    assert_fc_ok(fc_chunks_check_coverage(0, NULL, b, 3, &cov, &rep));
+    assert_int_equal(cov.overlaps, 3);
+    assert_int_equal(cov.duplicate_offsets, 2);
+    assert_int_equal(cov.missing_elems, 0);
+    fc_buf_release(&rep);
+}
+
+static void test_coverage_handles_grids_and_dim1_sharding(void **state)
+{
+    (void)state;
+    /* 2-D grid 3 x 2 over [7, 5] */
+    struct boxes bx = {.n = 0};
+    const int64_t shape[2] = {7, 5};
+    for (int i = 0; i < 3; i++) {
+        for (int j = 0; j < 2; j++) {
+            int64_t o0, s0, o1, s1;
+            fc_mesh_chunk(7, 3, i, &o0, &s0);
+            fc_mesh_chunk(5, 2, j, &o1, &s1);
+            const int64_t o[2] = {o0, o1}, s[2] = {s0, s1};
+            add_box(&bx, 2, o, s);
+        }
+    }
+    struct fc_coverage cov;
+    assert_fc_ok(fc_chunks_check_coverage(2, shape, bx.b, bx.n, &cov, NULL));
+    assert_true(fc_coverage_ok(&cov));
+    /* drop one cell */
+    bx.n--;
+    assert_fc_ok(fc_chunks_check_coverage(2, shape, bx.b, bx.n, &cov, NULL));
+    assert_int_equal(cov.missing_elems, 2); /* rows [6:7) x cols [3:5) */
+    assert_int_equal(cov.gaps, 1);
+
+    /* Shard(1) of [3, 8] over 4 */
+    bx.n = 0;
+    const int64_t shape2[2] = {3, 8};
+    for (int j = 0; j < 4; j++) {
+        const int64_t o[2] = {0, 2 * j}, s[2] = {3, 2};
+        add_box(&bx, 2, o, s);
+    }
+    assert_fc_ok(fc_chunks_check_coverage(2, shape2, bx.b, bx.n, &cov, NULL));
+    assert_true(fc_coverage_ok(&cov));
+}
+
+static void test_coverage_of_a_zero_element_tensor_needs_no_chunk(void **state)
+{
+    (void)state;
+    const int64_t shape[2] = {0, 3};
+    struct fc_coverage cov;
+    assert_fc_ok(fc_chunks_check_coverage(2, shape, NULL, 0, &cov, NULL));
+    assert_true(fc_coverage_ok(&cov));
+    struct boxes bx = {.n = 0};
+    add1(&bx, 0, 0, 3);
+    assert_fc_ok(fc_chunks_check_coverage(2, shape, bx.b, bx.n, &cov, NULL));
+    assert_true(fc_coverage_ok(&cov));
+    assert_int_equal(cov.empty, 1);
+}
+
+static void test_coverage_rejects_bad_shapes(void **state)
+{
+    (void)state;
+    struct fc_coverage cov;
+    const int64_t neg[1] = {-1}, big[3] = {INT64_C(1) << 40, INT64_C(1) << 40, 4};
+    assert_fc_fails(fc_chunks_check_coverage(-1, neg, NULL, 0, &cov, NULL), FC_EINVAL,
+                    "dims is outside");
+    assert_fc_fails(fc_chunks_check_coverage(1, neg, NULL, 0, &cov, NULL), FC_EINVAL,
+                    "negative dim");
+    assert_fc_fails(fc_chunks_check_coverage(3, big, NULL, 0, &cov, NULL), FC_EINVAL,
+                    "too many elements");
+}
+
+static void test_coverage_lists_at_most_the_report_limit(void **state)
+{
+    (void)state;
+    struct boxes bx = {.n = 0};
+    const int64_t shape[1] = {100};
+    for (int i = 0; i < 20; i++) {
+        const int64_t o[1] = {0}, s[1] = {1};
+        add_box(&bx, 1, o, s);
+    }
+    struct fc_coverage cov;
+    struct fc_buf rep = FC_BUF_INIT(1 << 16);
+    assert_fc_ok(fc_chunks_check_coverage(1, shape, bx.b, bx.n, &cov, &rep));
+    assert_int_equal(cov.overlaps, 190);
+    assert_int_equal(cov.duplicate_offsets, 19);
+    assert_int_equal(cov.missing_elems, 99);
+    assert_fc_ok(fc_buf_putc(&rep, '\0'));
+    const char *s = (const char *)rep.data;
+    assert_non_null(strstr(s, "... and 182 more overlaps\n"));
+    assert_non_null(strstr(s, "... and 11 more duplicate offsets\n"));
+    size_t lines = 0;
+    for (const char *q = s; *q != '\0'; q++)
+        lines += *q == '\n';
+    assert_int_equal(lines, 8 + 1 + 8 + 1 + 1);
+    fc_buf_release(&rep);
+}
+
+/* Tiny xorshift for reproducible random lists. */
+static uint64_t rng_next(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static void test_coverage_matches_brute_force_on_random_lists(void **state)
+{
+    (void)state;
+    uint64_t seed = 0x9e3779b97f4a7c15u;
+    for (int iter = 0; iter < 400; iter++) {
+        const int ndim = 1 + (int)(rng_next(&seed) % 3);
+        int64_t shape[3];
+        for (int d = 0; d < ndim; d++)
+            shape[d] = (int64_t)(rng_next(&seed) % 6);
+        struct boxes bx = {.n = 0};
+        const size_t n = rng_next(&seed) % 10;
+        for (size_t i = 0; i < n; i++) {
+            int64_t o[3], s[3];
+            for (int d = 0; d < ndim; d++) {
+                o[d] = (int64_t)(rng_next(&seed) % (uint64_t)(shape[d] + 2)) - (iter % 7 == 0);
+                s[d] = (int64_t)(rng_next(&seed) % (uint64_t)(shape[d] + 2));
+            }
+            add_box(&bx, ndim, o, s);
+        }
+        struct fc_coverage cov;
+        assert_fc_ok(fc_chunks_check_coverage(ndim, shape, bx.b, bx.n, &cov, NULL));
+        assert_true(cov.exact);
+
+        int64_t numel = 0;
+        assert_int_equal(fc_shape_numel(shape, ndim, &numel), 0);
+        unsigned counts[216];
+        memset(counts, 0, sizeof(counts));
+        size_t oob = 0, empty = 0, dups = 0;
+        uint64_t pairs = 0;
+        for (size_t i = 0; i < bx.n; i++) {
+            int bad = 0, emp = 0;
+            for (int d = 0; d < ndim; d++) {
+                bad |= bx.off[i][d] < 0 || bx.size[i][d] < 0 ||
+                       bx.off[i][d] + bx.size[i][d] > shape[d];
+                emp |= bx.size[i][d] == 0;
+            }
+            for (size_t j = 0; j < i; j++) {
+                if (memcmp(bx.off[i], bx.off[j], (size_t)ndim * sizeof(int64_t)) == 0) {
+                    dups++;
+                    break;
+                }
+            }
+            if (bad) {
+                oob++;
+                continue;
+            }
+            if (emp) {
+                empty++;
+                continue;
+            }
+            mark_box(counts, ndim, shape, bx.off[i], bx.size[i]);
+            for (size_t j = 0; j < i; j++) {
+                int hit = 1;
+                for (int d = 0; d < ndim; d++) {
+                    int jbad = bx.off[j][d] < 0 || bx.size[j][d] <= 0 ||
+                               bx.off[j][d] + bx.size[j][d] > shape[d];
+                    hit &= !jbad;
+                }
+                for (int d = 0; hit && d < ndim; d++)
+                    hit = bx.off[i][d] < bx.off[j][d] + bx.size[j][d] &&
+                          bx.off[j][d] < bx.off[i][d] + bx.size[i][d];
+                pairs += hit;
+            }
+        }
+        uint64_t missing = 0;
+        for (int64_t e = 0; e < numel; e++)
+            missing += counts[e] == 0;
+        assert_int_equal(cov.out_of_bounds, oob);
+        assert_int_equal(cov.empty, empty);
+        assert_int_equal(cov.duplicate_offsets, dups);
+        assert_int_equal(cov.overlaps, pairs);
+        assert_int_equal(cov.missing_elems, missing);
+        assert_true((cov.gaps == 0) == (missing == 0));
+    }
+}
+
+static void test_coverage_is_fast_on_many_1d_chunks(void **state)
+{
+    (void)state;
+    const size_t n = 200000;
+    int64_t *off = calloc(n * 2, sizeof(*off));
+    int64_t *size = calloc(n * 2, sizeof(*size));
+    struct fc_box *b = calloc(n, sizeof(*b));
+    assert_non_null(off);
+    assert_non_null(size);
+    assert_non_null(b);
+    for (size_t i = 0; i < n; i++) {
+        const size_t k = (i * 7919) % n; /* shuffled */
+        off[2 * i] = (int64_t)k * 3;
+        size[2 * i] = 3;
+        off[2 * i + 1] = 0;
+        size[2 * i + 1] = 16;
+        b[i].offsets = &off[2 * i];
+        b[i].sizes = &size[2 * i];
+    }
+    const int64_t shape[2] = {(int64_t)n * 3, 16};
+    struct fc_coverage cov;
+    assert_fc_ok(fc_chunks_check_coverage(2, shape, b, n, &cov, NULL));
+    assert_true(fc_coverage_ok(&cov));
+    assert_true(cov.exact);
+
+    /* the same boxes over dim 1 (Shard(1)) */
+    for (size_t i = 0; i < n; i++) {
+        const int64_t t = off[2 * i];
+        off[2 * i] = 0;
+        off[2 * i + 1] = t;
+        size[2 * i] = 16;
+        size[2 * i + 1] = 3;
+    }
+    const int64_t shape1[2] = {16, (int64_t)n * 3};
+    assert_fc_ok(fc_chunks_check_coverage(2, shape1, b, n, &cov, NULL));
+    assert_true(fc_coverage_ok(&cov));
+    free(off);
+    free(size);
+    free(b);
+}
+
+static void test_coverage_degrades_to_lower_bounds_on_pathological_lists(void **state)
+{
+    (void)state;
+    /* 12000 identical full chunks: 72M overlapping pairs, past the work bound. */
+    const size_t n = 12000;
+    const int64_t off[1] = {0}, size[1] = {10};
+    struct fc_box *b = calloc(n, sizeof(*b));
+    assert_non_null(b);
+    for (size_t i = 0; i < n; i++) {
+        b[i].offsets = off;
+        b[i].sizes = size;
+    }
+    struct fc_coverage cov;
+    assert_fc_ok(fc_chunks_check_coverage(1, size, b, n, &cov, NULL));
+    assert_false(cov.exact);
+    assert_true(cov.overlaps > 0);
+    assert_int_equal(cov.duplicate_offsets, n - 1);
+    assert_false(fc_coverage_ok(&cov));
+    free(b);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Intersections                                                            */
+
+static void test_intersect_finds_the_source_pieces_of_a_target_box(void **state)
+{
+    (void)state;
+    /* source: 10 rows over 4 ranks (3, 3, 3, 1) x 4 cols; target rows 2..7, cols 1..3 */
+    struct boxes bx = {.n = 0};
+    for (int i = 0; i < 4; i++) {
+        int64_t o, s;
+        fc_mesh_chunk(10, 4, i, &o, &s);
+        add1(&bx, o, s, 4);
+    }
+    struct fc_chunk_index *idx = NULL;
+    assert_fc_ok(fc_chunk_index_new(&idx, 2, bx.b, bx.n));
+    const int64_t toff[2] = {2, 1}, tsize[2] = {5, 2};
+    struct fc_overlap *ov = NULL;
+    size_t n = 0;
+    assert_fc_ok(fc_plan_intersect(idx, toff, tsize, &ov, &n));
+    assert_int_equal(n, 3);
+    assert_int_equal(ov[0].chunk, 0);
+    assert_int_equal(ov[0].offsets[0], 2);
+    assert_int_equal(ov[0].sizes[0], 1);
+    assert_int_equal(ov[1].chunk, 1);
+    assert_int_equal(ov[1].offsets[0], 3);
+    assert_int_equal(ov[1].sizes[0], 3);
+    assert_int_equal(ov[2].chunk, 2);
+    assert_int_equal(ov[2].offsets[0], 6);
+    assert_int_equal(ov[2].sizes[0], 1);
+    for (size_t k = 0; k < n; k++) {
+        assert_int_equal(ov[k].offsets[1], 1);
+        assert_int_equal(ov[k].sizes[1], 2);
+    }
+    fc_free(ov);
+    /* empty target and a target past the end: nothing */
+    const int64_t t2off[2] = {10, 0}, t2size[2] = {0, 4}, t3off[2] = {20, 0}, t3size[2] = {1, 4};
+    assert_fc_ok(fc_plan_intersect(idx, t2off, t2size, &ov, &n));
+    assert_int_equal(n, 0);
+    assert_null(ov);
+    assert_fc_ok(fc_plan_intersect(idx, t3off, t3size, &ov, &n));
+    assert_int_equal(n, 0);
+    fc_chunk_index_free(idx);
+
+    /* 0-d: every chunk overlaps */
+    struct fc_box sb[2] = {{NULL, NULL}, {NULL, NULL}};
+    assert_fc_ok(fc_chunk_index_new(&idx, 0, sb, 2));
+    assert_fc_ok(fc_plan_intersect(idx, NULL, NULL, &ov, &n));
+    assert_int_equal(n, 2);
+    fc_free(ov);
+    fc_chunk_index_free(idx);
+}
+
+static void test_intersect_matches_brute_force(void **state)
+{
+    (void)state;
+    uint64_t seed = 12345;
+    for (int iter = 0; iter < 300; iter++) {
+        const int ndim = 1 + (int)(rng_next(&seed) % 3);
+        struct boxes bx = {.n = 0};
+        const size_t n = rng_next(&seed) % 20;
+        for (size_t i = 0; i < n; i++) {
+            int64_t o[3], s[3];
+            for (int d = 0; d < ndim; d++) {
+                o[d] = (int64_t)(rng_next(&seed) % 12);
+                s[d] = (int64_t)(rng_next(&seed) % 6);
+            }
+            add_box(&bx, ndim, o, s);
+        }
+        struct fc_chunk_index *idx = NULL;
+        assert_fc_ok(fc_chunk_index_new(&idx, ndim, bx.b, bx.n));
+        int64_t to[3], ts[3];
+        for (int d = 0; d < ndim; d++) {
+            to[d] = (int64_t)(rng_next(&seed) % 12);
+            ts[d] = (int64_t)(rng_next(&seed) % 8);
+        }
+        struct fc_overlap *ov = NULL;
+        size_t nov = 0;
+        assert_fc_ok(fc_plan_intersect(idx, to, ts, &ov, &nov));
+        size_t want = 0;
+        for (size_t i = 0; i < bx.n; i++) {
+            int hit = 1;
+            int64_t lo[3], len[3];
+            for (int d = 0; d < ndim; d++) {
+                lo[d] = bx.off[i][d] > to[d] ? bx.off[i][d] : to[d];
+                const int64_t e1 = bx.off[i][d] + bx.size[i][d], e2 = to[d] + ts[d];
+                len[d] = (e1 < e2 ? e1 : e2) - lo[d];
+                hit &= len[d] > 0;
+            }
+            if (!hit)
+                continue;
+            size_t k = 0;
+            while (k < nov && ov[k].chunk != i)
+                k++;
+            assert_true(k < nov);
+            for (int d = 0; d < ndim; d++) {
+                assert_int_equal(ov[k].offsets[d], lo[d]);
+                assert_int_equal(ov[k].sizes[d], len[d]);
+            }
+            want++;
+        }
+        assert_int_equal(nov, want);
+        for (size_t k = 1; k < nov; k++) /* (dim-0 start, index) order */
+            assert_true(bx.off[ov[k - 1].chunk][0] < bx.off[ov[k].chunk][0] ||
+                        (bx.off[ov[k - 1].chunk][0] == bx.off[ov[k].chunk][0] &&
+                         ov[k - 1].chunk < ov[k].chunk));
+        fc_free(ov);
+        fc_chunk_index_free(idx);
+    }
+}
+
+static void test_intersect_rejects_invalid_boxes(void **state)
+{
+    (void)state;
+    struct boxes bx = {.n = 0};
+    struct fc_chunk_index *valid = NULL, *idx = NULL;
+    add1(&bx, INT64_MAX, 1, 2);
+    assert_fc_ok(fc_chunk_index_new(&valid, 2, bx.b, 0));
+    idx = valid; /* must come back NULL */
+    assert_fc_fails(fc_chunk_index_new(&idx, 2, bx.b, bx.n), FC_EINVAL, "chunk 0");
+    assert_null(idx);
+    fc_chunk_index_free(valid);
+    assert_fc_fails(fc_chunk_index_new(&idx, 17, bx.b, 0), FC_EINVAL, "dims is outside");
+    bx.n = 0;
+    add1(&bx, 0, 2, 2);
+    assert_fc_ok(fc_chunk_index_new(&idx, 2, bx.b, bx.n));
+    const int64_t off[2] = {-1, 0}, size[2] = {1, 1};
+    struct fc_overlap *ov = NULL;
+    size_t n = 0;
+    assert_fc_fails(fc_plan_intersect(idx, off, size, &ov, &n), FC_EINVAL, "target box");
+    fc_chunk_index_free(idx);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_plan_tiles_every_tensor_on_1d_meshes),
+        cmocka_unit_test(test_plan_tiles_every_tensor_on_hsdp_meshes),
+        cmocka_unit_test(test_plan_records_identical_empty_boxes_once_at_offset_len),
+        cmocka_unit_test(test_plan_gives_a_scalar_one_chunk_with_no_dims),
+        cmocka_unit_test(test_plan_alias_shares_the_items_of_its_root),
+        cmocka_unit_test(test_plan_rejects_bad_aliases),
+        cmocka_unit_test(test_plan_rejects_duplicate_keys_across_tensors_and_values),
+        cmocka_unit_test(test_plan_rejects_invalid_tensors_and_meshes),
+        cmocka_unit_test(test_plan_offsets_and_lengths_add_up_to_file_sizes),
+        cmocka_unit_test(test_plan_writes_bytes_before_tensors_in_each_file),
+        cmocka_unit_test(test_plan_is_deterministic),
+        cmocka_unit_test(test_plan_hsdp_stores_each_shard_box_once_on_one_of_its_replicas),
+        cmocka_unit_test(test_plan_spreads_bytes_values_and_replicated_tensors),
+        cmocka_unit_test(test_plan_creates_a_file_for_every_rank_even_when_idle),
+        cmocka_unit_test(test_plan_propagates_blob_size_errors),
+        cmocka_unit_test(test_plan_survives_every_allocation_failure),
+        cmocka_unit_test(test_plan_describe_renders_the_dry_run_table),
+        cmocka_unit_test(test_plan_describe_lists_hsdp_holders_and_empty_boxes),
+        cmocka_unit_test(test_plan_describe_fails_when_the_buffer_cap_is_exceeded),
+        cmocka_unit_test(test_coverage_accepts_an_exact_tiling),
+        cmocka_unit_test(test_coverage_finds_gaps),
+        cmocka_unit_test(test_coverage_finds_overlaps_but_not_with_empty_chunks),
+        cmocka_unit_test(test_coverage_finds_out_of_bounds_chunks),
+        cmocka_unit_test(test_coverage_finds_duplicate_offsets_like_the_lost_hsdp_shard),
+        cmocka_unit_test(test_coverage_handles_scalars),
+        cmocka_unit_test(test_coverage_handles_grids_and_dim1_sharding),
+        cmocka_unit_test(test_coverage_of_a_zero_element_tensor_needs_no_chunk),
+        cmocka_unit_test(test_coverage_rejects_bad_shapes),
+        cmocka_unit_test(test_coverage_lists_at_most_the_report_limit),
+        cmocka_unit_test(test_coverage_matches_brute_force_on_random_lists),
+        cmocka_unit_test(test_coverage_is_fast_on_many_1d_chunks),
+        cmocka_unit_test(test_coverage_degrades_to_lower_bounds_on_pathological_lists),
+        cmocka_unit_test(test_intersect_finds_the_source_pieces_of_a_target_box),
+        cmocka_unit_test(test_intersect_matches_brute_force),
+        cmocka_unit_test(test_intersect_rejects_invalid_boxes),
+    };
+    return cmocka_run_group_tests_name("plan", tests, NULL, NULL);
+}
