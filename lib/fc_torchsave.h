@@ -25,18 +25,31 @@ struct fc_torchsave; /* opaque */
 
 /* Storage table entry: one data/<key> record. */
 struct fc_ts_storage {
-    const char *key;       /* "0" */
-    fc_dtype dtype;        /* element type (for UntypedStorage: from _rebuild_tensor_v3) */
-    uint64_t data_offset;  /* absolute file offset */
+    const char *key;      /* "0" */
+    fc_dtype dtype;       /* element type (for UntypedStorage: from _rebuild_tensor_v3) */
+    uint64_t data_offset; /* absolute file offset */
     uint64_t nbytes;
-    unsigned nrefs;        /* number of tensor nodes referring to it */
+    unsigned nrefs; /* number of tensor nodes referring to it */
 };
 
 /*
  * fc_torchsave_open() - open the torch.save archive at [base, base+len) of f.
  * `what` names it in messages.  f must outlive the result.
+ *
+ * Checks, in order: the first bytes (fc_torchsave_detect; anything but ZIP is
+ * FC_EFORMAT saying what the file is and what to do), the ZIP container
+ * (fc_zip_reader_open), no constants.pkl record (TorchScript), a data.pkl
+ * record, `version` or `.data/version` an integer in [1, 10], `byteorder`
+ * absent or "little" ("big" is FC_EFORMAT), data.pkl (at most 1 GiB) through
+ * the weights-only pickle profile, then every distinct tensor node: its
+ * storage key names one dtype and one size (else FC_ECORRUPT), record
+ * data/<key> exists with exactly numel * elem_size bytes (numel bytes for an
+ * UntypedStorage), and the view lies inside the storage.  A tensor node
+ * reached twice through the pickle memo counts as one reference; two nodes
+ * naming one key count as two (fc_ts_storage.nrefs).
+ *
  * Returns FC_OK, FC_EFORMAT (legacy format, TorchScript, forbidden global,
- * unconvertible tensor type), FC_ECORRUPT, FC_EIO, FC_ENOMEM.
+ * unconvertible tensor type, big-endian), FC_ECORRUPT, FC_EIO, FC_ENOMEM.
  */
 int fc_torchsave_open(struct fc_torchsave **out, const struct fc_file *f, uint64_t base,
                       uint64_t len, const char *what);
@@ -48,12 +61,21 @@ const struct fc_pv *fc_torchsave_root(const struct fc_torchsave *ts);
 /* Storages in first-reference order. */
 size_t fc_torchsave_storage_count(const struct fc_torchsave *ts);
 const struct fc_ts_storage *fc_torchsave_storage_at(const struct fc_torchsave *ts, size_t i);
-/* Index of the storage a tensor node uses (always valid after open). */
+/*
+ * Index of the storage a tensor node uses: always valid for a tensor node of
+ * this archive's tree; SIZE_MAX for a storage key the archive does not have.
+ */
 size_t fc_torchsave_storage_index(const struct fc_torchsave *ts, const struct fc_pv_tensor *t);
+
+/* The underlying ZIP reader (records beyond data.pkl and data/, e.g. for inspect); borrowed. */
+const struct fc_zip_reader *fc_torchsave_zip(const struct fc_torchsave *ts);
 
 /*
  * fc_torchsave_detect() - classify the first bytes of a file (at least 512
- * bytes or the whole file): returns one of the values below.
+ * bytes or the whole file): returns one of the values below.  The legacy
+ * pickle is recognised by torch's magic number as protocol 2-5 write it (LONG1
+ * after PROTO, and after FRAME for 4-5) and as protocols 0-1 write it (text
+ * LONG); safetensors needs 8 + header length <= file_size.
  */
 enum fc_ts_kind {
     FC_TS_UNKNOWN,
@@ -72,24 +94,34 @@ enum fc_ts_kind fc_torchsave_detect(const unsigned char *head, size_t n, uint64_
  * [data_offset, data_offset + data_size) of the blob.
  */
 struct fc_tsblob {
-    struct fc_buf pkl;               /* data.pkl bytes */
+    struct fc_buf pkl; /* data.pkl bytes */
     struct fc_zipw_record recs[4];
-    uint64_t total_size;             /* bytes of the whole blob */
-    uint64_t data_offset;            /* where the tensor bytes start, blob-relative */
+    uint64_t total_size;  /* bytes of the whole blob */
+    uint64_t data_offset; /* where the tensor bytes start, blob-relative */
     uint64_t data_size;
 };
 
-/* Lay out a blob for dtype/shape.  Release with fc_tsblob_release(). */
+/*
+ * Lay out a blob for dtype/shape (ndim 0 is a scalar; dims may be 0).  The
+ * pickle is torch's own (dcp-format.md 3.2) less its BINPUT opcodes:
+ * _rebuild_tensor_v2 and the legacy storage class, or _rebuild_tensor_v3 with
+ * torch.storage.UntypedStorage (numel in bytes) and the dtype global for
+ * dtypes without a storage class (fc_dtype_info()->storage_class NULL).
+ * Returns FC_OK, FC_EINVAL (bad dtype, ndim or shape), FC_ENOMEM.  Release
+ * with fc_tsblob_release() (also after a failure).
+ */
 int fc_tsblob_init(struct fc_tsblob *b, fc_dtype dt, const int64_t *shape, int ndim);
 void fc_tsblob_release(struct fc_tsblob *b);
 /* Bytes [0, data_offset) of the blob. */
 int fc_tsblob_head(const struct fc_tsblob *b, struct fc_buf *out);
-/* Bytes [data_offset + data_size, total_size), given the data's CRC-32. */
+/* Bytes [data_offset + data_size, total_size), given the data's CRC-32 (fc_crc32). */
 int fc_tsblob_tail(struct fc_tsblob *b, uint32_t data_crc, struct fc_buf *out);
 
 /*
  * fc_torchsave_value_blob() - a complete torch.save archive of a non-tensor
- * value (a DCP bytes item): data.pkl = fc_pw_value(v), byteorder, version.
+ * value (a DCP bytes item): data.pkl = fc_pw_value(v), byteorder, version,
+ * appended to out.  Returns FC_OK, FC_EINVAL (v holds a tensor or something
+ * fc_pw_value refuses), FC_ENOMEM.
  */
 int fc_torchsave_value_blob(struct fc_buf *out, const struct fc_pv *v);
 

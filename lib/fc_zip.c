@@ -68,6 +68,7 @@ struct fc_zip_reader {
     struct fc_zip_entry *entries;
     size_t n;
     size_t *by_record; /* entry indices sorted by record name */
+    unsigned flags;    /* FC_ZIP_* */
 };
 
 uint32_t fc_crc32(uint32_t crc, const void *p, size_t n)
@@ -401,14 +402,14 @@ static int zip_read_cd(struct fc_zip_reader *zr, const struct zip_eocd *eo)
                               zr->what, name);
             goto done;
         }
-        if (method != 0) {
+        if (method != 0 && !(zr->flags & FC_ZIP_ALLOW_COMPRESSED)) {
             rc = fc_error_set(FC_EFORMAT,
                               "%s: compressed entry '%s' (method %u); re-save it "
                               "with torch.save",
                               zr->what, name, (unsigned)method);
             goto done;
         }
-        if (csize != usize) {
+        if (method == 0 && csize != usize) {
             rc = fc_error_set(FC_ECORRUPT,
                               "%s: offset %" PRIu64 ": stored entry '%s' has "
                               "compressed size %" PRIu64 " != uncompressed size %" PRIu64,
@@ -448,11 +449,11 @@ static int zip_read_cd(struct fc_zip_reader *zr, const struct zip_eocd *eo)
             goto done;
         }
         const uint64_t data_off = hdr + ZIP_LFH_SIZE + nlen + lelen; /* hdr < cd_off: no wrap */
-        if (!zip_range_ok(data_off, usize, eo->cd_off)) {
+        if (!zip_range_ok(data_off, csize, eo->cd_off)) {
             rc = fc_error_set(FC_ECORRUPT,
                               "%s: entry '%s': data at offset %" PRIu64 " (%" PRIu64
                               " bytes) runs into the central directory at %" PRIu64,
-                              zr->what, name, data_off, usize, eo->cd_off);
+                              zr->what, name, data_off, csize, eo->cd_off);
             goto done;
         }
 
@@ -461,10 +462,11 @@ static int zip_read_cd(struct fc_zip_reader *zr, const struct zip_eocd *eo)
         ent->record = name;
         ent->data_offset = zr->base + data_off;
         ent->size = usize;
+        ent->csize = csize;
         ent->crc32 = crc;
         ent->method = method;
         spans[i].start = hdr;
-        spans[i].end = data_off + usize;
+        spans[i].end = data_off + csize;
         spans[i].idx = i;
         pos += ZIP_CDH_SIZE + nlen + elen + clen;
     }
@@ -535,6 +537,12 @@ done:
 int fc_zip_reader_open(struct fc_zip_reader **out, const struct fc_file *f, uint64_t base,
                        uint64_t len, const char *what)
 {
+    return fc_zip_reader_open_ex(out, f, base, len, what, 0);
+}
+
+int fc_zip_reader_open_ex(struct fc_zip_reader **out, const struct fc_file *f, uint64_t base,
+                          uint64_t len, const char *what, unsigned flags)
+{
     struct fc_zip_reader *zr = NULL;
     struct zip_eocd eo = {0, 0, 0, 0};
     int rc = FC_OK;
@@ -553,6 +561,7 @@ int fc_zip_reader_open(struct fc_zip_reader **out, const struct fc_file *f, uint
     zr->f = f;
     zr->base = base;
     zr->len = len;
+    zr->flags = flags;
     zr->what = fc_strdup(what);
     if (zr->what == NULL) {
         rc = fc_error_set(FC_ENOMEM, "%s: out of memory", what);
@@ -608,6 +617,10 @@ int fc_zip_read_record(const struct fc_zip_reader *zr, const struct fc_zip_entry
                        unsigned char **out)
 {
     *out = NULL;
+    if (e->method != 0)
+        return fc_error_set(FC_EFORMAT,
+                            "%s: compressed entry '%s' (method %u); re-save it with torch.save",
+                            zr->what, e->name, (unsigned)e->method);
     if (e->size > cap)
         return fc_error_set(FC_ECORRUPT,
                             "%s: record '%s' is %" PRIu64 " bytes, more than the "
@@ -622,6 +635,12 @@ int fc_zip_verify_crc(const struct fc_zip_reader *zr, const struct fc_zip_entry 
     unsigned char *buf = fc_malloc(chunk);
     uint64_t done_bytes = 0;
     uint32_t crc = 0;
+    if (e->method != 0) {
+        fc_free(buf);
+        return fc_error_set(FC_EFORMAT,
+                            "%s: compressed entry '%s' (method %u); re-save it with torch.save",
+                            zr->what, e->name, (unsigned)e->method);
+    }
     if (buf == NULL)
         return fc_error_set(FC_ENOMEM, "%s: out of memory", zr->what);
     while (done_bytes < e->size) {

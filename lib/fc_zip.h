@@ -35,8 +35,9 @@ struct fc_zip_entry {
     const char *record;   /* name after the "<prefix>/" part, e.g. "data/0" */
     uint64_t data_offset; /* absolute file offset of the payload */
     uint64_t size;        /* uncompressed == compressed size (stored) */
+    uint64_t csize;       /* bytes stored in the archive (== size when method is 0) */
     uint32_t crc32;
-    uint16_t method; /* always 0 after a successful open */
+    uint16_t method; /* 0 (stored); others only with FC_ZIP_ALLOW_COMPRESSED */
 };
 
 struct fc_zip_reader; /* opaque */
@@ -57,6 +58,17 @@ struct fc_zip_reader; /* opaque */
  */
 int fc_zip_reader_open(struct fc_zip_reader **out, const struct fc_file *f, uint64_t base,
                        uint64_t len, const char *what);
+
+/*
+ * fc_zip_reader_open_ex() - the same with flags.  FC_ZIP_ALLOW_COMPRESSED
+ * keeps entries of any method (data_offset/csize then describe the
+ * compressed bytes) so that a caller can look at the names first, e.g. to
+ * recognise a TorchScript archive; fc_zip_read_record() and
+ * fc_zip_verify_crc() refuse such entries with the FC_EFORMAT message above.
+ */
+#define FC_ZIP_ALLOW_COMPRESSED 0x1u
+int fc_zip_reader_open_ex(struct fc_zip_reader **out, const struct fc_file *f, uint64_t base,
+                          uint64_t len, const char *what, unsigned flags);
 void fc_zip_reader_free(struct fc_zip_reader *zr); /* accepts NULL */
 
 size_t fc_zip_count(const struct fc_zip_reader *zr);

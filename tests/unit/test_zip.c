@@ -502,6 +502,27 @@ static void test_zip_rejects_compressed_entries(void **state)
     free(b);
 }
 
+static void test_zip_can_list_compressed_entries_without_reading_them(void **state)
+{
+    (void)state;
+    struct fc_file f = FC_FILE_INIT;
+    struct fc_zip_reader *zr = NULL;
+    unsigned char *p = NULL;
+    open_bytes(&f, py_deflated, PY_DEFLATED_LEN);
+    assert_fc_ok(fc_zip_reader_open_ex(&zr, &f, 0, f.size, "t.zip", FC_ZIP_ALLOW_COMPRESSED));
+    const struct fc_zip_entry *e = fc_zip_find(zr, "data.pkl");
+    assert_int_equal(e->method, 8);
+    assert_int_equal(e->size, 50);
+    assert_true(e->csize < e->size);
+    assert_fc_fails(fc_zip_read_record(zr, e, 1024, &p), FC_EFORMAT,
+                    "compressed entry 'm/data.pkl' (method 8)");
+    assert_null(p);
+    assert_fc_fails(fc_zip_verify_crc(zr, e), FC_EFORMAT, "compressed entry");
+    assert_int_equal(fc_zip_count(zr), 2);
+    fc_zip_reader_free(zr);
+    fc_file_close(&f);
+}
+
 static void test_zip_rejects_encrypted_entries(void **state)
 {
     (void)state;
@@ -764,6 +785,7 @@ int main(void)
         cmocka_unit_test(test_zip_rejects_a_payload_running_into_the_central_directory),
         cmocka_unit_test(test_zip_rejects_overlapping_entries),
         cmocka_unit_test(test_zip_rejects_compressed_entries),
+        cmocka_unit_test(test_zip_can_list_compressed_entries_without_reading_them),
         cmocka_unit_test(test_zip_rejects_encrypted_entries),
         cmocka_unit_test(test_zip_rejects_entries_outside_the_archive_folder),
         cmocka_unit_test(test_zip_rejects_duplicate_entries),
