@@ -32,7 +32,7 @@ for t in $(find "$here" -mindepth 2 -name '*.sh' | sort); do
     scratch="$scratch_root/$(echo "$rel" | tr '/' '_')"
     mkdir -p "$scratch"
     (cd "$scratch" && FSDPCONV="$bin" FIXTURES="$root/fixtures" PATH="$bindir:$PATH" \
-        sh "$t" >"$scratch/.stdout" 2>"$scratch/.stderr")
+        sh "$t" >"$scratch.stdout" 2>"$scratch.stderr")
     rc=$?
     want=0
     [ -f "$t.exit" ] && want=$(cat "$t.exit")
@@ -40,15 +40,15 @@ for t in $(find "$here" -mindepth 2 -name '*.sh' | sort); do
     [ "$rc" -eq "$want" ] || why="exit $rc, want $want"
     if [ -f "$t.stdout.exact" ] || [ "$set_exact" -eq 1 ] && [ -f "$t.stdout.exact" ]; then
         if [ "$set_exact" -eq 1 ]; then
-            cp "$scratch/.stdout" "$t.stdout.exact"
-        elif ! cmp -s "$scratch/.stdout" "$t.stdout.exact"; then
-            why="$why${why:+; }stdout differs: $(diff "$t.stdout.exact" "$scratch/.stdout" | head -5 | tr '\n' ' ')"
+            cp "$scratch.stdout" "$t.stdout.exact"
+        elif ! cmp -s "$scratch.stdout" "$t.stdout.exact"; then
+            why="$why${why:+; }stdout differs: $(diff "$t.stdout.exact" "$scratch.stdout" | head -5 | tr '\n' ' ')"
         fi
     fi
     for s in stdout stderr; do
         if [ -f "$t.$s.glob" ]; then
             pat=$(cat "$t.$s.glob")
-            got=$(cat "$scratch/.$s")
+            got=$(cat "$scratch.$s")
             # shellcheck disable=SC2254
             case "$got" in
             $pat) ;;
@@ -56,8 +56,8 @@ for t in $(find "$here" -mindepth 2 -name '*.sh' | sort); do
             esac
         fi
     done
-    if [ -f "$t.stderr.exact" ] && ! cmp -s "$scratch/.stderr" "$t.stderr.exact"; then
-        why="$why${why:+; }stderr differs: $(head -c 300 "$scratch/.stderr")"
+    if [ -f "$t.stderr.exact" ] && ! cmp -s "$scratch.stderr" "$t.stderr.exact"; then
+        why="$why${why:+; }stderr differs: $(head -c 300 "$scratch.stderr")"
     fi
     if [ -z "$why" ]; then
         pass=$((pass + 1))

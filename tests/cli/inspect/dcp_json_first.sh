@@ -1,0 +1,2 @@
+cd "$FIXTURES/.."
+fsdpconv inspect --json fixtures/dcp/model_optim_ws2

@@ -1,0 +1,2 @@
+cd "$FIXTURES/.."
+fsdpconv inspect fixtures/dcp/zstd_ws1

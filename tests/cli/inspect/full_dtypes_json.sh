@@ -1,0 +1,2 @@
+cd "$FIXTURES/.."
+fsdpconv inspect --json --checksum fixtures/full/dtypes.pt

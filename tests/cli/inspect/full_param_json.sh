@@ -1,0 +1,2 @@
+cd "$FIXTURES/.."
+fsdpconv inspect --json fixtures/full/tiny_vitlm_param.pt

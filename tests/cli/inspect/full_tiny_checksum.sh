@@ -1,0 +1,2 @@
+cd "$FIXTURES/.."
+fsdpconv inspect --checksum fixtures/full/tiny_vitlm.pt

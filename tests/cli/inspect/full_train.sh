@@ -1,0 +1,2 @@
+cd "$FIXTURES/.."
+fsdpconv inspect fixtures/full/tiny_vitlm_train.pt

@@ -1,0 +1,2 @@
+cd "$FIXTURES/.."
+fsdpconv inspect fixtures/full/values.pt

@@ -1,0 +1,2 @@
+cd "$FIXTURES/.."
+fsdpconv inspect --checksum fixtures/safetensors/tiny_vitlm.safetensors

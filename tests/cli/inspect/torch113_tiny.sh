@@ -1,0 +1,2 @@
+cd "$FIXTURES/.."
+fsdpconv inspect --checksum fixtures/full/torch113_tiny_vitlm.pt

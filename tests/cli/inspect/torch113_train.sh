@@ -1,0 +1,2 @@
+cd "$FIXTURES/.."
+fsdpconv inspect fixtures/full/torch113_train.pt
