@@ -246,7 +246,7 @@ check-banned:
 	  echo "banned function used in lib/ (see house-style.md)"; exit 1; fi
 
 man-lint:
-	@mandoc -Tlint -W warning man/*.1 && echo "man-lint: ok"
+	@mandoc -Tlint -W warning man/*.1 && sh tests/setup/check_man.sh && echo "man-lint: ok"
 
 format:
 	@clang-format -i $(LIB_SRC) $(CONVERT_SRC) $(KERNEL_SRC) $(CMD_SRC) lib/*.h convert/*.h kernels/*.h cmd/*.h
