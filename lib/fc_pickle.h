@@ -23,9 +23,24 @@
  * produced it; nodes may be shared (the memo stores references), so the tree
  * is a DAG.  Free everything at once with fc_pickle_free().
  *
- * Limits (hardening, not in Python): input size, memo entries, stack depth,
- * container length, string length, LONG1/LONG4 width (wider than 8 bytes is
- * kept as FC_PV_BIGINT bytes).
+ * Both profiles also turn the stdlib value constructors into plain values:
+ * collections.OrderedDict() -> DICT (ordered), builtins.set/frozenset(list) ->
+ * SET, _codecs.encode(str, 'latin1') and builtins.bytes()/bytearray() ->
+ * BYTES (these are what pickle itself emits for those types).  Everything
+ * else in FC_PICKLE_SYMBOLIC stays symbolic (torch.Size(...) is a CALL there).
+ *
+ * The result is checked after STOP: it is acyclic (a cycle made through the
+ * memo is FC_EFORMAT), its nesting depth is at most FC_PICKLE_MAX_NESTING
+ * (each node's ->height says how deep it goes), and dict keys that Python
+ * would merge (equal str, bytes, int/bool or None keys) are merged: the first
+ * key keeps its position and gets the last value, as in Python.  Sets are not
+ * deduplicated.
+ *
+ * Limits (hardening, not in Python): input size, memo entries, MARK depth,
+ * stack size, container length, string length (never more than the input),
+ * memory (FC_ENOMEM beyond FC_PICKLE_MAX_ARENA(len)), LONG1/LONG4 width
+ * (wider than 8 bytes and not representable as int64 is kept as FC_PV_BIGINT
+ * bytes).
  */
 #ifndef FC_PICKLE_H
 #define FC_PICKLE_H
@@ -37,14 +52,23 @@
 #include "fc_dtype.h"
 #include "fc_tensor.h"
 
+#define FC_PICKLE_MAX_INPUT     ((size_t)1 << 30)   /* bytes */
+#define FC_PICKLE_MAX_MEMO      ((size_t)1 << 20)   /* distinct memo entries */
+#define FC_PICKLE_MAX_MARKS     10000               /* open MARKs */
+#define FC_PICKLE_MAX_STACK     ((size_t)1 << 24)   /* stack entries, all MARK frames together */
+#define FC_PICKLE_MAX_CONTAINER ((size_t)100000000) /* items of one list/tuple/set/dict */
+#define FC_PICKLE_MAX_NESTING   1000                /* longest path from the root to a leaf */
+/* Arena bytes allowed for an input of len bytes. */
+#define FC_PICKLE_MAX_ARENA(len) (((size_t)64 << 20) + (size_t)64 * (len))
+
 enum fc_pv_kind {
     FC_PV_NONE,
     FC_PV_BOOL,
     FC_PV_INT,    /* fits int64 */
     FC_PV_BIGINT, /* u.str holds little-endian two's complement bytes */
     FC_PV_FLOAT,
-    FC_PV_STR,    /* u.str, UTF-8, NUL-terminated */
-    FC_PV_BYTES,  /* u.str, raw bytes (also NUL-terminated for convenience) */
+    FC_PV_STR,   /* u.str, UTF-8, NUL-terminated */
+    FC_PV_BYTES, /* u.str, raw bytes (also NUL-terminated for convenience) */
     FC_PV_LIST,
     FC_PV_TUPLE,
     FC_PV_SET,
@@ -58,17 +82,19 @@ enum fc_pv_kind {
 struct fc_pv;
 
 struct fc_pv_tensor {
-    const char *storage_key;   /* record name suffix: data/<key> */
-    const char *location;      /* "cpu", "cuda:0", ... (informational) */
-    uint64_t storage_numel;    /* elements of the storage type (bytes if untyped) */
-    int untyped_storage;       /* 1 when the storage was torch.storage.UntypedStorage */
+    const char *storage_key;    /* record name suffix: data/<key> (no NUL inside) */
+    const char *location;       /* "cpu", "cuda:0", ... (informational) */
+    uint64_t storage_numel;     /* elements of the storage type (bytes if untyped) */
+    int untyped_storage;        /* 1 when the storage was torch.storage.UntypedStorage */
+    fc_dtype storage_dtype;     /* element type of the storage class; UINT8 if untyped */
     struct fc_tensor_desc desc; /* dtype, shape, stride, storage_offset (elements of dtype) */
     int requires_grad;
-    int is_parameter;          /* wrapped by _rebuild_parameter */
+    int is_parameter; /* wrapped by _rebuild_parameter */
 };
 
 struct fc_pv {
     enum fc_pv_kind kind;
+    uint32_t height; /* 1 for leaves, 1 + max over children otherwise (set by the loader) */
     uint64_t offset; /* byte offset of the opcode that created the node (for messages) */
     union {
         int b;
@@ -125,39 +151,57 @@ int fc_pickle_load(struct fc_pickle **out, const unsigned char *data, size_t len
 const struct fc_pv *fc_pickle_root(const struct fc_pickle *p);
 void fc_pickle_free(struct fc_pickle *p); /* accepts NULL */
 
-/* Helpers for walking trees. */
+/*
+ * Helpers for walking trees.  fc_pv_dict_get() returns the value of the last
+ * str key equal to key (borrowed), or NULL when dict is not a DICT or has no
+ * such key.  fc_pv_is_global() is 1 when v is the GLOBAL module.name.  Both
+ * accept NULL for v/dict.
+ */
 const struct fc_pv *fc_pv_dict_get(const struct fc_pv *dict, const char *key); /* str keys */
 int fc_pv_is_global(const struct fc_pv *v, const char *module, const char *name);
 
 /*
  * fc_pv_repr() - append a short Python-like rendering of v to out (for
  * inspect): 3, 0.001, 'run', (0.9, 0.999), [1, 2], {'a': 1}, None, True,
- * b'ab', torch.bfloat16, <call collections.Counter>.  At most max_bytes are
- * appended; a longer rendering ends in "...".
+ * b'ab', torch.bfloat16, <call collections.Counter>, <object m.C>,
+ * <tensor float32 [2, 3]>.  At most max_bytes are appended; a longer rendering
+ * ends in "..." (cut at a UTF-8 character boundary).  Nesting deeper than
+ * FC_PICKLE_MAX_NESTING renders as "...".  Returns FC_OK or FC_ENOMEM.
  */
 int fc_pv_repr(struct fc_buf *out, const struct fc_pv *v, size_t max_bytes);
 
 /*
  * Writer: protocol-2 opcodes, no memo (every Python 3 unpickler and torch's
  * weights-only unpickler accept memo-free streams).  Each function appends to
- * a struct fc_buf and returns FC_OK or FC_ENOMEM.
+ * a struct fc_buf and returns FC_OK or FC_ENOMEM; the few that can refuse
+ * their arguments say so (FC_EINVAL).  The bytes are those Python's pickler
+ * writes with protocol=2 minus the BINPUT opcodes: fc_pw_global() renames
+ * builtins -> __builtin__ and copyreg -> copy_reg (fix_imports), fc_pw_int()
+ * picks BININT1/BININT2/BININT/LONG1 exactly as Python does.
  */
-int fc_pw_proto(struct fc_buf *b);                 /* 80 02 */
-int fc_pw_stop(struct fc_buf *b);                  /* . */
-int fc_pw_mark(struct fc_buf *b);                  /* ( */
+int fc_pw_proto(struct fc_buf *b); /* 80 02 */
+int fc_pw_stop(struct fc_buf *b);  /* . */
+int fc_pw_mark(struct fc_buf *b);  /* ( */
 int fc_pw_none(struct fc_buf *b);
 int fc_pw_bool(struct fc_buf *b, int v);
-int fc_pw_int(struct fc_buf *b, int64_t v);        /* BININT1/BININT2/BININT/LONG1 */
-int fc_pw_float(struct fc_buf *b, double v);       /* BINFLOAT */
-int fc_pw_str(struct fc_buf *b, const char *s, size_t len); /* BINUNICODE */
+int fc_pw_int(struct fc_buf *b, int64_t v);                 /* BININT1/BININT2/BININT/LONG1 */
+int fc_pw_float(struct fc_buf *b, double v);                /* BINFLOAT */
+int fc_pw_str(struct fc_buf *b, const char *s, size_t len); /* BINUNICODE; UTF-8; FC_EINVAL >4GiB */
+/* LONG1 (LONG4 past 255 bytes) of n little-endian two's complement bytes */
+int fc_pw_long_bytes(struct fc_buf *b, const unsigned char *le, size_t n);
+/* _codecs.encode(<bytes decoded as latin1>, 'latin1') REDUCE, as Python writes bytes */
+int fc_pw_bytes(struct fc_buf *b, const void *p, size_t len);
+/* GLOBAL "c module\nname\n"; FC_EINVAL if a name is empty or holds '\n' or NUL */
 int fc_pw_global(struct fc_buf *b, const char *module, const char *name);
 int fc_pw_empty_tuple(struct fc_buf *b);
-int fc_pw_tuple(struct fc_buf *b);                 /* MARK ... TUPLE */
-int fc_pw_tuple_n(struct fc_buf *b, int n);        /* TUPLE1/2/3 for n in 1..3 */
+int fc_pw_tuple(struct fc_buf *b);          /* MARK ... TUPLE */
+int fc_pw_tuple_n(struct fc_buf *b, int n); /* TUPLE1/2/3 for n in 1..3, else FC_EINVAL */
 int fc_pw_empty_dict(struct fc_buf *b);
-int fc_pw_setitems(struct fc_buf *b);              /* MARK k v ... SETITEMS */
+int fc_pw_setitems(struct fc_buf *b); /* MARK k v ... SETITEMS */
+int fc_pw_setitem(struct fc_buf *b);  /* k v SETITEM */
 int fc_pw_empty_list(struct fc_buf *b);
-int fc_pw_appends(struct fc_buf *b);               /* MARK x ... APPENDS */
+int fc_pw_appends(struct fc_buf *b); /* MARK x ... APPENDS */
+int fc_pw_append(struct fc_buf *b);  /* x APPEND */
 int fc_pw_reduce(struct fc_buf *b);
 int fc_pw_newobj(struct fc_buf *b);
 int fc_pw_build(struct fc_buf *b);
@@ -168,7 +212,13 @@ int fc_pw_binpersid(struct fc_buf *b);
  * FLOAT, STR, BYTES (as _codecs.encode(str, 'latin1')), LIST, TUPLE, SET,
  * DICT incl. OrderedDict, GLOBAL symbols, CALL and OBJECT nodes with their
  * state) so that a value read by fc_pickle_load() round-trips.  Tensors are
- * not handled here (FC_EINVAL).
+ * not handled here (FC_EINVAL).  Lists and dicts go out in batches of at most
+ * 1000 items (APPEND/SETITEM for a single one), tuples of 1-3 items as
+ * TUPLE1-3, sets as builtins.set(list), an OrderedDict as OrderedDict() +
+ * SETITEMS + (state BUILD).  Writes only the value: callers add fc_pw_proto()
+ * and fc_pw_stop().  The same tree always gives the same bytes.  Returns
+ * FC_OK, FC_ENOMEM, or FC_EINVAL (a tensor, a string over 4 GiB, a global
+ * name with a newline, nesting deeper than FC_PICKLE_MAX_NESTING).
  */
 int fc_pw_value(struct fc_buf *b, const struct fc_pv *v);
 
