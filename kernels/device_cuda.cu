@@ -1,0 +1,168 @@
+/*
+ * device_cuda.cu - CUDA device, stream and buffer helpers (CUDA=1 builds).
+ *
+ * Why they exist: convert/ must allocate, copy and synchronise device memory
+ * without seeing a CUDA type, so struct fc_dev_buf / fc_pinned_buf and opaque
+ * stream handles wrap the runtime here, each failure turned into FC_ECUDA with
+ * CUDA's reason at the call that failed.
+ */
+#include <assert.h>
+
+#include "cuda_check.h"
+
+extern "C" int fc_cuda_available(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError(); /* no driver / no device: CUDA is just not there */
+        return 0;
+    }
+    return n > 0;
+}
+
+extern "C" int fc_cuda_device_count(int *out)
+{
+    int n = 0;
+    const cudaError_t rc = cudaGetDeviceCount(&n);
+
+    *out = 0;
+    if (rc == cudaErrorNoDevice) {
+        (void)cudaGetLastError();
+        return FC_OK;
+    }
+    if (rc != cudaSuccess) {
+        (void)cudaGetLastError();
+        return fc_error_set(FC_ECUDA, "cannot query CUDA devices: %s (%s)",
+                            cudaGetErrorString(rc), cudaGetErrorName(rc));
+    }
+    *out = n;
+    return FC_OK;
+}
+
+extern "C" int fc_cuda_set_device(int device)
+{
+    FC_CUDA_TRY(cudaSetDevice(device));
+    return FC_OK;
+}
+
+extern "C" int fc_cuda_stream_new(void **out)
+{
+    cudaStream_t s = NULL;
+
+    *out = NULL;
+    FC_CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    *out = (void *)s;
+    return FC_OK;
+}
+
+extern "C" void fc_cuda_stream_free(void *stream)
+{
+    if (stream != NULL && cudaStreamDestroy(fc_cuda_stream(stream)) != cudaSuccess)
+        (void)cudaGetLastError(); /* nothing useful to report from a destructor */
+}
+
+extern "C" int fc_cuda_stream_sync(void *stream)
+{
+    FC_CUDA_TRY(cudaStreamSynchronize(fc_cuda_stream(stream)));
+    return FC_OK;
+}
+
+extern "C" int fc_dev_buf_alloc(struct fc_dev_buf *buf, size_t nbytes)
+{
+    void *p = NULL;
+    cudaError_t rc;
+
+    assert(buf->ptr == NULL);
+    buf->ptr = NULL;
+    buf->nbytes = 0;
+    if (nbytes == 0)
+        return FC_OK;
+    rc = cudaMalloc(&p, nbytes);
+    if (rc != cudaSuccess) {
+        (void)cudaGetLastError();
+        return fc_error_set(FC_ECUDA, "cudaMalloc of %zu bytes failed: %s", nbytes,
+                            cudaGetErrorString(rc));
+    }
+    buf->ptr = p;
+    buf->nbytes = nbytes;
+    return FC_OK;
+}
+
+extern "C" void fc_dev_buf_free(struct fc_dev_buf *buf)
+{
+    if (buf == NULL)
+        return;
+    if (buf->ptr != NULL && cudaFree(buf->ptr) != cudaSuccess)
+        (void)cudaGetLastError();
+    buf->ptr = NULL;
+    buf->nbytes = 0;
+}
+
+static int fc_dev_range(const char *what, const struct fc_dev_buf *buf, size_t offset,
+                        size_t nbytes)
+{
+    if (offset > buf->nbytes || nbytes > buf->nbytes - offset)
+        return fc_error_set(FC_EINVAL, "%s: bytes [%zu, %zu + %zu) outside a %zu-byte device "
+                            "buffer", what, offset, offset, nbytes, buf->nbytes);
+    return FC_OK;
+}
+
+extern "C" int fc_dev_buf_upload(struct fc_dev_buf *dst, size_t offset, const void *src,
+                                 size_t nbytes, void *stream)
+{
+    FC_TRY(fc_dev_range("dev_buf_upload", dst, offset, nbytes));
+    if (nbytes == 0)
+        return FC_OK;
+    if (stream == NULL)
+        FC_CUDA_TRY(cudaMemcpy((char *)dst->ptr + offset, src, nbytes, cudaMemcpyHostToDevice));
+    else
+        FC_CUDA_TRY(cudaMemcpyAsync((char *)dst->ptr + offset, src, nbytes,
+                                    cudaMemcpyHostToDevice, fc_cuda_stream(stream)));
+    return FC_OK;
+}
+
+extern "C" int fc_dev_buf_download(void *dst, const struct fc_dev_buf *src, size_t offset,
+                                   size_t nbytes, void *stream)
+{
+    FC_TRY(fc_dev_range("dev_buf_download", src, offset, nbytes));
+    if (nbytes == 0)
+        return FC_OK;
+    if (stream == NULL)
+        FC_CUDA_TRY(cudaMemcpy(dst, (const char *)src->ptr + offset, nbytes,
+                               cudaMemcpyDeviceToHost));
+    else
+        FC_CUDA_TRY(cudaMemcpyAsync(dst, (const char *)src->ptr + offset, nbytes,
+                                    cudaMemcpyDeviceToHost, fc_cuda_stream(stream)));
+    return FC_OK;
+}
+
+extern "C" int fc_pinned_buf_alloc(struct fc_pinned_buf *buf, size_t nbytes)
+{
+    void *p = NULL;
+    cudaError_t rc;
+
+    assert(buf->ptr == NULL);
+    buf->ptr = NULL;
+    buf->nbytes = 0;
+    if (nbytes == 0)
+        return FC_OK;
+    rc = cudaMallocHost(&p, nbytes);
+    if (rc != cudaSuccess) {
+        (void)cudaGetLastError();
+        return fc_error_set(FC_ECUDA, "cudaMallocHost of %zu bytes failed: %s", nbytes,
+                            cudaGetErrorString(rc));
+    }
+    buf->ptr = p;
+    buf->nbytes = nbytes;
+    return FC_OK;
+}
+
+extern "C" void fc_pinned_buf_free(struct fc_pinned_buf *buf)
+{
+    if (buf == NULL)
+        return;
+    if (buf->ptr != NULL && cudaFreeHost(buf->ptr) != cudaSuccess)
+        (void)cudaGetLastError();
+    buf->ptr = NULL;
+    buf->nbytes = 0;
+}
