@@ -1513,7 +1513,13 @@ static int fc_vm_call_torch(struct fc_vm *vm, struct fc_pv *callable, enum fc_sy
         *out = fc_vm_seq_from(vm, FC_PV_TUPLE, t->u.seq.items, t->u.seq.n);
         return *out == NULL ? FC_ENOMEM : FC_OK;
     }
-    case SYM_DEVICE: return fc_vm_device(vm, args, out);
+    case SYM_DEVICE: {
+        /* Validate, but keep the call: a torch.device must come back as one when re-pickled. */
+        struct fc_pv *ignored;
+        FC_TRY(fc_vm_device(vm, args, &ignored));
+        *out = fc_vm_call_node(vm, FC_PV_CALL, callable, args);
+        return *out == NULL ? FC_ENOMEM : FC_OK;
+    }
     case SYM_PARAMETER_TYPE: {
         /* Parameter(data[, requires_grad]) */
         const size_t n = args->u.seq.n;
@@ -2619,6 +2625,20 @@ static void fc_repr_value(struct fc_repr *r, const struct fc_pv *v, int depth)
         return;
     case FC_PV_GLOBAL: fc_repr_global_name(r, v); return;
     case FC_PV_CALL:
+        if (v->u.call.callable->kind == FC_PV_GLOBAL && v->u.call.args != NULL &&
+            v->u.call.args->kind == FC_PV_TUPLE && v->u.call.state == NULL) {
+            /* Render as Python source: torch.device('cuda', 0). */
+            fc_repr_global_name(r, v->u.call.callable);
+            fc_repr_puts(r, "(");
+            for (size_t i = 0; i < v->u.call.args->u.seq.n; i++) {
+                if (i > 0)
+                    fc_repr_puts(r, ", ");
+                fc_repr_value(r, v->u.call.args->u.seq.items[i], depth + 1);
+            }
+            fc_repr_puts(r, ")");
+            return;
+        }
+        /* fall through */
     case FC_PV_OBJECT:
         fc_repr_puts(r, v->kind == FC_PV_CALL ? "<call " : "<object ");
         fc_repr_global_name(r, v->u.call.callable);
