@@ -1579,7 +1579,8 @@ static int fc_op_reduce(struct fc_vm *vm)
             return fc_vm_err(vm, FC_EFORMAT,
                              "REDUCE of a %s (only allowlisted globals may be called)",
                              fc_kind_name(callable->kind));
-        FC_TRY(fc_vm_call_torch(vm, callable, fc_sym_of(callable, &e), e, args, 0, &res));
+        const enum fc_sym sym = fc_sym_of(callable, &e);
+        FC_TRY(fc_vm_call_torch(vm, callable, sym, e, args, 0, &res));
     } else {
         const enum fc_sym sym = fc_sym_symbolic(callable);
         if (sym != SYM_NOT_ALLOWED)

@@ -714,7 +714,7 @@ static void test_pickle_writer_handles_a_hand_built_tree(void **state)
     write_full(&b, d);
     struct fc_pickle *p = load_ok(b.data, b.len, FC_PICKLE_WEIGHTS_ONLY);
     const char *want = "{'a': [1, -2, 1099511627776, None, True], 'b': b'\\x00\\xff', "
-                       "'c': <call builtins.complex>, 'big': 18446744073709551616, "
+                       "'c': builtins.complex(), 'big': 18446744073709551616, "
                        "7: OrderedDict({}), 'set': {-0.0}}";
     assert_string_equal(repr_of(fc_pickle_root(p)), want);
     /* the OrderedDict kept its (empty) BUILD state */
@@ -751,7 +751,7 @@ static void test_pickle_loads_every_python_value_kind(void **state)
             "'bytes': b'ab\\x00\\xff', 'empty_t': (), 't1': (1,), 't2': (0.9, 0.999), "
             "'t3': (1, 2, 3), 't4': (1, 2, 3, 4), 'list': [1, -2, 1099511627776, None, True], "
             "'nested': {'x': {'y': [[]]}}, 'set': {5}, 'od': OrderedDict({'b': 1, 'a': 2}), "
-            "'intkeys': {0: 'a', 1: 'b'}, 's1': [1, 2], 's2': [1, 2], 'c': <call builtins.complex>}");
+            "'intkeys': {0: 'a', 1: 'b'}, 's1': [1, 2], 's2': [1, 2], 'c': builtins.complex(1.0, 2.0)}");
         /* memo sharing: s1 and s2 are the same node */
         assert_ptr_equal(fc_pv_dict_get(r, "s1"), fc_pv_dict_get(r, "s2"));
         const struct fc_pv *big = fc_pv_dict_get(r, "big");
@@ -800,6 +800,711 @@ static void test_pickle_loads_every_fixture_pickle(void **state)
     }
 }
 
+static const struct fc_pv *tensor_at(const struct fc_pv *d, const char *key)
+{
+    const struct fc_pv *t = fc_pv_dict_get(d, key);
+    assert_non_null(t);
+    assert_int_equal(t->kind, FC_PV_TENSOR);
+    return t;
+}
+
+static void assert_desc(const struct fc_pv *t, fc_dtype dt, int ndim, const int64_t *shape,
+                        const int64_t *stride, int64_t off)
+{
+    const struct fc_tensor_desc *d = &t->u.tensor.desc;
+    assert_int_equal(d->dtype, dt);
+    assert_int_equal(d->ndim, ndim);
+    for (int i = 0; i < ndim; i++) {
+        assert_int_equal(d->shape[i], shape[i]);
+        assert_int_equal(d->stride[i], stride[i]);
+    }
+    assert_int_equal(d->storage_offset, off);
+}
+
+static void test_pickle_reads_a_state_dict_with_metadata_and_tied_weights(void **state)
+{
+    (void)state;
+    struct fc_pickle *p = load_ok(t_state_dict, sizeof(t_state_dict), FC_PICKLE_WEIGHTS_ONLY);
+    const struct fc_pv *r = fc_pickle_root(p);
+    assert_int_equal(r->kind, FC_PV_DICT);
+    assert_int_equal(r->u.dict.ordered, 1);
+    const struct fc_pv *a = tensor_at(r, "emb.weight"), *b = tensor_at(r, "lin.weight");
+    static const int64_t shape[] = { 3, 2 }, stride[] = { 2, 1 };
+    assert_desc(a, FC_DTYPE_FLOAT32, 2, shape, stride, 0);
+    assert_desc(b, FC_DTYPE_FLOAT32, 2, shape, stride, 0);
+    assert_string_equal(a->u.tensor.storage_key, "0");
+    assert_string_equal(b->u.tensor.storage_key, "0");
+    assert_string_equal(a->u.tensor.location, "cpu");
+    assert_int_equal(a->u.tensor.storage_numel, 6);
+    assert_int_equal(a->u.tensor.storage_dtype, FC_DTYPE_FLOAT32);
+    assert_int_equal(a->u.tensor.untyped_storage, 0);
+    assert_int_equal(a->u.tensor.requires_grad, 0);
+    assert_int_equal(a->u.tensor.is_parameter, 0);
+    /* BUILD state: {'_metadata': OrderedDict({'': {'version': 1}, 'emb': ..., 'lin': ...})} */
+    const struct fc_pv *st = r->u.dict.state;
+    assert_non_null(st);
+    const struct fc_pv *md = fc_pv_dict_get(st, "_metadata");
+    assert_non_null(md);
+    assert_int_equal(md->u.dict.ordered, 1);
+    assert_string_equal(repr_of(fc_pv_dict_get(md, "")), "{'version': 1}");
+    assert_non_null(fc_pv_dict_get(md, "emb"));
+    fc_pickle_free(p);
+}
+
+static void test_pickle_reads_views_and_shared_storages(void **state)
+{
+    (void)state;
+    struct fc_pickle *p = load_ok(t_views, sizeof(t_views), FC_PICKLE_WEIGHTS_ONLY);
+    const struct fc_pv *r = fc_pickle_root(p);
+    const struct fc_pv *a = tensor_at(r, "a"), *b = tensor_at(r, "b");
+    const struct fc_pv *s = tensor_at(r, "same"), *s2 = tensor_at(r, "same2");
+    static const int64_t sa[] = { 2, 3 }, ta[] = { 3, 1 }, sb[] = { 4, 3 }, tb[] = { 1, 4 };
+    static const int64_t ss[] = { 12 }, ts[] = { 1 };
+    assert_desc(a, FC_DTYPE_FLOAT32, 2, sa, ta, 2); /* base[2:8].view(2, 3) */
+    assert_desc(b, FC_DTYPE_FLOAT32, 2, sb, tb, 0); /* base.view(3, 4).t() */
+    assert_desc(s, FC_DTYPE_FLOAT32, 1, ss, ts, 0);
+    assert_string_equal(a->u.tensor.storage_key, b->u.tensor.storage_key);
+    assert_string_equal(a->u.tensor.storage_key, s->u.tensor.storage_key);
+    assert_int_equal(a->u.tensor.storage_numel, 12);
+    assert_ptr_equal(s, s2); /* the same tensor object twice: BINGET of one node */
+    fc_pickle_free(p);
+}
+
+static void test_pickle_reads_v3_tensors_of_new_dtypes(void **state)
+{
+    (void)state;
+    struct fc_pickle *p = load_ok(t_v3, sizeof(t_v3), FC_PICKLE_WEIGHTS_ONLY);
+    const struct fc_pv *r = fc_pickle_root(p);
+    const struct fc_pv *f8 = tensor_at(r, "f8"), *u16 = tensor_at(r, "u16");
+    static const int64_t s8[] = { 2, 3 }, t8[] = { 3, 1 }, s16[] = { 4 }, t16[] = { 1 };
+    assert_desc(f8, FC_DTYPE_FLOAT8_E4M3FN, 2, s8, t8, 0);
+    assert_desc(u16, FC_DTYPE_UINT16, 1, s16, t16, 0);
+    assert_int_equal(f8->u.tensor.untyped_storage, 1);
+    assert_int_equal(f8->u.tensor.storage_dtype, FC_DTYPE_UINT8);
+    assert_int_equal(f8->u.tensor.storage_numel, 6);
+    assert_int_equal(u16->u.tensor.storage_numel, 8); /* bytes */
+    assert_string_equal(u16->u.tensor.storage_key, "1");
+    fc_pickle_free(p);
+}
+
+static void test_pickle_reads_parameters_and_tensor_subclass_wrappers(void **state)
+{
+    (void)state;
+    struct fc_pickle *p = load_ok(t_param, sizeof(t_param), FC_PICKLE_WEIGHTS_ONLY);
+    const struct fc_pv *r = fc_pickle_root(p);
+    const struct fc_pv *pp = tensor_at(r, "p"), *sc = tensor_at(r, "scalar");
+    static const int64_t s[] = { 2, 2 }, t[] = { 2, 1 };
+    assert_desc(pp, FC_DTYPE_FLOAT32, 2, s, t, 0);
+    assert_int_equal(pp->u.tensor.is_parameter, 1);
+    assert_int_equal(pp->u.tensor.requires_grad, 1);
+    assert_desc(sc, FC_DTYPE_BFLOAT16, 0, NULL, NULL, 0);
+    assert_int_equal(sc->u.tensor.is_parameter, 0);
+    fc_pickle_free(p);
+
+    p = load_ok(t_from_type, sizeof(t_from_type), FC_PICKLE_WEIGHTS_ONLY);
+    static const int64_t s1[] = { 2 }, t1[] = { 1 };
+    assert_int_equal(fc_pickle_root(p)->kind, FC_PV_TENSOR);
+    assert_desc(fc_pickle_root(p), FC_DTYPE_FLOAT32, 1, s1, t1, 0);
+    fc_pickle_free(p);
+}
+
+static void test_pickle_reads_an_optimizer_state_dict(void **state)
+{
+    (void)state;
+    struct fc_pickle *p = load_ok(t_optim, sizeof(t_optim), FC_PICKLE_WEIGHTS_ONLY);
+    const struct fc_pv *r = fc_pickle_root(p);
+    const struct fc_pv *st = fc_pv_dict_get(r, "state");
+    assert_int_equal(st->u.dict.n, 1);
+    assert_int_equal(st->u.dict.keys[0]->kind, FC_PV_INT);
+    const struct fc_pv *s0 = st->u.dict.vals[0];
+    assert_int_equal(tensor_at(s0, "step")->u.tensor.desc.ndim, 0);
+    const struct fc_pv *pg = fc_pv_dict_get(r, "param_groups")->u.seq.items[0];
+    assert_string_equal(repr_of(fc_pv_dict_get(pg, "betas")), "(0.9, 0.999)");
+    assert_string_equal(repr_of(fc_pv_dict_get(pg, "lr")), "0.001");
+    assert_string_equal(repr_of(fc_pv_dict_get(pg, "eps")), "1e-08");
+    fc_pickle_free(p);
+}
+
+static void test_pickle_interprets_device_size_dtype_bytes_and_set(void **state)
+{
+    (void)state;
+    struct fc_pickle *p = load_ok(t_misc, sizeof(t_misc), FC_PICKLE_WEIGHTS_ONLY);
+    assert_string_equal(repr_of(fc_pickle_root(p)),
+                        "{'dev': torch.device('cuda', 1), 'size': (2, 3), 'dt': torch.bfloat16, "
+                        "'by': b'\\x01\\x80', 'set': {1}, 'cpu': torch.device('cpu')}");
+    /* torch.device stays a call (it must re-pickle as a device), with checked arguments */
+    const struct fc_pv *dev = fc_pv_dict_get(fc_pickle_root(p), "dev");
+    assert_int_equal(dev->kind, FC_PV_CALL);
+    assert_true(fc_pv_is_global(dev->u.call.callable, "torch", "device"));
+    assert_true(fc_pv_is_global(fc_pv_dict_get(fc_pickle_root(p), "dt"), "torch", "bfloat16"));
+    assert_false(fc_pv_is_global(fc_pv_dict_get(fc_pickle_root(p), "dt"), "torch", "float32"));
+    assert_false(fc_pv_is_global(NULL, "torch", "float32"));
+    fc_pickle_free(p);
+    /* the symbolic profile leaves torch.* calls symbolic */
+    p = load_ok(t_misc, sizeof(t_misc), FC_PICKLE_SYMBOLIC);
+    const struct fc_pv *size = fc_pv_dict_get(fc_pickle_root(p), "size");
+    assert_int_equal(size->kind, FC_PV_CALL);
+    assert_true(fc_pv_is_global(size->u.call.callable, "torch", "Size"));
+    assert_string_equal(repr_of(size->u.call.args), "((2, 3),)");
+    assert_int_equal(fc_pv_dict_get(fc_pickle_root(p), "by")->kind, FC_PV_BYTES);
+    fc_pickle_free(p);
+}
+
+static void test_pickle_reads_dcp_metadata_symbolically(void **state)
+{
+    (void)state;
+    struct fc_pickle *p = load_ok(d_meta, sizeof(d_meta), FC_PICKLE_SYMBOLIC);
+    const struct fc_pv *r = fc_pickle_root(p);
+    assert_int_equal(r->kind, FC_PV_OBJECT);
+    assert_true(fc_pv_is_global(r->u.call.callable, "torch.distributed.checkpoint.metadata",
+                                "Metadata"));
+    const struct fc_pv *st = r->u.call.state;
+    assert_string_equal(repr_of(fc_pv_dict_get(st, "version")), "'1.0.0'");
+    const struct fc_pv *sdm = fc_pv_dict_get(st, "state_dict_metadata");
+    const struct fc_pv *w = fc_pv_dict_get(sdm, "w");
+    assert_int_equal(w->kind, FC_PV_OBJECT);
+    const struct fc_pv *props = fc_pv_dict_get(w->u.call.state, "properties");
+    assert_int_equal(props->u.call.state->kind, FC_PV_TUPLE); /* __getstate__ 5-tuple */
+    assert_true(fc_pv_is_global(props->u.call.state->u.seq.items[0], "torch", "float32"));
+    const struct fc_pv *chunks = fc_pv_dict_get(w->u.call.state, "chunks");
+    assert_int_equal(chunks->u.seq.n, 2);
+    const struct fc_pv *sz = fc_pv_dict_get(chunks->u.seq.items[1]->u.call.state, "offsets");
+    assert_string_equal(repr_of(sz->u.call.args), "((2, 0),)");
+    const struct fc_pv *sd = fc_pv_dict_get(st, "storage_data");
+    assert_int_equal(sd->u.dict.n, 3); /* object keys are never merged */
+    /* the memo made the fqn strings shared */
+    assert_ptr_equal(sdm->u.dict.keys[0], fc_pv_dict_get(sd->u.dict.keys[0]->u.call.state, "fqn"));
+    fc_pickle_free(p);
+}
+
+static void test_pickle_reads_protocol_5_and_protocol_0_opcodes(void **state)
+{
+    (void)state;
+    struct fc_pickle *p = load_ok(p_proto5, sizeof(p_proto5), FC_PICKLE_SYMBOLIC);
+    const struct fc_pv *r = fc_pickle_root(p);
+    assert_string_equal(repr_of(fc_pv_dict_get(r, "set")), "{1, 2}");
+    assert_string_equal(repr_of(fc_pv_dict_get(r, "fs")), "{3}");
+    assert_string_equal(repr_of(fc_pv_dict_get(r, "b")), "b'xy'");
+    assert_string_equal(repr_of(fc_pv_dict_get(r, "ba")), "b'z'");
+    const struct fc_pv *obj = fc_pv_dict_get(r, "obj");
+    assert_int_equal(obj->kind, FC_PV_OBJECT);
+    assert_true(fc_pv_is_global(obj->u.call.callable, "mymod", "Point"));
+    assert_string_equal(repr_of(obj->u.call.state), "{'x': 1, 'y': [2]}");
+    const struct fc_pv *big = fc_pv_dict_get(r, "big");
+    assert_int_equal(big->kind, FC_PV_BIGINT);
+    assert_int_equal(big->u.str.len, 263); /* LONG4 */
+    assert_int_equal(fc_pv_dict_get(r, "u")->u.str.len, 300);
+    fc_pickle_free(p);
+    p = load_ok(p_proto0, sizeof(p_proto0), FC_PICKLE_SYMBOLIC);
+    assert_string_equal(repr_of(fc_pickle_root(p)), "[1, -2, 1.5, [3], {1: 2}, 1099511627776, True]");
+    fc_pickle_free(p);
+}
+
+/* Hand-written streams for the opcodes Python's picklers rarely emit. */
+static void test_pickle_reads_rare_opcodes_in_the_symbolic_profile(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *d;
+        size_t n;
+        const char *repr;
+    } cases[] = {
+#define C(s, r) { s, sizeof(s) - 1, r }
+        C("\x80\x04(K\x01K\x02" "1K\x03.", "3"),                          /* POP_MARK */
+        C("\x80\x04K\x01K\x02" "0.", "1"),                                /* POP */
+        C("\x80\x04(0K\x05.", "5"),                                       /* POP of an empty MARK */
+        C("\x80\x04]2K\x01" "a\x86.", "([1], [1])"),                         /* DUP */
+        C("\x80\x04\x8d\x02\x00\x00\x00\x00\x00\x00\x00hi.", "'hi'"),     /* BINUNICODE8 */
+        C("\x80\x04\x8e\x01\x00\x00\x00\x00\x00\x00\x00z.", "b'z'"),      /* BINBYTES8 */
+        C("\x80\x03\x42\x02\x00\x00\x00" "ab.", "b'ab'"),                    /* BINBYTES */
+        C("\x80\x02T\x02\x00\x00\x00" "ab.", "'ab'"),                        /* BINSTRING */
+        C("\x80\x02U\x02" "ab.", "'ab'"),                                    /* SHORT_BINSTRING */
+        C("\x80\x02K\x07r\x00\x00\x01\x00" "0j\x00\x00\x01\x00.", "7"),   /* LONG_BINPUT/GET */
+        C("(K\x01K\x02" "d.", "{1: 2}"),                                  /* DICT */
+        C("I01\n.", "True"),                                              /* INT bool form */
+        C("I-12\n.", "-12"),                                              /* INT */
+        C("L12L\n.", "12"),                                               /* LONG */
+        C("F-0.25\n.", "-0.25"),                                          /* FLOAT */
+        C("K\x01p3\n0g3\n.", "1"),                                        /* PUT/GET */
+        C("\x80\x04\x8c\x01m\x8c\x01" "C\x93)}\x92.", "<object m.C>"),       /* NEWOBJ_EX */
+        C("\x80\x02\x8a\x00.", "0"),                                      /* LONG1 empty */
+        C("\x80\x02\x8a\x09\xff\xff\xff\xff\xff\xff\xff\xff\xff.", "-1"), /* LONG1 wide, fits */
+        C("\x80\x02\x8a\x02\x00\x80.", "-32768"),
+        C("ccopy_reg\n_reconstructor\n.", "copyreg._reconstructor"),      /* renaming */
+        C("c__builtin__\nxrange\n.", "builtins.range"),
+        C("\x80\x02}(K\x01U\x01" "aK\x01U\x01" "bu.", "{1: 'b'}"),             /* key merging */
+        C("\x80\x02}(K\x01U\x01" "a\x88U\x01" "bu.", "{1: 'b'}"),              /* True == 1 */
+        C("\x80\x02}(U\x01" "aK\x01U\x01" "bK\x02U\x01" "aK\x03u.", "{'a': 3, 'b': 2}"),
+        C("\x80\x02}(NK\x01NK\x02G?\xf0\x00\x00\x00\x00\x00\x00K\x03u.",
+          "{None: 2, 1.0: 3}"),
+        C("\x80\x02" "cm\nf\n)R}b.", "<call m.f>"),                          /* BUILD on a CALL */
+        C("\x80\x02" "cm\nf\n)R.", "m.f()"),
+        C("\x80\x02}}b.", "{}"),                                          /* BUILD on a dict */
+#undef C
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct fc_pickle *p = NULL;
+        const int rc = fc_pickle_load(&p, (const unsigned char *)cases[i].d, cases[i].n,
+                                      FC_PICKLE_SYMBOLIC, "case");
+        if (rc != 0)
+            print_error("case %zu: %s\n", i, fc_error_last());
+        assert_int_equal(rc, 0);
+        assert_string_equal(repr_of(fc_pickle_root(p)), cases[i].repr);
+        fc_pickle_free(p);
+    }
+}
+
+static void load_fails(const char *d, size_t n, enum fc_pickle_profile pr, int code,
+                       const char *needle)
+{
+    struct fc_pickle *p = NULL;
+    assert_fc_fails(fc_pickle_load(&p, (const unsigned char *)d, n, pr, "test.pkl"), code, needle);
+    assert_null(p);
+}
+
+#define FAILS(s, pr, code, needle) load_fails(s, sizeof(s) - 1, pr, code, needle)
+#define WO FC_PICKLE_WEIGHTS_ONLY
+#define SY FC_PICKLE_SYMBOLIC
+
+static void test_pickle_rejects_forbidden_globals_with_torch_wording(void **state)
+{
+    (void)state;
+    static const char os_global[] = "\x80\x02" "cos\nsystem\nX\x04\x00\x00\x00" "echo\x85R.";
+    FAILS(os_global, WO, FC_EFORMAT,
+          "test.pkl: offset 2: unsupported global 'os.system' (torch.load(weights_only=True) "
+          "would refuse it too)");
+    /* the symbolic profile keeps it as a symbol and calls nothing */
+    struct fc_pickle *p = load_ok((const unsigned char *)os_global, sizeof(os_global) - 1, SY);
+    assert_string_equal(repr_of(fc_pickle_root(p)), "os.system('echo')");
+    fc_pickle_free(p);
+    /* STACK_GLOBAL: a symbol in the symbolic profile, a forbidden opcode in weights-only */
+    static const char os_stack[] =
+        "\x80\x04\x8c\x02os\x8c\x06system\x93\x8c\x04" "echo\x85R.";
+    p = load_ok((const unsigned char *)os_stack, sizeof(os_stack) - 1, SY);
+    assert_string_equal(repr_of(fc_pickle_root(p)), "os.system('echo')");
+    fc_pickle_free(p);
+    FAILS(os_stack, WO, FC_EFORMAT,
+          "test.pkl: offset 2: pickle opcode 0x8c (SHORT_BINUNICODE) is not allowed");
+    FAILS("\x80\x02" "cbuiltins\neval\n.", WO, FC_EFORMAT, "unsupported global 'builtins.eval'");
+    FAILS("\x80\x02" "c__builtin__\nfrozenset\n.", WO, FC_EFORMAT,
+          "unsupported global 'builtins.frozenset'");
+    FAILS("\x80\x02" "ctorch.distributed.tensor\nDTensor\n.", WO, FC_EFORMAT, "DTensor");
+    FAILS("\x80\x02" "cnumpy.core.multiarray\nscalar\n.", WO, FC_EFORMAT,
+          "'numpy.core.multiarray.scalar'");
+    FAILS("\x80\x02" "ctorch\nUntypedStorage\n.", WO, FC_EFORMAT, "'torch.UntypedStorage'");
+    /* allowlisted ones load */
+    static const char ok[] = "\x80\x02(ctorch\nfloat8_e5m2\nctorch.cuda\nHalfStorage\n"
+                             "ctorch.cuda.sparse\nLongTensor\nctorch\nper_tensor_affine\nt.";
+    p = load_ok((const unsigned char *)ok, sizeof(ok) - 1, WO);
+    assert_string_equal(repr_of(fc_pickle_root(p)),
+                        "(torch.float8_e5m2, torch.cuda.HalfStorage, torch.cuda.sparse.LongTensor, "
+                        "torch.per_tensor_affine)");
+    fc_pickle_free(p);
+}
+
+static void test_pickle_rejects_opcodes_outside_the_profile(void **state)
+{
+    (void)state;
+    FAILS("\x80\x04\x95\x01\x00\x00\x00\x00\x00\x00\x00N.", WO, FC_EFORMAT,
+          "test.pkl: offset 2: pickle opcode 0x95 (FRAME) is not allowed");
+    load_fails((const char *)d_meta, sizeof(d_meta), WO, FC_EFORMAT,
+               "offset 2: pickle opcode 0x95 (FRAME) is not allowed");
+    FAILS("\x80\x02K\x01" "0.", WO, FC_EFORMAT, "offset 4: pickle opcode 0x30 (POP) is not allowed");
+    FAILS("\x80\x02\x8b\x01\x00\x00\x00\x01.", WO, FC_EFORMAT, "(LONG4) is not allowed");
+    FAILS("\x80\x02" "C\x01x.", WO, FC_EFORMAT, "(SHORT_BINBYTES) is not allowed");
+    FAILS("\x80\x02" "(K\x01\x91.", WO, FC_EFORMAT, "(FROZENSET) is not allowed");
+    FAILS("I1\n.", WO, FC_EFORMAT, "offset 0: pickle opcode 0x49 (INT) is not allowed");
+    FAILS("\x80\x02" "(X\x01\x00\x00\x00pK\x01tQ.", SY, FC_EFORMAT, "(BINPERSID) is not allowed");
+    FAILS("\x80\x02" "P1\n.", SY, FC_EFORMAT, "(PERSID) is not allowed");
+    FAILS("\x80\x02" "\x82\x01.", SY, FC_EFORMAT, "(EXT1) is not allowed");
+    FAILS("\x80\x02" "(cm\nC\no.", SY, FC_EFORMAT, "(OBJ) is not allowed");
+    FAILS("\x80\x05\x97.", SY, FC_EFORMAT, "(NEXT_BUFFER) is not allowed");
+    FAILS("S'a'\n.", SY, FC_EFORMAT, "(STRING) is not allowed");
+    FAILS("\x80\x02\xff.", SY, FC_ECORRUPT, "offset 2: unknown pickle opcode 0xff");
+    FAILS("\x80\x06N.", SY, FC_EFORMAT, "unsupported pickle protocol 6");
+}
+
+static void test_pickle_rejects_malformed_streams(void **state)
+{
+    (void)state;
+    FAILS("\x80\x02h\x05.", WO, FC_ECORRUPT, "offset 2: memo index 5 is not set");
+    FAILS("\x80\x02j\x00\x00\x00\x80.", WO, FC_ECORRUPT, "memo index 2147483648 is not set");
+    FAILS("\x80\x02q\x00.", WO, FC_ECORRUPT, "stack underflow: BINPUT needs 1 item, 0 there");
+    FAILS("\x80\x02]a.", WO, FC_ECORRUPT, "stack underflow: APPEND needs 2 items, 1 there");
+    FAILS("\x80\x02K\x01(K\x02\x86.", WO, FC_ECORRUPT, "TUPLE2 needs 2 items, 1 there");
+    FAILS("\x80\x02K\x01(s.", WO, FC_ECORRUPT, "SETITEM needs 3 items, 0 there");
+    FAILS("\x80\x02t.", WO, FC_ECORRUPT, "TUPLE without a MARK");
+    FAILS("\x80\x02.", WO, FC_ECORRUPT, "offset 2: STOP with an empty stack");
+    FAILS("\x80\x02(.", WO, FC_ECORRUPT, "STOP with an empty stack");
+    FAILS("\x80\x02N", WO, FC_ECORRUPT, "offset 3: truncated pickle: no STOP opcode");
+    FAILS("", WO, FC_ECORRUPT, "offset 0: truncated pickle");
+    FAILS("\x80\x02X\x05\x00\x00\x00" "abc.", WO, FC_ECORRUPT, "BINUNICODE of 5 bytes, 4 left");
+    FAILS("\x80\x02X\x02\x00\x00\x00\xc3(.", WO, FC_ECORRUPT, "BINUNICODE is not valid UTF-8");
+    FAILS("\x80\x02U\x03\xed\xa0\x80.", WO, FC_ECORRUPT, "SHORT_BINSTRING is not valid UTF-8");
+    FAILS("\x80\x02}(K\x01u.", WO, FC_ECORRUPT, "odd number of items (1) for SETITEMS");
+    FAILS("\x80\x02)K\x01" "a.", WO, FC_EFORMAT, "APPEND on a tuple (only lists)");
+    FAILS("\x80\x02](K\x01K\x02u.", WO, FC_EFORMAT, "SETITEMS on a list (only dicts)");
+    FAILS("\x80\x02}}b.", WO, FC_EFORMAT, "BUILD on a dict");
+    FAILS("\x80\x02]}b.", SY, FC_EFORMAT, "BUILD on a list is not supported");
+    FAILS("\x80\x02" "cm\nf\nK\x01R.", SY, FC_ECORRUPT, "REDUCE argument is a int, not a tuple");
+    FAILS("\x80\x02K\x01)R.", WO, FC_EFORMAT, "REDUCE of a int");
+    FAILS("\x80\x02" "c\nx\n.", SY, FC_ECORRUPT, "GLOBAL with an empty or invalid name");
+    FAILS("\x80\x02" "cos", SY, FC_ECORRUPT, "GLOBAL argument has no newline");
+    FAILS("\x80\x04K\x01\x93.", SY, FC_ECORRUPT, "STACK_GLOBAL");
+    FAILS("\x80\x04\x95\xff\x00\x00\x00\x00\x00\x00\x00N.", SY, FC_ECORRUPT, "FRAME of 255 bytes");
+    FAILS("\x80\x02]q\x00h\x00" "a.", WO, FC_EFORMAT, "contains itself (a cycle)");
+    FAILS("\x80\x02]q\x00(h\x00t\x85q\x01h\x00h\x01" "a0.", SY, FC_EFORMAT, "a cycle");
+    FAILS("I99999999999999999999\n.", SY, FC_EFORMAT, "INT argument is not a 64-bit");
+    FAILS("F1.5x\n.", SY, FC_ECORRUPT, "FLOAT argument is not a number");
+    FAILS("\x80\x04\x8c\x01m\x8c\x01" "C\x93)}(K\x01K\x02u\x92.", SY, FC_EFORMAT,
+          "keyword arguments");
+    /* one byte over the size limit is refused before anything is read */
+    struct fc_pickle *p = NULL;
+    assert_fc_fails(fc_pickle_load(&p, (const unsigned char *)"", FC_PICKLE_MAX_INPUT + 1, WO, "big"),
+                    FC_ECORRUPT, "larger than");
+    assert_null(p);
+}
+
+static void test_pickle_enforces_mark_and_nesting_limits(void **state)
+{
+    (void)state;
+    const size_t n = FC_PICKLE_MAX_MARKS + 1;
+    char *d = malloc(n + 8);
+    assert_non_null(d);
+    d[0] = '\x80';
+    d[1] = 2;
+    memset(d + 2, '(', n);
+    d[n + 2] = '.';
+    load_fails(d, n + 3, WO, FC_ECORRUPT, "more than 10000 nested MARKs");
+    /* exactly the limit is fine as far as MARKs go (then STOP has nothing) */
+    load_fails(d, n + 1, WO, FC_ECORRUPT, "truncated");
+    free(d);
+
+    /* lists nested FC_PICKLE_MAX_NESTING deep load; one more level does not */
+    for (int extra = 0; extra < 2; extra++) {
+        const size_t depth = FC_PICKLE_MAX_NESTING + (size_t)extra;
+        char *s = malloc(2 * depth + 8);
+        assert_non_null(s);
+        size_t k = 0;
+        s[k++] = '\x80';
+        s[k++] = 2;
+        for (size_t i = 0; i < depth; i++)
+            s[k++] = ']';
+        for (size_t i = 1; i < depth; i++)
+            s[k++] = 'a';
+        s[k++] = '.';
+        struct fc_pickle *p = NULL;
+        const int rc = fc_pickle_load(&p, (const unsigned char *)s, k, WO, "deep");
+        if (extra == 0) {
+            assert_fc_ok(rc);
+            assert_int_equal(fc_pickle_root(p)->height, FC_PICKLE_MAX_NESTING);
+            struct fc_buf b = FC_BUF_INIT(1 << 20);
+            assert_fc_ok(fc_pw_value(&b, fc_pickle_root(p)));
+            fc_buf_release(&b);
+            fc_pickle_free(p);
+        } else {
+            assert_int_equal(rc, FC_EFORMAT);
+            assert_non_null(strstr(fc_error_last(), "nested deeper than 1000 levels"));
+        }
+        free(s);
+    }
+}
+
+static void test_pickle_limits_the_memo(void **state)
+{
+    (void)state;
+    const size_t n = FC_PICKLE_MAX_MEMO + 1;
+    unsigned char *d = malloc(5 * n + 8);
+    assert_non_null(d);
+    size_t k = 0;
+    d[k++] = 0x80;
+    d[k++] = 2;
+    d[k++] = 'N';
+    for (size_t i = 0; i < n; i++) {
+        d[k++] = 'r';
+        d[k++] = (unsigned char)i;
+        d[k++] = (unsigned char)(i >> 8);
+        d[k++] = (unsigned char)(i >> 16);
+        d[k++] = (unsigned char)(i >> 24);
+    }
+    d[k++] = '.';
+    load_fails((const char *)d, k, WO, FC_ECORRUPT, "more than 1048576 memo entries");
+    /* re-putting an index does not count twice */
+    memset(d + k - 5, 0, 4);
+    struct fc_pickle *p = load_ok(d, k, WO);
+    fc_pickle_free(p);
+    free(d);
+}
+
+static void test_pickle_refuses_unconvertible_tensors(void **state)
+{
+    (void)state;
+    FAILS("\x80\x02" "ctorch._utils\n_rebuild_qtensor\n)R.", WO, FC_EFORMAT,
+          "offset 34: a quantized tensor (torch._utils._rebuild_qtensor) cannot be converted");
+    FAILS("\x80\x02" "ctorch._utils\n_rebuild_sparse_tensor\n)R.", WO, FC_EFORMAT,
+          "a sparse tensor");
+    FAILS("\x80\x02" "ctorch._utils\n_rebuild_meta_tensor_no_storage\n)R.", WO, FC_EFORMAT,
+          "a meta tensor");
+    FAILS("\x80\x02" "ctorch._utils\n_rebuild_wrapper_subclass\n)R.", WO, FC_EFORMAT,
+          "wrapper subclass");
+    FAILS("\x80\x02" "ctorch._utils\n_rebuild_device_tensor_from_numpy\n)R.", WO, FC_EFORMAT,
+          "through numpy");
+    load_fails((const char *)t_conj, sizeof(t_conj), WO, FC_EFORMAT,
+               "offset 169: tensor with conj/neg bit (metadata {'conj': True}) is not supported");
+    /* a storage that is not wrapped in a tensor */
+    static const char bare[] = "\x80\x02(X\x07\x00\x00\x00storagectorch\nFloatStorage\n"
+                               "X\x01\x00\x00\x00" "0X\x03\x00\x00\x00" "cpuK\x04tQ.";
+    FAILS(bare, WO, FC_EFORMAT, "offset 52: a bare storage (not a tensor) cannot be converted");
+    FAILS("\x80\x02K\x01Q.", WO, FC_EFORMAT, "persistent id is a int");
+    FAILS("\x80\x02(X\x01\x00\x00\x00xtQ.", WO, FC_EFORMAT, "not a ('storage', ...) tuple");
+    static const char qst[] = "\x80\x02(X\x07\x00\x00\x00storagectorch\nQInt8Storage\n"
+                              "X\x01\x00\x00\x00" "0X\x03\x00\x00\x00" "cpuK\x04tQ.";
+    FAILS(qst, WO, FC_EFORMAT, "storage of type torch.QInt8Storage (quantized)");
+    static const char badtype[] = "\x80\x02(X\x07\x00\x00\x00storagectorch\nfloat32\n"
+                                  "X\x01\x00\x00\x00" "0X\x03\x00\x00\x00" "cpuK\x04tQ.";
+    FAILS(badtype, WO, FC_ECORRUPT, "type is not a storage class");
+}
+
+/* A _rebuild_tensor_v2/_v3 call with the given size/stride/dtype text spliced in. */
+static void rebuild_fails(const char *fn, const char *size, const char *stride, const char *extra,
+                          int code, const char *needle)
+{
+    struct fc_buf b = FC_BUF_INIT(4096);
+    assert_fc_ok(fc_buf_printf(&b, "\x80\x02" "ctorch._utils\n%s\n(", fn));
+    assert_fc_ok(fc_buf_puts(&b, "(X\x07"));
+    assert_fc_ok(fc_buf_append(&b, "\x00\x00\x00", 3));
+    assert_fc_ok(fc_buf_puts(&b, "storagectorch.storage\nUntypedStorage\nX\x01"));
+    assert_fc_ok(fc_buf_append(&b, "\x00\x00\x00", 3));
+    assert_fc_ok(fc_buf_puts(&b, "0X\x03"));
+    assert_fc_ok(fc_buf_append(&b, "\x00\x00\x00", 3));
+    assert_fc_ok(fc_buf_puts(&b, "cpuK\x10tQK"));
+    assert_fc_ok(fc_buf_append(&b, "\x00", 1));
+    assert_fc_ok(fc_buf_puts(&b, size));
+    assert_fc_ok(fc_buf_puts(&b, stride));
+    assert_fc_ok(fc_buf_puts(&b, "\x89}"));
+    assert_fc_ok(fc_buf_puts(&b, extra));
+    assert_fc_ok(fc_buf_puts(&b, "tR."));
+    load_fails((const char *)b.data, b.len, WO, code, needle);
+    fc_buf_release(&b);
+}
+
+static void test_pickle_checks_tensor_view_arguments(void **state)
+{
+    (void)state;
+    const char *v3 = "_rebuild_tensor_v3";
+    rebuild_fails(v3, "(K\x02K\x02t", "(K\x02K\x01t", "ctorch\nbits8\n", FC_EFORMAT,
+                  "tensor of dtype torch.bits8 is not supported");
+    rebuild_fails(v3, "(K\x02K\x02t", "(K\x02K\x01t", "ctorch\nfloat32\nK\x01", FC_ECORRUPT,
+                  "metadata is not a dict");
+    rebuild_fails(v3, "(K\x02K\x02t", "(K\x01t", "ctorch\nfloat32\n", FC_ECORRUPT,
+                  "2 sizes but 1 strides");
+    rebuild_fails(v3, "(J\xff\xff\xff\xfft", "(K\x01t", "ctorch\nfloat32\n", FC_ECORRUPT,
+                  "size[0] is negative (-1)");
+    rebuild_fails(v3, "(Nt", "(K\x01t", "ctorch\nfloat32\n", FC_ECORRUPT,
+                  "size[0] is a None, not an int");
+    rebuild_fails(v3, "(K\x01t", "(K\x01t", "", FC_ECORRUPT, "6 arguments, want 7 or 8");
+    rebuild_fails(v3, "K\x01", "(K\x01t", "ctorch\nfloat32\n", FC_ECORRUPT,
+                  "size is a int, not a tuple");
+    rebuild_fails(v3, "(K\x01t", "(K\x01t", "cbuiltins\nset\n", FC_ECORRUPT,
+                  "dtype argument is not a torch dtype");
+    rebuild_fails("_rebuild_tensor_v2", "(K\x01t", "(K\x01t", "K\x01K\x02", FC_ECORRUPT,
+                  "8 arguments, want 6 or 7");
+    char size[64] = "(", stride[64] = "(";
+    for (int i = 0; i < FC_MAX_DIMS + 1; i++) {
+        strcat(size, "K\x01");
+        strcat(stride, "K\x01");
+    }
+    strcat(size, "t");
+    strcat(stride, "t");
+    rebuild_fails(v3, size, stride, "ctorch\nfloat32\n", FC_EFORMAT,
+                  "tensor with 17 dimensions (at most 16 supported)");
+    rebuild_fails("_rebuild_parameter", "", "", "", FC_ECORRUPT, "arguments, want 3");
+    /* Parameter data must be a tensor; subclasses other than Tensor/Parameter are refused */
+    FAILS("\x80\x02" "ctorch._utils\n_rebuild_parameter\nK\x01\x89}\x87R.", WO, FC_ECORRUPT,
+          "data is not a tensor");
+    FAILS("\x80\x02" "ctorch._tensor\n_rebuild_from_type_v2\n(ctorch._utils\n_rebuild_tensor_v2\n"
+          "ctorch\nSize\n)}tR.",
+          WO, FC_EFORMAT, "tensor subclass 'torch.Size' is not supported");
+    FAILS("\x80\x02" "ctorch\nFloatStorage\n)R.", WO, FC_EFORMAT,
+          "call of torch.FloatStorage is not supported");
+    FAILS("\x80\x02" "c_codecs\nencode\nX\x02\x00\x00\x00\xe2\x82X\x06\x00\x00\x00latin1\x86R.", WO,
+          FC_ECORRUPT, "not valid UTF-8");
+    FAILS("\x80\x02" "c_codecs\nencode\nX\x03\x00\x00\x00\xe2\x82\xacX\x06\x00\x00\x00latin1\x86R.",
+          WO, FC_EFORMAT, "call of _codecs.encode with these arguments is not supported");
+}
+
+static void test_pickle_truncated_inputs_fail_cleanly_at_every_length(void **state)
+{
+    (void)state;
+    static const struct {
+        const unsigned char *d;
+        size_t n;
+        enum fc_pickle_profile pr;
+    } in[] = {
+        { p_all, sizeof(p_all), WO },     { t_state_dict, sizeof(t_state_dict), WO },
+        { t_v3, sizeof(t_v3), WO },       { t_optim, sizeof(t_optim), WO },
+        { t_misc, sizeof(t_misc), WO },   { d_meta, sizeof(d_meta), SY },
+        { p_proto5, sizeof(p_proto5), SY }, { p_proto0, sizeof(p_proto0), SY },
+    };
+    for (size_t i = 0; i < sizeof(in) / sizeof(in[0]); i++) {
+        for (size_t len = 0; len < in[i].n; len++) {
+            /* a copy of exactly len bytes, so ASan sees any read past the end */
+            unsigned char *c = malloc(len + 1);
+            assert_non_null(c);
+            memcpy(c, in[i].d, len);
+            struct fc_pickle *p = NULL;
+            const int rc = fc_pickle_load(&p, c, len, in[i].pr, "cut");
+            if (rc != FC_ECORRUPT || strstr(fc_error_last(), "truncated") == NULL)
+                print_error("input %zu cut at %zu: %s %s\n", i, len, fc_err_name(rc),
+                            fc_error_last());
+            assert_int_equal(rc, FC_ECORRUPT);
+            assert_non_null(strstr(fc_error_last(), "truncated"));
+            assert_null(p);
+            free(c);
+        }
+    }
+}
+
+static void test_pickle_survives_allocation_failure_at_every_allocation(void **state)
+{
+    (void)state;
+    static const struct {
+        const unsigned char *d;
+        size_t n;
+        enum fc_pickle_profile pr;
+    } in[] = {
+        { p_all, sizeof(p_all), WO },   { t_state_dict, sizeof(t_state_dict), WO },
+        { t_param, sizeof(t_param), WO }, { t_optim, sizeof(t_optim), WO },
+        { d_meta, sizeof(d_meta), SY }, { p_proto5, sizeof(p_proto5), SY },
+    };
+    for (size_t i = 0; i < sizeof(in) / sizeof(in[0]); i++) {
+        int succeeded = 0;
+        for (unsigned long n = 1; n < 10000 && !succeeded; n++) {
+            struct fc_pickle *p = NULL;
+            fc_alloc_fail_at(n);
+            const int rc = fc_pickle_load(&p, in[i].d, in[i].n, in[i].pr, "oom");
+            const int fired = fc_alloc_failed();
+            fc_alloc_fail_at(0);
+            if (!fired) {
+                assert_fc_ok(rc);
+                succeeded = 1;
+            } else {
+                assert_int_equal(rc, FC_ENOMEM);
+                assert_null(p);
+            }
+            fc_pickle_free(p);
+        }
+        assert_true(succeeded);
+    }
+    /* the writer and repr too */
+    struct fc_pickle *p = load_ok(p_all, sizeof(p_all), WO);
+    for (unsigned long n = 1;; n++) {
+        struct fc_buf b = FC_BUF_INIT(1 << 20);
+        fc_alloc_fail_at(n);
+        int rc = fc_pw_value(&b, fc_pickle_root(p));
+        if (rc == FC_OK)
+            rc = fc_pv_repr(&b, fc_pickle_root(p), 100000);
+        const int fired = fc_alloc_failed();
+        fc_alloc_fail_at(0);
+        fc_buf_release(&b);
+        if (!fired) {
+            assert_fc_ok(rc);
+            break;
+        }
+        assert_int_equal(rc, FC_ENOMEM);
+    }
+    fc_pickle_free(p);
+}
+
+static void round_trip(const unsigned char *d, size_t n, enum fc_pickle_profile pr)
+{
+    struct fc_pickle *p = load_ok(d, n, pr);
+    struct fc_buf b1 = FC_BUF_INIT(1 << 20), b2 = FC_BUF_INIT(1 << 20);
+    write_full(&b1, fc_pickle_root(p));
+    struct fc_pickle *q = load_ok(b1.data, b1.len, pr);
+    char *want = strdup(repr_of(fc_pickle_root(p)));
+    assert_non_null(want);
+    assert_string_equal(repr_of(fc_pickle_root(q)), want);
+    write_full(&b2, fc_pickle_root(q));
+    assert_bytes(&b2, b1.data, b1.len);
+    free(want);
+    fc_buf_release(&b1);
+    fc_buf_release(&b2);
+    fc_pickle_free(q);
+    fc_pickle_free(p);
+}
+
+static void test_pickle_writer_round_trips_every_plain_value(void **state)
+{
+    (void)state;
+    round_trip(p_all, sizeof(p_all), WO);
+    round_trip(p_all, sizeof(p_all), SY);
+    round_trip(t_misc, sizeof(t_misc), WO);
+    round_trip(d_meta, sizeof(d_meta), SY);
+    round_trip(p_proto5, sizeof(p_proto5), SY);
+    round_trip(p_proto0, sizeof(p_proto0), SY);
+    round_trip(w_tree, sizeof(w_tree), WO);
+}
+
+static void repr_is(const struct fc_pv *v, size_t max, const char *want)
+{
+    struct fc_buf b = FC_BUF_INIT(1 << 20);
+    assert_fc_ok(fc_buf_puts(&b, "<"));
+    assert_fc_ok(fc_pv_repr(&b, v, max));
+    assert_fc_ok(fc_buf_putc(&b, 0));
+    assert_string_equal((const char *)b.data + 1, want);
+    assert_true(strlen(want) <= max);
+    fc_buf_release(&b);
+}
+
+static void test_pickle_repr_formats_like_python_and_caps_its_length(void **state)
+{
+    (void)state;
+    static const struct {
+        double f;
+        const char *s;
+    } fl[] = {
+        { 0.001, "0.001" },      { 1e-8, "1e-08" },     { 1.0, "1.0" },
+        { 100.0, "100.0" },      { 1e16, "1e+16" },     { 1.5e-5, "1.5e-05" },
+        { 0.0001, "0.0001" },    { -0.0, "-0.0" },      { 123456789012345678.0, "1.2345678901234568e+17" },
+        { 0.1, "0.1" },          { 1.0 / 3, "0.3333333333333333" },
+        { 9999999999999998.0, "9999999999999998.0" },   { 1e300 * 1e300, "inf" },
+        { 5e-324, "5e-324" },    { 2.5e-3, "0.0025" },
+    };
+    struct fc_pv v;
+    memset(&v, 0, sizeof(v));
+    v.kind = FC_PV_FLOAT;
+    for (size_t i = 0; i < sizeof(fl) / sizeof(fl[0]); i++) {
+        v.u.f = fl[i].f;
+        repr_is(&v, 100, fl[i].s);
+    }
+    v.u.f = NAN;
+    repr_is(&v, 100, "nan");
+    v.kind = FC_PV_STR;
+    v.u.str.s = "it's \"q\"\n\\\x01";
+    v.u.str.len = strlen(v.u.str.s);
+    repr_is(&v, 100, "'it\\'s \"q\"\\n\\\\\\x01'");
+    v.u.str.s = "it's";
+    v.u.str.len = 4;
+    repr_is(&v, 100, "\"it's\"");
+    /* capped: ends in "...", never cuts a UTF-8 character */
+    v.u.str.s = "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9";
+    v.u.str.len = 8;
+    repr_is(&v, 100, "'\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9'");
+    repr_is(&v, 10, "'\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9'");
+    repr_is(&v, 9, "'\xc3\xa9\xc3\xa9...");
+    repr_is(&v, 8, "'\xc3\xa9\xc3\xa9...");
+    repr_is(&v, 7, "'\xc3\xa9...");
+    repr_is(&v, 2, "..");
+    repr_is(&v, 0, "");
+    struct fc_pickle *p = load_ok(p_all, sizeof(p_all), WO);
+    repr_is(fc_pickle_root(p), 20, "{'none': None, 't...");
+    fc_pickle_free(p);
+    p = load_ok(t_param, sizeof(t_param), WO);
+    repr_is(fc_pickle_root(p), 200, "{'p': <parameter float32 [2, 2]>, 'scalar': <tensor bfloat16 []>}");
+    fc_pickle_free(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -810,6 +1515,26 @@ int main(void)
         cmocka_unit_test(test_pickle_writer_handles_a_hand_built_tree),
         cmocka_unit_test(test_pickle_loads_every_python_value_kind),
         cmocka_unit_test(test_pickle_loads_every_fixture_pickle),
+        cmocka_unit_test(test_pickle_reads_a_state_dict_with_metadata_and_tied_weights),
+        cmocka_unit_test(test_pickle_reads_views_and_shared_storages),
+        cmocka_unit_test(test_pickle_reads_v3_tensors_of_new_dtypes),
+        cmocka_unit_test(test_pickle_reads_parameters_and_tensor_subclass_wrappers),
+        cmocka_unit_test(test_pickle_reads_an_optimizer_state_dict),
+        cmocka_unit_test(test_pickle_interprets_device_size_dtype_bytes_and_set),
+        cmocka_unit_test(test_pickle_reads_dcp_metadata_symbolically),
+        cmocka_unit_test(test_pickle_reads_protocol_5_and_protocol_0_opcodes),
+        cmocka_unit_test(test_pickle_reads_rare_opcodes_in_the_symbolic_profile),
+        cmocka_unit_test(test_pickle_rejects_forbidden_globals_with_torch_wording),
+        cmocka_unit_test(test_pickle_rejects_opcodes_outside_the_profile),
+        cmocka_unit_test(test_pickle_rejects_malformed_streams),
+        cmocka_unit_test(test_pickle_enforces_mark_and_nesting_limits),
+        cmocka_unit_test(test_pickle_limits_the_memo),
+        cmocka_unit_test(test_pickle_refuses_unconvertible_tensors),
+        cmocka_unit_test(test_pickle_checks_tensor_view_arguments),
+        cmocka_unit_test(test_pickle_truncated_inputs_fail_cleanly_at_every_length),
+        cmocka_unit_test(test_pickle_survives_allocation_failure_at_every_allocation),
+        cmocka_unit_test(test_pickle_writer_round_trips_every_plain_value),
+        cmocka_unit_test(test_pickle_repr_formats_like_python_and_caps_its_length),
     };
     return cmocka_run_group_tests_name("pickle", tests, NULL, NULL);
 }
