@@ -506,7 +506,7 @@ static int ts_add_tensor(struct fc_torchsave *ts, const struct fc_pv *node)
     }
 
     /* A new storage: its record must exist with exactly the declared size. */
-    struct fc_buf name = FC_BUF_INIT(4096);
+    struct fc_buf name = FC_BUF_INIT((size_t)1 << 17); /* "data/" + a key of <= 64 KiB */
     int rc = FC_OK;
     FC_TRY_GOTO(fc_buf_printf(&name, "data/%s", t->storage_key), rc, done);
     const struct fc_zip_entry *e = fc_zip_find(ts->zr, (const char *)name.data);

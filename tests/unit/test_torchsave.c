@@ -899,6 +899,9 @@ static void test_torchsave_reads_a_plain_state_dict(void **state)
     assert_true(v[0] == 0.5f && v[1] == -1.0f && v[2] == 2.0f);
     free(p);
     assert_null(fc_torchsave_storage_at(c.ts, 2));
+    struct fc_pv_tensor foreign = *w;
+    foreign.storage_key = "7";
+    assert_int_equal(fc_torchsave_storage_index(c.ts, &foreign), SIZE_MAX);
     assert_non_null(fc_zip_find(fc_torchsave_zip(c.ts), "byteorder"));
     ts_close(&c);
 }
