@@ -14,8 +14,8 @@
 
 /* Work bounds of the coverage checker (documented in plan.h). */
 #define FC_COVERAGE_MAX_PAIR_TESTS ((uint64_t)1 << 26)
-#define FC_COVERAGE_MAX_CELLS ((uint64_t)1 << 24)
-#define FC_COVERAGE_MAX_MARKS ((uint64_t)1 << 26)
+#define FC_COVERAGE_MAX_CELLS      ((uint64_t)1 << 24)
+#define FC_COVERAGE_MAX_MARKS      ((uint64_t)1 << 26)
 
 /* At most this many runs of ranks are listed per chunk by fc_plan_describe(). */
 #define FC_PLAN_DESCRIBE_MAX_RUNS 8
@@ -142,8 +142,7 @@ static int fc_plan__check_tensor(const struct fc_plan_tensor_in *all, size_t i)
         return fc_error_set(FC_EINVAL, "plan: tensor '%s': unknown placement %d", t->key,
                             (int)t->placement);
     if (t->placement == FC_PLACE_SHARD0 && t->ndim == 0)
-        return fc_error_set(FC_EINVAL, "plan: tensor '%s': 0-d tensor cannot be Shard(0)",
-                            t->key);
+        return fc_error_set(FC_EINVAL, "plan: tensor '%s': 0-d tensor cannot be Shard(0)", t->key);
     if (t->alias_of == -1)
         return FC_OK;
     if (t->alias_of < 0 || (uint64_t)t->alias_of >= (uint64_t)i)
@@ -201,63 +200,83 @@ static size_t fc_plan__distinct_boxes(const struct fc_plan_tensor_in *t, int sha
 }
 
 /*
- * Indexed binary min-heap of ranks keyed by (load, rank), so "the least
- * loaded rank, ties to the lowest" is O(1) and a load increase O(log W).
+ * Segment tree over ranks keyed by (load, rank): "the least loaded rank in a
+ * run of ranks, ties to the lowest" in O(log W) per run, a load increase in
+ * O(log W).  Holder sets are R runs (one per replica) of contiguous ranks,
+ * so an owner choice costs O(R log W) whatever the shard size.
  */
-struct fc_plan__heap {
-    int *heap;      /* heap[i] = rank */
-    int *pos;       /* pos[rank] = i */
+struct fc_plan__loads {
     uint64_t *load; /* bytes assigned so far per rank */
-    int n;
+    int *tree;      /* tree[1..2P): best rank of the node, -1 for padding leaves */
+    int size;       /* P: leaves, a power of two >= world */
 };
 
-static int fc_plan__less(const struct fc_plan__heap *h, int a, int b)
+/* The better of two ranks (-1 = none). */
+static int fc_plan__better(const struct fc_plan__loads *l, int a, int b)
 {
-    return h->load[a] < h->load[b] || (h->load[a] == h->load[b] && a < b);
+    if (a < 0)
+        return b;
+    if (b < 0)
+        return a;
+    if (l->load[a] != l->load[b])
+        return l->load[a] < l->load[b] ? a : b;
+    return a < b ? a : b;
 }
 
-static void fc_plan__sift_down(struct fc_plan__heap *h, int i)
+static int fc_plan__loads_init(struct fc_plan__loads *l, int world)
 {
-    for (;;) {
-        const int l = 2 * i + 1, r = l + 1;
-        int m = i;
-        if (l < h->n && fc_plan__less(h, h->heap[l], h->heap[m]))
-            m = l;
-        if (r < h->n && fc_plan__less(h, h->heap[r], h->heap[m]))
-            m = r;
-        if (m == i)
-            return;
-        const int t = h->heap[i];
-        h->heap[i] = h->heap[m];
-        h->heap[m] = t;
-        h->pos[h->heap[i]] = i;
-        h->pos[h->heap[m]] = m;
-        i = m;
-    }
-}
-
-static int fc_plan__add_load(struct fc_plan__heap *h, int rank, uint64_t nbytes)
-{
-    if (fc_add_u64(h->load[rank], nbytes, &h->load[rank]) < 0)
-        return fc_error_set(FC_EINVAL, "plan: file of rank %d would exceed 2^64 bytes", rank);
-    /* Loads only grow, so the rank can only move down. */
-    fc_plan__sift_down(h, h->pos[rank]);
+    l->size = 1;
+    while (l->size < world)
+        l->size *= 2;
+    l->load = fc_calloc((size_t)world, sizeof(*l->load));
+    l->tree = fc_calloc(2 * (size_t)l->size, sizeof(*l->tree));
+    if (l->load == NULL || l->tree == NULL)
+        return fc_error_set(FC_ENOMEM, "plan: out of memory for %d ranks", world);
+    for (int i = 0; i < l->size; i++)
+        l->tree[l->size + i] = i < world ? i : -1;
+    for (int i = l->size - 1; i >= 1; i--)
+        l->tree[i] = fc_plan__better(l, l->tree[2 * i], l->tree[2 * i + 1]);
     return FC_OK;
 }
 
+static void fc_plan__loads_release(struct fc_plan__loads *l)
+{
+    fc_free(l->load);
+    fc_free(l->tree);
+}
+
+static int fc_plan__add_load(struct fc_plan__loads *l, int rank, uint64_t nbytes)
+{
+    if (fc_add_u64(l->load[rank], nbytes, &l->load[rank]) < 0)
+        return fc_error_set(FC_EINVAL, "plan: file of rank %d would exceed 2^64 bytes", rank);
+    for (int i = (l->size + rank) / 2; i >= 1; i /= 2)
+        l->tree[i] = fc_plan__better(l, l->tree[2 * i], l->tree[2 * i + 1]);
+    return FC_OK;
+}
+
+/* Best rank in [lo, hi). */
+static int fc_plan__best_in(const struct fc_plan__loads *l, int lo, int hi)
+{
+    int best = -1;
+    for (lo += l->size, hi += l->size; lo < hi; lo /= 2, hi /= 2) {
+        if (lo & 1)
+            best = fc_plan__better(l, best, l->tree[lo++]);
+        if (hi & 1)
+            best = fc_plan__better(l, best, l->tree[--hi]);
+    }
+    return best;
+}
+
 /* The least loaded holder of shard coordinates [first, first + count), ties to the lowest rank. */
-static int fc_plan__pick(const struct fc_plan__heap *h, const struct fc_mesh *mesh, int first,
+static int fc_plan__pick(const struct fc_plan__loads *l, const struct fc_mesh *mesh, int first,
                          int count)
 {
     if (first == 0 && count == mesh->shard)
-        return h->heap[0];
+        return l->tree[1];
     int best = -1;
     for (int r = 0; r < mesh->replicate; r++) {
-        for (int s = first; s < first + count; s++) {
-            const int rank = r * mesh->shard + s;
-            if (best < 0 || fc_plan__less(h, rank, best))
-                best = rank;
-        }
+        const int lo = r * mesh->shard + first;
+        best = fc_plan__better(l, best, fc_plan__best_in(l, lo, lo + count));
     }
     return best;
 }
@@ -325,8 +344,8 @@ static void fc_plan__fill_chunks(struct fc_plan *p, const struct fc_plan_tensor_
         }
         t->first_chunk = c;
         t->nchunks = fc_plan__distinct_boxes(&in[i], S);
-        const int64_t k = t->placement == FC_PLACE_SHARD0 ? fc_mesh_nonempty_chunks(t->shape[0], S)
-                                                          : 0;
+        const int64_t k =
+            t->placement == FC_PLACE_SHARD0 ? fc_mesh_nonempty_chunks(t->shape[0], S) : 0;
         for (size_t j = 0; j < t->nchunks; j++, c++) {
             struct fc_plan_chunk *ch = &p->chunks[c];
             int64_t *off = p->dims_ + dim_cursor;
@@ -362,7 +381,7 @@ static void fc_plan__fill_chunks(struct fc_plan *p, const struct fc_plan_tensor_
  */
 static int fc_plan__assign(struct fc_plan *p, const struct fc_plan_value_in *values,
                            fc_plan_blob_size_fn blob_size, void *ctx, struct fc_plan_item *tmp,
-                           struct fc_plan__heap *h)
+                           struct fc_plan__loads *loads)
 {
     size_t k = 0;
     for (size_t v = 0; v < p->nvalues; v++, k++) {
@@ -370,8 +389,8 @@ static int fc_plan__assign(struct fc_plan *p, const struct fc_plan_value_in *val
         tmp[k].index = v;
         tmp[k].chunk = FC_PLAN_NONE;
         tmp[k].length = values[v].blob_size;
-        tmp[k].rank = fc_plan__pick(h, &p->mesh, 0, p->mesh.shard);
-        FC_TRY(fc_plan__add_load(h, tmp[k].rank, tmp[k].length));
+        tmp[k].rank = fc_plan__pick(loads, &p->mesh, 0, p->mesh.shard);
+        FC_TRY(fc_plan__add_load(loads, tmp[k].rank, tmp[k].length));
     }
     for (size_t i = 0; i < p->ntensors; i++) {
         const struct fc_plan_tensor *t = &p->tensors[i];
@@ -383,8 +402,8 @@ static int fc_plan__assign(struct fc_plan *p, const struct fc_plan_value_in *val
             tmp[k].index = i;
             tmp[k].chunk = t->first_chunk + j;
             FC_TRY(blob_size(ctx, t->dtype, ch->box.sizes, t->ndim, &tmp[k].length));
-            tmp[k].rank = fc_plan__pick(h, &p->mesh, ch->shard_first, ch->shard_count);
-            FC_TRY(fc_plan__add_load(h, tmp[k].rank, tmp[k].length));
+            tmp[k].rank = fc_plan__pick(loads, &p->mesh, ch->shard_first, ch->shard_count);
+            FC_TRY(fc_plan__add_load(loads, tmp[k].rank, tmp[k].length));
         }
     }
     assert(k == p->nitems);
@@ -439,7 +458,7 @@ int fc_plan_build(struct fc_plan **out, const struct fc_mesh *mesh,
 {
     struct fc_plan *p = NULL;
     struct fc_plan_item *tmp = NULL;
-    struct fc_plan__heap h = {NULL, NULL, NULL, 0};
+    struct fc_plan__loads loads = {NULL, NULL, 0};
     size_t *cursor = NULL;
     int rc = FC_OK;
 
@@ -497,24 +516,17 @@ int fc_plan_build(struct fc_plan **out, const struct fc_mesh *mesh,
 
     const int world = (int)p->nfiles;
     tmp = fc_calloc(nitems, sizeof(*tmp));
-    h.heap = fc_calloc((size_t)world, sizeof(*h.heap));
-    h.pos = fc_calloc((size_t)world, sizeof(*h.pos));
-    h.load = fc_calloc((size_t)world, sizeof(*h.load));
     cursor = fc_calloc((size_t)world, sizeof(*cursor));
-    if (tmp == NULL || h.heap == NULL || h.pos == NULL || h.load == NULL || cursor == NULL) {
-        rc = fc_error_set(FC_ENOMEM, "plan: out of memory for %zu items on %d ranks", nitems,
-                          world);
+    if (tmp == NULL || cursor == NULL) {
+        rc =
+            fc_error_set(FC_ENOMEM, "plan: out of memory for %zu items on %d ranks", nitems, world);
         goto done;
     }
-    h.n = world;
-    for (int r = 0; r < world; r++) { /* all loads 0: rank order is a valid heap */
-        h.heap[r] = r;
-        h.pos[r] = r;
-    }
-    FC_TRY_GOTO(fc_plan__assign(p, values, blob_size, ctx, tmp, &h), rc, done);
+    FC_TRY_GOTO(fc_plan__loads_init(&loads, world), rc, done);
+    FC_TRY_GOTO(fc_plan__assign(p, values, blob_size, ctx, tmp, &loads), rc, done);
     uint64_t total = 0;
     for (int r = 0; r < world; r++) {
-        if (fc_add_u64(total, h.load[r], &total) < 0) {
+        if (fc_add_u64(total, loads.load[r], &total) < 0) {
             rc = fc_error_set(FC_EINVAL, "plan: total size exceeds 2^64 bytes");
             goto done;
         }
@@ -524,9 +536,7 @@ int fc_plan_build(struct fc_plan **out, const struct fc_mesh *mesh,
 
 done:
     fc_free(tmp);
-    fc_free(h.heap);
-    fc_free(h.pos);
-    fc_free(h.load);
+    fc_plan__loads_release(&loads);
     fc_free(cursor);
     if (rc < 0) {
         fc_plan_free(p);
@@ -692,8 +702,7 @@ static int fc_cov__more(struct fc_buf *report, uint64_t n, const char *what)
 {
     if (report == NULL || n <= FC_COVERAGE_REPORT_MAX)
         return FC_OK;
-    return fc_buf_printf(report, "... and %" PRIu64 " more %s\n", n - FC_COVERAGE_REPORT_MAX,
-                         what);
+    return fc_buf_printf(report, "... and %" PRIu64 " more %s\n", n - FC_COVERAGE_REPORT_MAX, what);
 }
 
 static int fc_cov__report_overlap(const struct fc_cov_ctx *ctx, uint64_t nth, size_t a, size_t b)
@@ -706,17 +715,16 @@ static int fc_cov__report_overlap(const struct fc_cov_ctx *ctx, uint64_t nth, si
         b = t;
     }
     FC_TRY(fc_buf_printf(ctx->report, "overlap: chunk %zu ", a));
-    FC_TRY(fc_plan_format_box(ctx->report, ctx->ndim, ctx->chunks[a].offsets,
-                              ctx->chunks[a].sizes));
+    FC_TRY(
+        fc_plan_format_box(ctx->report, ctx->ndim, ctx->chunks[a].offsets, ctx->chunks[a].sizes));
     FC_TRY(fc_buf_printf(ctx->report, " and chunk %zu ", b));
-    FC_TRY(fc_plan_format_box(ctx->report, ctx->ndim, ctx->chunks[b].offsets,
-                              ctx->chunks[b].sizes));
+    FC_TRY(
+        fc_plan_format_box(ctx->report, ctx->ndim, ctx->chunks[b].offsets, ctx->chunks[b].sizes));
     return fc_buf_putc(ctx->report, '\n');
 }
 
 /* Pairwise overlaps of the non-empty in-bounds chunks full[0..m): the sweep of plan.h. */
-static int fc_cov__overlaps(struct fc_cov_ctx *ctx, size_t *full, size_t m,
-                            struct fc_coverage *cov)
+static int fc_cov__overlaps(struct fc_cov_ctx *ctx, size_t *full, size_t m, struct fc_coverage *cov)
 {
     FC_TRY(fc_plan__sort_idx(full, m, fc_cov__cmp_start, ctx));
     uint64_t tests = 0;
@@ -861,8 +869,7 @@ static int fc_cov__scan(const struct fc_cov_ctx *ctx, const struct fc_cov_grid *
 
 /* Gaps and missing elements of the full chunks (ndim >= 1). */
 static int fc_cov__gaps(struct fc_cov_ctx *ctx, const size_t *full, size_t m, int64_t *edges,
-                        size_t stride, const size_t *nedges, int64_t numel,
-                        struct fc_coverage *cov)
+                        size_t stride, const size_t *nedges, int64_t numel, struct fc_coverage *cov)
 {
     struct fc_cov_grid g;
     memset(&g, 0, sizeof(g));
@@ -897,7 +904,7 @@ static int fc_cov__gaps(struct fc_cov_ctx *ctx, const size_t *full, size_t m, in
     /* Too many cells: fall back on the volume deficit. */
     uint64_t sum = 0;
     for (size_t i = 0; i < m; i++) {
-        int64_t v;
+        int64_t v = 0;
         (void)fc_shape_numel(ctx->chunks[full[i]].sizes, ctx->ndim, &v); /* <= numel */
         if (fc_add_u64(sum, (uint64_t)v, &sum) < 0)
             sum = UINT64_MAX;
@@ -944,8 +951,8 @@ static int fc_cov__duplicates(struct fc_cov_ctx *ctx, size_t n, struct fc_covera
         cov->duplicate_offsets++;
         if (ctx->report != NULL && cov->duplicate_offsets <= FC_COVERAGE_REPORT_MAX) {
             rc = fc_buf_printf(ctx->report,
-                               "duplicate offsets: chunk %zu has the offsets of chunk %zu ",
-                               idx[i], idx[first]);
+                               "duplicate offsets: chunk %zu has the offsets of chunk %zu ", idx[i],
+                               idx[first]);
             if (rc == FC_OK)
                 rc = fc_plan__put_list(ctx->report, ctx->ndim, ctx->chunks[idx[i]].offsets);
             if (rc == FC_OK)
@@ -977,16 +984,15 @@ static int fc_cov__scalar(struct fc_cov_ctx *ctx, size_t n, struct fc_coverage *
     return FC_OK;
 }
 
-int fc_chunks_check_coverage(int ndim, const int64_t *shape, const struct fc_box *chunks,
-                             size_t n, struct fc_coverage *out, struct fc_buf *report)
+int fc_chunks_check_coverage(int ndim, const int64_t *shape, const struct fc_box *chunks, size_t n,
+                             struct fc_coverage *out, struct fc_buf *report)
 {
     assert(out != NULL && (n == 0 || chunks != NULL));
     memset(out, 0, sizeof(*out));
     out->nchunks = n;
     out->exact = 1;
     if (ndim < 0 || ndim > FC_MAX_DIMS)
-        return fc_error_set(FC_EINVAL, "coverage: %d dims is outside [0, %d]", ndim,
-                            FC_MAX_DIMS);
+        return fc_error_set(FC_EINVAL, "coverage: %d dims is outside [0, %d]", ndim, FC_MAX_DIMS);
     int64_t numel;
     if (fc_shape_numel(shape, ndim, &numel) < 0)
         return fc_error_set(FC_EINVAL, "coverage: shape has a negative dim or too many elements");
@@ -1085,8 +1091,7 @@ void fc_chunk_index_free(struct fc_chunk_index *idx)
     fc_free(idx);
 }
 
-int fc_chunk_index_new(struct fc_chunk_index **out, int ndim, const struct fc_box *chunks,
-                       size_t n)
+int fc_chunk_index_new(struct fc_chunk_index **out, int ndim, const struct fc_box *chunks, size_t n)
 {
     assert(out != NULL && (n == 0 || chunks != NULL));
     *out = NULL;
@@ -1192,8 +1197,7 @@ int fc_plan_intersect(const struct fc_chunk_index *idx, const int64_t *target_of
             struct fc_overlap *p = fc_reallocarray(res, ncap, sizeof(*res));
             if (p == NULL) {
                 fc_free(res);
-                return fc_error_set(FC_ENOMEM, "intersect: out of memory for %zu overlaps",
-                                    ncap);
+                return fc_error_set(FC_ENOMEM, "intersect: out of memory for %zu overlaps", ncap);
             }
             res = p;
             cap = ncap;

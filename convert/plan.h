@@ -43,7 +43,10 @@
  *     lowest rank (DCP's dedup_save_plans; it weighs tensors by raw storage
  *     bytes and values as 1, we weigh every item by its planned length, which
  *     balances the files better).  Chunks with one holder (Shard(0) on a 1-D
- *     mesh) have no choice but still add to their rank's load.
+ *     mesh) have no choice but still add to their rank's load.  A segment
+ *     tree over (load, rank) makes each choice O(R log W) (holders are R runs
+ *     of contiguous ranks), so building is O(items * R log W + chunks * ndim)
+ *     time and O(W + chunks * ndim) memory, W = world size.
  *  5. Files.  One file per rank, files[r] named "__{r}_0.distcp", created
  *     even when empty.  items[] is grouped by file in write order:
  *     files[r].first_item .. + nitems; within a file, bytes items first
@@ -245,8 +248,7 @@ int fc_plan_describe(const struct fc_plan *plan, struct fc_buf *out);
  * fc_plan_format_box() - append "[a:b, c:d]" for a box of ndim dims to out.
  * Returns FC_OK or FC_ENOMEM.
  */
-int fc_plan_format_box(struct fc_buf *out, int ndim, const int64_t *offsets,
-                       const int64_t *sizes);
+int fc_plan_format_box(struct fc_buf *out, int ndim, const int64_t *offsets, const int64_t *sizes);
 
 /* ------------------------------------------------------------------------ */
 /* Coverage of an arbitrary chunk list (inspect, DCP readers).               */
@@ -299,8 +301,8 @@ struct fc_coverage {
  * ndim is outside [0, FC_MAX_DIMS], a dim of shape is negative or the shape's
  * element count overflows int64, or FC_ENOMEM.
  */
-int fc_chunks_check_coverage(int ndim, const int64_t *shape, const struct fc_box *chunks,
-                             size_t n, struct fc_coverage *out, struct fc_buf *report);
+int fc_chunks_check_coverage(int ndim, const int64_t *shape, const struct fc_box *chunks, size_t n,
+                             struct fc_coverage *out, struct fc_buf *report);
 
 /* fc_coverage_ok() - 1 when the list tiles the tensor exactly once. */
 int fc_coverage_ok(const struct fc_coverage *cov);

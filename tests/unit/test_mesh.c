@@ -161,8 +161,8 @@ static void test_mesh_box_rejects_shard0_of_a_scalar_and_bad_shapes(void **state
                     "at least 1 dim");
     assert_fc_fails(fc_mesh_box(&m, FC_PLACE_SHARD0, 1, neg, 0, off, size), FC_EINVAL,
                     "negative size");
-    assert_fc_fails(fc_mesh_box(&m, FC_PLACE_SHARD0, FC_MAX_DIMS + 1, neg, 0, off, size),
-                    FC_EINVAL, "dims is outside");
+    assert_fc_fails(fc_mesh_box(&m, FC_PLACE_SHARD0, FC_MAX_DIMS + 1, neg, 0, off, size), FC_EINVAL,
+                    "dims is outside");
     assert_fc_fails(fc_mesh_box(&m, (enum fc_placement)7, 1, (const int64_t[]){4}, 0, off, size),
                     FC_EINVAL, "unknown placement");
 }
@@ -174,8 +174,7 @@ static void test_mesh_placement_names_follow_dtensor(void **state)
     assert_string_equal(fc_placement_name(&flat, FC_PLACE_SHARD0), "Shard(0)");
     assert_string_equal(fc_placement_name(&flat, FC_PLACE_REPLICATE), "Replicate()");
     assert_string_equal(fc_placement_name(&hsdp, FC_PLACE_SHARD0), "(Replicate(), Shard(0))");
-    assert_string_equal(fc_placement_name(&hsdp, FC_PLACE_REPLICATE),
-                        "(Replicate(), Replicate())");
+    assert_string_equal(fc_placement_name(&hsdp, FC_PLACE_REPLICATE), "(Replicate(), Replicate())");
     assert_string_equal(fc_placement_name(&flat, (enum fc_placement)9), "?");
 }
 

@@ -364,8 +364,7 @@ static void test_plan_rejects_bad_aliases(void **state)
                     "differs in dtype");
     t[1].dtype = FC_DTYPE_FLOAT32;
     t[1].placement = FC_PLACE_REPLICATE;
-    assert_fc_fails(fc_plan_build(&p, &m, t, 2, NULL, 0, blob_size, NULL), FC_EINVAL,
-                    "placement");
+    assert_fc_fails(fc_plan_build(&p, &m, t, 2, NULL, 0, blob_size, NULL), FC_EINVAL, "placement");
     assert_null(p);
 }
 
@@ -569,6 +568,32 @@ static void test_plan_creates_a_file_for_every_rank_even_when_idle(void **state)
     fc_plan_free(p);
 }
 
+static void test_plan_scales_to_wide_meshes(void **state)
+{
+    (void)state;
+    /* Small tensors on 65536 ranks: the empty boxes have 65000+ holders each. */
+    struct fc_plan_tensor_in t[64];
+    char keys[64][8];
+    for (int i = 0; i < 64; i++) {
+        snprintf(keys[i], sizeof(keys[i]), "w%d", i);
+        t[i] = tin(keys[i], FC_DTYPE_FLOAT32, i % 4 ? FC_PLACE_SHARD0 : FC_PLACE_REPLICATE, 2,
+                   10 + i, 4, 0);
+    }
+    static const int rs[][2] = {{1, 1 << 16}, {256, 256}};
+    for (int k = 0; k < 2; k++) {
+        const struct fc_mesh m = {rs[k][0], rs[k][1]};
+        struct fc_plan *p = NULL;
+        assert_fc_ok(fc_plan_build(&p, &m, t, 64, toy_values, 3, blob_size, NULL));
+        assert_int_equal(p->nfiles, 1 << 16);
+        for (size_t i = 0; i < 64; i++) {
+            int64_t off[2], size[2];
+            fc_plan_rank_box(p, i, (1 << 16) - 1, off, size);
+            assert_true(size[0] == 0 || t[i].placement == FC_PLACE_REPLICATE);
+        }
+        fc_plan_free(p);
+    }
+}
+
 static void test_plan_propagates_blob_size_errors(void **state)
 {
     (void)state;
@@ -665,8 +690,7 @@ static void test_plan_describe_lists_hsdp_holders_and_empty_boxes(void **state)
     fc_buf_init(&out, 1 << 16);
     assert_fc_ok(fc_plan_describe(p, &out));
     assert_fc_ok(fc_buf_putc(&out, '\0'));
-    assert_non_null(strstr((const char *)out.data,
-                           "ranks 0,2,4,6,8,10,12,14, ... (10 ranks)  ->"));
+    assert_non_null(strstr((const char *)out.data, "ranks 0,2,4,6,8,10,12,14, ... (10 ranks)  ->"));
     fc_buf_release(&out);
     fc_plan_free(p);
 }
@@ -1231,6 +1255,7 @@ int main(void)
         cmocka_unit_test(test_plan_hsdp_stores_each_shard_box_once_on_one_of_its_replicas),
         cmocka_unit_test(test_plan_spreads_bytes_values_and_replicated_tensors),
         cmocka_unit_test(test_plan_creates_a_file_for_every_rank_even_when_idle),
+        cmocka_unit_test(test_plan_scales_to_wide_meshes),
         cmocka_unit_test(test_plan_propagates_blob_size_errors),
         cmocka_unit_test(test_plan_survives_every_allocation_failure),
         cmocka_unit_test(test_plan_describe_renders_the_dry_run_table),
