@@ -3,7 +3,8 @@
 
 1. Regenerates every good fixture with the installed torch (gen_fixtures.py) into a temp
    dir and compares inspect's output with torch's view (the freshly written manifests):
-   key set, dtype, shape, nbytes, sha256, shared flag, value keys/types, totals.
+   key set, dtype, shape, nbytes, sha256, shared flag, value keys/types, totals.  The
+   folder holding the sharded index.json is inspected too and must read like the index.
 2. Does the same for the committed fixtures against their committed manifests (this covers
    the torch 1.13 files), and checks that the installed torch still reads each committed
    file to its committed manifest.
@@ -36,8 +37,10 @@ def manifests(root):
     return out
 
 
-def inspect_case(report, label, root, rel, exp):
+def inspect_case(report, label, root, rel, exp, as_dir=False):
     path = os.path.join(root, rel)
+    if as_dir:      # the folder holding an index.json reads the same as the index
+        path = os.path.dirname(path)
     if not os.path.exists(path):
         return report.case(label, ["fixture file %s is missing" % path])
     rc, out, err = common.run_fsdpconv("inspect", "--json", "--checksum", path)
@@ -123,6 +126,9 @@ def main():
                     % (torch_version(), len(fresh)), [] if fresh else ["no manifests written"])
         for rel, exp in fresh.items():
             inspect_case(report, "inspect fresh %s" % rel, tmp, rel, exp)
+            if rel.endswith(".index.json"):
+                inspect_case(report, "inspect fresh %s/" % os.path.dirname(rel), tmp, rel,
+                             exp, as_dir=True)
 
         # 2. committed fixtures and manifests (torch 1.13 files included)
         committed = manifests(common.FIXTURES)
