@@ -56,10 +56,10 @@ FC_CAST_LOOP(fc_cast_bf16_f16, uint16_t, fc_cb_bf16_to_f32, uint16_t, fc_cb_f32_
 
 /* [src][dst]; the diagonal is a plain copy. */
 static const fc_kern__cast_fn fc_cast_table[4][4] = {
-    { NULL, fc_cast_f64_f32, fc_cast_f64_f16, fc_cast_f64_bf16 },
-    { fc_cast_f32_f64, NULL, fc_cast_f32_f16, fc_cast_f32_bf16 },
-    { fc_cast_f16_f64, fc_cast_f16_f32, NULL, fc_cast_f16_bf16 },
-    { fc_cast_bf16_f64, fc_cast_bf16_f32, fc_cast_bf16_f16, NULL },
+    {NULL, fc_cast_f64_f32, fc_cast_f64_f16, fc_cast_f64_bf16},
+    {fc_cast_f32_f64, NULL, fc_cast_f32_f16, fc_cast_f32_bf16},
+    {fc_cast_f16_f64, fc_cast_f16_f32, NULL, fc_cast_f16_bf16},
+    {fc_cast_bf16_f64, fc_cast_bf16_f32, fc_cast_bf16_f16, NULL},
 };
 
 fc_kern__cast_fn fc_kern__cast_fn_for(fc_dtype dst_dtype, fc_dtype src_dtype)
@@ -84,9 +84,10 @@ int fc_kern__check_cast(const char *what, fc_dtype dst_dtype, fc_dtype src_dtype
                         size_t *dst_size_out, size_t *src_size_out)
 {
     if (!fc_kern_cast_supported(dst_dtype, src_dtype))
-        return fc_error_set(FC_EINVAL, "%s: cannot cast %s to %s (only float64, float32, "
-                            "float16 and bfloat16 convert)", what, fc_dtype_name(src_dtype),
-                            fc_dtype_name(dst_dtype));
+        return fc_error_set(FC_EINVAL,
+                            "%s: cannot cast %s to %s (only float64, float32, float16 and "
+                            "bfloat16 convert)",
+                            what, fc_dtype_name(src_dtype), fc_dtype_name(dst_dtype));
     *dst_size_out = fc_dtype_size(dst_dtype);
     *src_size_out = fc_dtype_size(src_dtype);
     return FC_OK;

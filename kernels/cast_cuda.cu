@@ -37,7 +37,8 @@ static int fc_cast_launch_to(fc_dtype dst_dtype, void *dst, const void *src, int
     case FC_DTYPE_FLOAT32: return fc_cast_launch<S, fc_cb_f32>(dst, src, n, stream);
     case FC_DTYPE_FLOAT16: return fc_cast_launch<S, fc_cb_f16>(dst, src, n, stream);
     case FC_DTYPE_BFLOAT16: return fc_cast_launch<S, fc_cb_bf16>(dst, src, n, stream);
-    default: return fc_error_set(FC_EINVAL, "cuda_cast: no kernel for %s", fc_dtype_name(dst_dtype));
+    default:
+        return fc_error_set(FC_EINVAL, "cuda_cast: no kernel for %s", fc_dtype_name(dst_dtype));
     }
 }
 
@@ -64,13 +65,15 @@ extern "C" int fc_cuda_cast(fc_dtype dst_dtype, void *dst, fc_dtype src_dtype, c
         return FC_OK;
     }
     if (!fc_cuda_aligned(dst, dsize) || !fc_cuda_aligned(src, ssize))
-        return fc_error_set(FC_EINVAL, "cuda_cast: device pointer not aligned to its element "
-                            "size (%s -> %s)", fc_dtype_name(src_dtype), fc_dtype_name(dst_dtype));
+        return fc_error_set(FC_EINVAL,
+                            "cuda_cast: device pointer not aligned to its element size (%s -> %s)",
+                            fc_dtype_name(src_dtype), fc_dtype_name(dst_dtype));
     switch (src_dtype) {
     case FC_DTYPE_FLOAT64: return fc_cast_launch_to<fc_cb_f64>(dst_dtype, dst, src, n, s);
     case FC_DTYPE_FLOAT32: return fc_cast_launch_to<fc_cb_f32>(dst_dtype, dst, src, n, s);
     case FC_DTYPE_FLOAT16: return fc_cast_launch_to<fc_cb_f16>(dst_dtype, dst, src, n, s);
     case FC_DTYPE_BFLOAT16: return fc_cast_launch_to<fc_cb_bf16>(dst_dtype, dst, src, n, s);
-    default: return fc_error_set(FC_EINVAL, "cuda_cast: no kernel for %s", fc_dtype_name(src_dtype));
+    default:
+        return fc_error_set(FC_EINVAL, "cuda_cast: no kernel for %s", fc_dtype_name(src_dtype));
     }
 }

@@ -103,25 +103,25 @@ int fc_cuda_cast(fc_dtype dst_dtype, void *dst, fc_dtype src_dtype, const void *
     return fc_no_cuda("cuda_cast");
 }
 
-int fc_cuda_conv2d_to_linear(void *dst, const void *src, size_t elem_size,
-                             const int64_t shape[4], int64_t o0, int64_t rows, void *stream)
+int fc_cuda_conv2d_to_linear(void *dst, const void *src, size_t elem_size, const int64_t shape[4],
+                             int64_t o0, int64_t rows, void *stream)
 {
     (void)dst, (void)src, (void)elem_size, (void)shape, (void)o0, (void)rows, (void)stream;
     return fc_no_cuda("cuda_conv2d_to_linear");
 }
 
-int fc_cuda_pack_shard(fc_dtype dst_dtype, void *dst, fc_dtype src_dtype, const void *src,
-                       int ndim, const int64_t *src_shape, const int64_t *offset,
-                       const int64_t *size, void *stream)
+int fc_cuda_pack_shard(fc_dtype dst_dtype, void *dst, fc_dtype src_dtype, const void *src, int ndim,
+                       const int64_t *src_shape, const int64_t *offset, const int64_t *size,
+                       void *stream)
 {
     (void)dst_dtype, (void)dst, (void)src_dtype, (void)src, (void)ndim, (void)src_shape;
     (void)offset, (void)size, (void)stream;
     return fc_no_cuda("cuda_pack_shard");
 }
 
-int fc_cuda_pack_chunks(fc_dtype dst_dtype, void *const *dst, fc_dtype src_dtype,
-                        const void *src, int ndim, const int64_t *shape,
-                        const struct fc_kern_mesh *mesh, void *stream)
+int fc_cuda_pack_chunks(fc_dtype dst_dtype, void *const *dst, fc_dtype src_dtype, const void *src,
+                        int ndim, const int64_t *shape, const struct fc_kern_mesh *mesh,
+                        void *stream)
 {
     (void)dst_dtype, (void)dst, (void)src_dtype, (void)src, (void)ndim, (void)shape;
     (void)mesh, (void)stream;

@@ -32,8 +32,8 @@ extern "C" int fc_cuda_device_count(int *out)
     }
     if (rc != cudaSuccess) {
         (void)cudaGetLastError();
-        return fc_error_set(FC_ECUDA, "cannot query CUDA devices: %s (%s)",
-                            cudaGetErrorString(rc), cudaGetErrorName(rc));
+        return fc_error_set(FC_ECUDA, "no usable CUDA device: %s (%s)", cudaGetErrorString(rc),
+                            cudaGetErrorName(rc));
     }
     *out = n;
     return FC_OK;
@@ -102,8 +102,9 @@ static int fc_dev_range(const char *what, const struct fc_dev_buf *buf, size_t o
                         size_t nbytes)
 {
     if (offset > buf->nbytes || nbytes > buf->nbytes - offset)
-        return fc_error_set(FC_EINVAL, "%s: bytes [%zu, %zu + %zu) outside a %zu-byte device "
-                            "buffer", what, offset, offset, nbytes, buf->nbytes);
+        return fc_error_set(FC_EINVAL,
+                            "%s: bytes [%zu, %zu + %zu) outside a %zu-byte device buffer", what,
+                            offset, offset, nbytes, buf->nbytes);
     return FC_OK;
 }
 
@@ -116,8 +117,8 @@ extern "C" int fc_dev_buf_upload(struct fc_dev_buf *dst, size_t offset, const vo
     if (stream == NULL)
         FC_CUDA_TRY(cudaMemcpy((char *)dst->ptr + offset, src, nbytes, cudaMemcpyHostToDevice));
     else
-        FC_CUDA_TRY(cudaMemcpyAsync((char *)dst->ptr + offset, src, nbytes,
-                                    cudaMemcpyHostToDevice, fc_cuda_stream(stream)));
+        FC_CUDA_TRY(cudaMemcpyAsync((char *)dst->ptr + offset, src, nbytes, cudaMemcpyHostToDevice,
+                                    fc_cuda_stream(stream)));
     return FC_OK;
 }
 
@@ -128,8 +129,8 @@ extern "C" int fc_dev_buf_download(void *dst, const struct fc_dev_buf *src, size
     if (nbytes == 0)
         return FC_OK;
     if (stream == NULL)
-        FC_CUDA_TRY(cudaMemcpy(dst, (const char *)src->ptr + offset, nbytes,
-                               cudaMemcpyDeviceToHost));
+        FC_CUDA_TRY(
+            cudaMemcpy(dst, (const char *)src->ptr + offset, nbytes, cudaMemcpyDeviceToHost));
     else
         FC_CUDA_TRY(cudaMemcpyAsync(dst, (const char *)src->ptr + offset, nbytes,
                                     cudaMemcpyDeviceToHost, fc_cuda_stream(stream)));

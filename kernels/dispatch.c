@@ -21,29 +21,30 @@ const char *fc_engine_name(fc_engine engine)
 
 int fc_engine_resolve(fc_engine requested, fc_engine *out)
 {
+    static const char no_cuda[] = "device cuda requested, but this fsdpconv was built without "
+                                  "CUDA support (rebuild with make CUDA=1)";
+    static const char no_device[] = "device cuda requested, but no CUDA device is visible "
+                                    "(check CUDA_VISIBLE_DEVICES)";
     int count = 0;
     int rc;
 
-    switch (requested) {
-    case FC_ENGINE_CPU:
+    if (requested == FC_ENGINE_CPU) {
         *out = FC_ENGINE_CPU;
         return FC_OK;
-    case FC_ENGINE_AUTO:
+    }
+    if (requested == FC_ENGINE_AUTO) {
         *out = fc_cuda_available() ? FC_ENGINE_CUDA : FC_ENGINE_CPU;
         return FC_OK;
-    case FC_ENGINE_CUDA:
-        rc = fc_cuda_device_count(&count);
-        if (rc == FC_ENOTSUP)
-            return fc_error_set(FC_ENOTSUP, "device cuda requested, but this fsdpconv was built "
-                                "without CUDA support (rebuild with make CUDA=1)");
-        if (rc < 0)
-            return rc; /* FC_ECUDA with the driver's reason, set by device_cuda.cu */
-        if (count < 1)
-            return fc_error_set(FC_ECUDA, "device cuda requested, but no CUDA device is visible "
-                                "(check CUDA_VISIBLE_DEVICES)");
-        *out = FC_ENGINE_CUDA;
-        return FC_OK;
-    default:
-        return fc_error_set(FC_EINVAL, "unknown engine %d", (int)requested);
     }
+    if (requested != FC_ENGINE_CUDA)
+        return fc_error_set(FC_EINVAL, "unknown engine %d", (int)requested);
+    rc = fc_cuda_device_count(&count);
+    if (rc == FC_ENOTSUP)
+        return fc_error_set(FC_ENOTSUP, "%s", no_cuda);
+    if (rc < 0)
+        return rc; /* FC_ECUDA with the driver's reason, set by device_cuda.cu */
+    if (count < 1)
+        return fc_error_set(FC_ECUDA, "%s", no_device);
+    *out = FC_ENGINE_CUDA;
+    return FC_OK;
 }

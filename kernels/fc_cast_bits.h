@@ -156,23 +156,47 @@ FC_CB_FN uint16_t fc_cb_f32_to_f16(uint32_t x)
  */
 struct fc_cb_f64 {
     typedef uint64_t raw;
-    FC_CB_FN uint32_t to_f32(raw x) { return fc_cb_f64_to_f32(x); }
-    FC_CB_FN raw from_f32(uint32_t x) { return fc_cb_f32_to_f64(x); }
+    FC_CB_FN uint32_t to_f32(raw x)
+    {
+        return fc_cb_f64_to_f32(x);
+    }
+    FC_CB_FN raw from_f32(uint32_t x)
+    {
+        return fc_cb_f32_to_f64(x);
+    }
 };
 struct fc_cb_f32 {
     typedef uint32_t raw;
-    FC_CB_FN uint32_t to_f32(raw x) { return x; }
-    FC_CB_FN raw from_f32(uint32_t x) { return x; }
+    FC_CB_FN uint32_t to_f32(raw x)
+    {
+        return x;
+    }
+    FC_CB_FN raw from_f32(uint32_t x)
+    {
+        return x;
+    }
 };
 struct fc_cb_f16 {
     typedef uint16_t raw;
-    FC_CB_FN uint32_t to_f32(raw x) { return fc_cb_f16_to_f32(x); }
-    FC_CB_FN raw from_f32(uint32_t x) { return fc_cb_f32_to_f16(x); }
+    FC_CB_FN uint32_t to_f32(raw x)
+    {
+        return fc_cb_f16_to_f32(x);
+    }
+    FC_CB_FN raw from_f32(uint32_t x)
+    {
+        return fc_cb_f32_to_f16(x);
+    }
 };
 struct fc_cb_bf16 {
     typedef uint16_t raw;
-    FC_CB_FN uint32_t to_f32(raw x) { return fc_cb_bf16_to_f32(x); }
-    FC_CB_FN raw from_f32(uint32_t x) { return fc_cb_f32_to_bf16(x); }
+    FC_CB_FN uint32_t to_f32(raw x)
+    {
+        return fc_cb_bf16_to_f32(x);
+    }
+    FC_CB_FN raw from_f32(uint32_t x)
+    {
+        return fc_cb_f32_to_bf16(x);
+    }
 };
 #endif
 

@@ -111,8 +111,8 @@ int fc_kern_cast(fc_dtype dst_dtype, void *dst, fc_dtype src_dtype, const void *
  * Returns FC_OK, or FC_EINVAL (negative dims, o0 + rows > O, zero elem_size,
  * NULL pointer with a non-empty slab, size overflow).
  */
-int fc_kern_conv2d_to_linear(void *dst, const void *src, size_t elem_size,
-                             const int64_t shape[4], int64_t o0, int64_t rows);
+int fc_kern_conv2d_to_linear(void *dst, const void *src, size_t elem_size, const int64_t shape[4],
+                             int64_t o0, int64_t rows);
 
 /* ---- shard packing (pack_cpu.c) ------------------------------------------- */
 
@@ -129,9 +129,8 @@ int fc_kern_conv2d_to_linear(void *dst, const void *src, size_t elem_size,
  * Returns FC_OK, or FC_EINVAL (bad ndim, negative dims, a box outside the
  * tensor, an unsupported cast, NULL pointer, overflow; the message names the dim).
  */
-int fc_kern_pack_shard(fc_dtype dst_dtype, void *dst, fc_dtype src_dtype, const void *src,
-                       int ndim, const int64_t *src_shape, const int64_t *offset,
-                       const int64_t *size);
+int fc_kern_pack_shard(fc_dtype dst_dtype, void *dst, fc_dtype src_dtype, const void *src, int ndim,
+                       const int64_t *src_shape, const int64_t *offset, const int64_t *size);
 
 #define FC_KERN_MAX_MESH_DIMS 4
 
@@ -144,9 +143,9 @@ int fc_kern_pack_shard(fc_dtype dst_dtype, void *dst, fc_dtype src_dtype, const 
  * [min(chunk * k, L), min(chunk * (k + 1), L)) of the current extent.
  */
 struct fc_kern_mesh {
-    int ndim;                              /* 1 .. FC_KERN_MAX_MESH_DIMS */
-    int64_t size[FC_KERN_MAX_MESH_DIMS];   /* ranks along each mesh dim, >= 1 */
-    int shard_dim[FC_KERN_MAX_MESH_DIMS];  /* tensor dim, or -1 for Replicate */
+    int ndim;                             /* 1 .. FC_KERN_MAX_MESH_DIMS */
+    int64_t size[FC_KERN_MAX_MESH_DIMS];  /* ranks along each mesh dim, >= 1 */
+    int shard_dim[FC_KERN_MAX_MESH_DIMS]; /* tensor dim, or -1 for Replicate */
 };
 
 /* fc_kern_mesh_world_size() - product of mesh->size.  FC_OK or FC_EINVAL. */
@@ -160,8 +159,8 @@ int fc_kern_mesh_world_size(const struct fc_kern_mesh *mesh, int64_t *out);
  *
  * Returns FC_OK, or FC_EINVAL (bad mesh, rank out of range, a shard dim >= ndim).
  */
-int fc_kern_chunk_box(const struct fc_kern_mesh *mesh, int ndim, const int64_t *shape,
-                      int64_t rank, int64_t *offset_out, int64_t *size_out);
+int fc_kern_chunk_box(const struct fc_kern_mesh *mesh, int ndim, const int64_t *shape, int64_t rank,
+                      int64_t *offset_out, int64_t *size_out);
 
 /*
  * fc_kern_pack_chunks() - cut the full C-contiguous tensor src into every
@@ -171,9 +170,8 @@ int fc_kern_chunk_box(const struct fc_kern_mesh *mesh, int ndim, const int64_t *
  *
  * Returns as fc_kern_pack_shard(); on failure some pieces may be written.
  */
-int fc_kern_pack_chunks(fc_dtype dst_dtype, void *const *dst, fc_dtype src_dtype,
-                        const void *src, int ndim, const int64_t *shape,
-                        const struct fc_kern_mesh *mesh);
+int fc_kern_pack_chunks(fc_dtype dst_dtype, void *const *dst, fc_dtype src_dtype, const void *src,
+                        int ndim, const int64_t *shape, const struct fc_kern_mesh *mesh);
 
 /* ---- CUDA device management (device_cuda.cu / cuda_stub.c) --------------- */
 
@@ -202,10 +200,12 @@ int fc_cuda_stream_sync(void *stream);
  * and accepts an initialised, never-allocated buffer.
  */
 struct fc_dev_buf {
-    void *ptr;     /* device pointer; never dereference on the host */
+    void *ptr; /* a device pointer: never dereference it on the host */
     size_t nbytes;
 };
+/* clang-format off */
 #define FC_DEV_BUF_INIT { NULL, 0 }
+/* clang-format on */
 
 /* Allocate nbytes (0 allowed: ptr stays NULL).  buf must be empty.  FC_OK, FC_ENOTSUP, FC_ECUDA. */
 int fc_dev_buf_alloc(struct fc_dev_buf *buf, size_t nbytes);
@@ -232,7 +232,9 @@ struct fc_pinned_buf {
     void *ptr; /* host pointer */
     size_t nbytes;
 };
+/* clang-format off */
 #define FC_PINNED_BUF_INIT { NULL, 0 }
+/* clang-format on */
 
 int fc_pinned_buf_alloc(struct fc_pinned_buf *buf, size_t nbytes);
 void fc_pinned_buf_free(struct fc_pinned_buf *buf);
@@ -251,15 +253,15 @@ void fc_pinned_buf_free(struct fc_pinned_buf *buf);
  */
 int fc_cuda_cast(fc_dtype dst_dtype, void *dst, fc_dtype src_dtype, const void *src, int64_t n,
                  void *stream);
-int fc_cuda_conv2d_to_linear(void *dst, const void *src, size_t elem_size,
-                             const int64_t shape[4], int64_t o0, int64_t rows, void *stream);
-int fc_cuda_pack_shard(fc_dtype dst_dtype, void *dst, fc_dtype src_dtype, const void *src,
-                       int ndim, const int64_t *src_shape, const int64_t *offset,
-                       const int64_t *size, void *stream);
+int fc_cuda_conv2d_to_linear(void *dst, const void *src, size_t elem_size, const int64_t shape[4],
+                             int64_t o0, int64_t rows, void *stream);
+int fc_cuda_pack_shard(fc_dtype dst_dtype, void *dst, fc_dtype src_dtype, const void *src, int ndim,
+                       const int64_t *src_shape, const int64_t *offset, const int64_t *size,
+                       void *stream);
 /* dst is a host array of world-size device pointers (NULL entries skipped). */
-int fc_cuda_pack_chunks(fc_dtype dst_dtype, void *const *dst, fc_dtype src_dtype,
-                        const void *src, int ndim, const int64_t *shape,
-                        const struct fc_kern_mesh *mesh, void *stream);
+int fc_cuda_pack_chunks(fc_dtype dst_dtype, void *const *dst, fc_dtype src_dtype, const void *src,
+                        int ndim, const int64_t *shape, const struct fc_kern_mesh *mesh,
+                        void *stream);
 
 #ifdef __cplusplus
 }

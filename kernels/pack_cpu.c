@@ -27,9 +27,10 @@ int fc_kern__box_plan(const char *what, struct fc_kern__box_plan *plan, int ndim
         return fc_error_set(FC_EINVAL, "%s: NULL shape or box", what);
     for (int d = 0; d < ndim; d++) {
         if (src_shape[d] < 0 || offset[d] < 0 || size[d] < 0 || offset[d] > src_shape[d] - size[d])
-            return fc_error_set(FC_EINVAL, "%s: dim %d: box [%lld, %lld + %lld) is outside "
-                                "[0, %lld)", what, d, (long long)offset[d], (long long)offset[d],
-                                (long long)size[d], (long long)src_shape[d]);
+            return fc_error_set(FC_EINVAL,
+                                "%s: dim %d: box [%lld, %lld + %lld) is outside [0, %lld)", what, d,
+                                (long long)offset[d], (long long)offset[d], (long long)size[d],
+                                (long long)src_shape[d]);
     }
     if (fc_shape_numel(src_shape, ndim, &numel) < 0)
         return fc_error_set(FC_EINVAL, "%s: source element count overflows", what);
@@ -68,14 +69,13 @@ int fc_kern__box_plan(const char *what, struct fc_kern__box_plan *plan, int ndim
 }
 
 /* Walks the plan's outer dims; each innermost run is copied or cast whole. */
-static void fc_pack_run_plan(const struct fc_kern__box_plan *plan, unsigned char *dst,
-                             size_t dsize, const unsigned char *src, size_t ssize,
-                             fc_kern__cast_fn cast)
+static void fc_pack_run_plan(const struct fc_kern__box_plan *plan, unsigned char *dst, size_t dsize,
+                             const unsigned char *src, size_t ssize, fc_kern__cast_fn cast)
 {
     const int outer = plan->ndim - 1;
     const int64_t run = plan->size[outer];
     const int64_t nruns = plan->numel / run;
-    int64_t idx[FC_MAX_DIMS + 1] = { 0 };
+    int64_t idx[FC_MAX_DIMS + 1] = {0};
     int64_t soff = plan->src_base;
 
     for (int64_t r = 0; r < nruns; r++) {
@@ -96,9 +96,8 @@ static void fc_pack_run_plan(const struct fc_kern__box_plan *plan, unsigned char
     }
 }
 
-int fc_kern_pack_shard(fc_dtype dst_dtype, void *dst, fc_dtype src_dtype, const void *src,
-                       int ndim, const int64_t *src_shape, const int64_t *offset,
-                       const int64_t *size)
+int fc_kern_pack_shard(fc_dtype dst_dtype, void *dst, fc_dtype src_dtype, const void *src, int ndim,
+                       const int64_t *src_shape, const int64_t *offset, const int64_t *size)
 {
     struct fc_kern__box_plan plan;
     size_t dsize;
@@ -136,8 +135,8 @@ int fc_kern_mesh_world_size(const struct fc_kern_mesh *mesh, int64_t *out)
     return FC_OK;
 }
 
-int fc_kern_chunk_box(const struct fc_kern_mesh *mesh, int ndim, const int64_t *shape,
-                      int64_t rank, int64_t *offset_out, int64_t *size_out)
+int fc_kern_chunk_box(const struct fc_kern_mesh *mesh, int ndim, const int64_t *shape, int64_t rank,
+                      int64_t *offset_out, int64_t *size_out)
 {
     int64_t world;
     int64_t coord[FC_KERN_MAX_MESH_DIMS];
@@ -168,8 +167,8 @@ int fc_kern_chunk_box(const struct fc_kern_mesh *mesh, int ndim, const int64_t *
         if (d < 0)
             continue;
         if (d >= ndim)
-            return fc_error_set(FC_EINVAL, "chunk_box: mesh dim %d shards dim %d of a %d-dim "
-                                "tensor", i, d, ndim);
+            return fc_error_set(
+                FC_EINVAL, "chunk_box: mesh dim %d shards dim %d of a %d-dim tensor", i, d, ndim);
         len = size_out[d];
         chunk = len / mesh->size[i] + (len % mesh->size[i] != 0);
         /* torch.chunk: piece k covers [min(chunk*k, len), min(chunk*(k+1), len)). */
@@ -185,9 +184,8 @@ int fc_kern_chunk_box(const struct fc_kern_mesh *mesh, int ndim, const int64_t *
     return FC_OK;
 }
 
-int fc_kern_pack_chunks(fc_dtype dst_dtype, void *const *dst, fc_dtype src_dtype,
-                        const void *src, int ndim, const int64_t *shape,
-                        const struct fc_kern_mesh *mesh)
+int fc_kern_pack_chunks(fc_dtype dst_dtype, void *const *dst, fc_dtype src_dtype, const void *src,
+                        int ndim, const int64_t *shape, const struct fc_kern_mesh *mesh)
 {
     int64_t world;
     int64_t off[FC_MAX_DIMS];

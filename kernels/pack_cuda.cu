@@ -19,13 +19,19 @@ struct fc_u128p {
 template <class S, class D> struct fc_cast_op {
     typedef typename S::raw src_t;
     typedef typename D::raw dst_t;
-    static __device__ __forceinline__ dst_t apply(src_t x) { return D::from_f32(S::to_f32(x)); }
+    static __device__ __forceinline__ dst_t apply(src_t x)
+    {
+        return D::from_f32(S::to_f32(x));
+    }
 };
 
 template <class T> struct fc_copy_op {
     typedef T src_t;
     typedef T dst_t;
-    static __device__ __forceinline__ T apply(T x) { return x; }
+    static __device__ __forceinline__ T apply(T x)
+    {
+        return x;
+    }
 };
 
 template <class Op>
@@ -62,10 +68,10 @@ static int fc_pack_cast_to(fc_dtype dst_dtype, void *dst, const void *src,
                            const struct fc_kern__box_plan *plan, cudaStream_t s)
 {
     switch (dst_dtype) {
-    case FC_DTYPE_FLOAT64: return fc_pack_launch<fc_cast_op<S, fc_cb_f64> >(dst, src, plan, s);
-    case FC_DTYPE_FLOAT32: return fc_pack_launch<fc_cast_op<S, fc_cb_f32> >(dst, src, plan, s);
-    case FC_DTYPE_FLOAT16: return fc_pack_launch<fc_cast_op<S, fc_cb_f16> >(dst, src, plan, s);
-    case FC_DTYPE_BFLOAT16: return fc_pack_launch<fc_cast_op<S, fc_cb_bf16> >(dst, src, plan, s);
+    case FC_DTYPE_FLOAT64: return fc_pack_launch<fc_cast_op<S, fc_cb_f64>>(dst, src, plan, s);
+    case FC_DTYPE_FLOAT32: return fc_pack_launch<fc_cast_op<S, fc_cb_f32>>(dst, src, plan, s);
+    case FC_DTYPE_FLOAT16: return fc_pack_launch<fc_cast_op<S, fc_cb_f16>>(dst, src, plan, s);
+    case FC_DTYPE_BFLOAT16: return fc_pack_launch<fc_cast_op<S, fc_cb_bf16>>(dst, src, plan, s);
     default:
         return fc_error_set(FC_EINVAL, "cuda_pack_shard: no kernel for %s",
                             fc_dtype_name(dst_dtype));
@@ -91,21 +97,22 @@ extern "C" int fc_cuda_pack_shard(fc_dtype dst_dtype, void *dst, fc_dtype src_dt
     if (dst == NULL || src == NULL)
         return fc_error_set(FC_EINVAL, "cuda_pack_shard: NULL buffer");
     if (dst_dtype == src_dtype && plan.ndim == 1) {
-        FC_CUDA_TRY(cudaMemcpyAsync(dst, (const char *)src + (size_t)plan.src_base * ssize,
-                                    nbytes, cudaMemcpyDeviceToDevice, s));
+        FC_CUDA_TRY(cudaMemcpyAsync(dst, (const char *)src + (size_t)plan.src_base * ssize, nbytes,
+                                    cudaMemcpyDeviceToDevice, s));
         return FC_OK;
     }
     if (!fc_cuda_aligned(dst, dsize) || !fc_cuda_aligned(src, ssize))
-        return fc_error_set(FC_EINVAL, "cuda_pack_shard: device pointer not aligned to its "
-                            "element size (%s -> %s)", fc_dtype_name(src_dtype),
-                            fc_dtype_name(dst_dtype));
+        return fc_error_set(FC_EINVAL,
+                            "cuda_pack_shard: device pointer not aligned to its element size "
+                            "(%s -> %s)",
+                            fc_dtype_name(src_dtype), fc_dtype_name(dst_dtype));
     if (dst_dtype == src_dtype) {
         switch (dsize) {
-        case 1: return fc_pack_launch<fc_copy_op<uint8_t> >(dst, src, &plan, s);
-        case 2: return fc_pack_launch<fc_copy_op<uint16_t> >(dst, src, &plan, s);
-        case 4: return fc_pack_launch<fc_copy_op<uint32_t> >(dst, src, &plan, s);
-        case 8: return fc_pack_launch<fc_copy_op<uint64_t> >(dst, src, &plan, s);
-        case 16: return fc_pack_launch<fc_copy_op<fc_u128p> >(dst, src, &plan, s);
+        case 1: return fc_pack_launch<fc_copy_op<uint8_t>>(dst, src, &plan, s);
+        case 2: return fc_pack_launch<fc_copy_op<uint16_t>>(dst, src, &plan, s);
+        case 4: return fc_pack_launch<fc_copy_op<uint32_t>>(dst, src, &plan, s);
+        case 8: return fc_pack_launch<fc_copy_op<uint64_t>>(dst, src, &plan, s);
+        case 16: return fc_pack_launch<fc_copy_op<fc_u128p>>(dst, src, &plan, s);
         default:
             return fc_error_set(FC_EINVAL, "cuda_pack_shard: no kernel for %zu-byte elements",
                                 dsize);
@@ -137,8 +144,8 @@ extern "C" int fc_cuda_pack_chunks(fc_dtype dst_dtype, void *const *dst, fc_dtyp
         FC_TRY(fc_kern_chunk_box(mesh, ndim, shape, r, off, len));
         if (dst[r] == NULL)
             continue;
-        FC_TRY(fc_cuda_pack_shard(dst_dtype, dst[r], src_dtype, src, ndim, shape, off, len,
-                                  stream));
+        FC_TRY(
+            fc_cuda_pack_shard(dst_dtype, dst[r], src_dtype, src, ndim, shape, off, len, stream));
     }
     return FC_OK;
 }

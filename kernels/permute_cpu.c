@@ -27,9 +27,9 @@ int fc_kern__check_conv(const char *what, size_t elem_size, const int64_t shape[
             return fc_error_set(FC_EINVAL, "%s: negative dim %d (%lld) in conv2d weight shape",
                                 what, d, (long long)shape[d]);
     if (o0 < 0 || rows < 0 || o0 > shape[0] - rows)
-        return fc_error_set(FC_EINVAL, "%s: rows [%lld, %lld + %lld) outside the %lld output "
-                            "channels", what, (long long)o0, (long long)o0, (long long)rows,
-                            (long long)shape[0]);
+        return fc_error_set(FC_EINVAL,
+                            "%s: rows [%lld, %lld + %lld) outside the %lld output channels", what,
+                            (long long)o0, (long long)o0, (long long)rows, (long long)shape[0]);
     if (fc_shape_numel(shape + 1, 3, &row_elems) < 0 ||
         __builtin_mul_overflow(row_elems, rows, &numel) ||
         __builtin_mul_overflow((size_t)numel, elem_size, &nbytes))
@@ -74,8 +74,8 @@ static void fc_permute_any(unsigned char *d, const unsigned char *s, size_t es, 
     }
 }
 
-int fc_kern_conv2d_to_linear(void *dst, const void *src, size_t elem_size,
-                             const int64_t shape[4], int64_t o0, int64_t rows)
+int fc_kern_conv2d_to_linear(void *dst, const void *src, size_t elem_size, const int64_t shape[4],
+                             int64_t o0, int64_t rows)
 {
     int64_t numel;
     int64_t khw;

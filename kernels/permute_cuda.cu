@@ -71,14 +71,16 @@ extern "C" int fc_cuda_conv2d_to_linear(void *dst, const void *src, size_t elem_
         return fc_error_set(FC_EINVAL, "cuda_conv2d_to_linear: NULL buffer");
     khw = shape[2] * shape[3];
     if (khw == 1 || shape[1] == 1) {
-        FC_CUDA_TRY(cudaMemcpyAsync(dst, src, (size_t)numel * elem_size,
-                                    cudaMemcpyDeviceToDevice, s));
+        FC_CUDA_TRY(
+            cudaMemcpyAsync(dst, src, (size_t)numel * elem_size, cudaMemcpyDeviceToDevice, s));
         return FC_OK;
     }
     if ((elem_size & (elem_size - 1)) == 0 && elem_size <= 16 &&
         (!fc_cuda_aligned(dst, elem_size) || !fc_cuda_aligned(src, elem_size)))
-        return fc_error_set(FC_EINVAL, "cuda_conv2d_to_linear: device pointer not aligned to "
-                            "the %zu-byte element size", elem_size);
+        return fc_error_set(FC_EINVAL,
+                            "cuda_conv2d_to_linear: device pointer not aligned to "
+                            "the %zu-byte element size",
+                            elem_size);
     switch (elem_size) {
     case 1: return fc_permute_launch<uint8_t>(dst, src, numel, shape[1], khw, s);
     case 2: return fc_permute_launch<uint16_t>(dst, src, numel, shape[1], khw, s);
