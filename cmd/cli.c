@@ -1,6 +1,7 @@
 #include "cli.h"
 
 #include <stdarg.h>
+#include <time.h>
 
 #include "fc_error.h"
 
@@ -48,3 +49,31 @@ void fc_cli_note(const char *fmt, ...)
     va_end(ap);
     fputc('\n', stderr);
 }
+
+
+static double fc_cli_elapsed(const struct timespec *a)
+{
+    struct timespec b;
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    return (double)(b.tv_sec - a->tv_sec) + (double)(b.tv_nsec - a->tv_nsec) / 1e9;
+}
+
+void fc_cli_progress_draw(void *ctx, uint64_t done, uint64_t total)
+{
+    struct fc_cli_progress *p = ctx;
+    const double secs = fc_cli_elapsed(&p->start);
+    const double rate = secs > 0 ? (double)done / secs : 0;
+    const double pct = total > 0 ? 100.0 * (double)done / (double)total : 100.0;
+    const double eta = rate > 0 && total > done ? (double)(total - done) / rate : 0;
+    char bar[31];
+    const int fill = (int)(pct * 30 / 100);
+    for (int i = 0; i < 30; i++)
+        bar[i] = i < fill ? '#' : '.';
+    bar[30] = '\0';
+    fprintf(stderr, "\r[%s] %5.1f%%  %.1f/%.1f MiB  %.1f MiB/s  ETA %.0fs ", bar, pct,
+            (double)done / 1048576.0, (double)total / 1048576.0, rate / 1048576.0, eta);
+    p->active = 1;
+    if (done >= total)
+        fputc('\n', stderr);
+}
+

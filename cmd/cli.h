@@ -7,7 +7,9 @@
 #ifndef FC_CLI_H
 #define FC_CLI_H
 
+#include <stdint.h>
 #include <stdio.h>
+#include <time.h>
 
 enum fc_exit {
     FC_EXIT_OK = 0,      /* success (diff: equal) */
@@ -30,5 +32,12 @@ int fc_cli_usage_error(const char *cmd, const char *usage, const char *fmt, ...)
 
 /* Print a diagnostic line to stderr unless -q. */
 void fc_cli_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Progress bar on stderr (bytes, rate, ETA); start must be set with CLOCK_MONOTONIC. */
+struct fc_cli_progress {
+    struct timespec start;
+    int active;
+};
+void fc_cli_progress_draw(void *ctx, uint64_t done, uint64_t total);
 
 #endif

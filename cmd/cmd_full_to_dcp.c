@@ -6,7 +6,6 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -21,7 +20,7 @@ static const char usage[] =
     "                            [--drop <re>]... [--conv2d-to-linear <key>]... [--tie <dst>=<src>]...\n"
     "                            [--dtype <dtype>] [--add-prefix <p>] [--replicate <re>]...\n"
     "                            [--rules <file>] [--dry-run] [--force] [--max-memory <size>]\n"
-    "                            [--threads <n>] <input>\n"
+    "                            [--threads <n>] [--compress zstd[:<level>]] <input>\n"
     "\n"
     "    <input>                  torch.save file, safetensors file, index.json, or a directory\n"
     "    -o, --output <dir>       DCP directory to create (written atomically)\n"
@@ -42,6 +41,8 @@ static const char usage[] =
     "    --force                  replace an existing output directory\n"
     "    --max-memory <size>      cap on data buffers (default 1GiB)\n"
     "    --threads <n>            parallel writers (default: number of CPUs, at most 8)\n"
+    "    --compress zstd[:<level>]\n"
+    "                             zstd-compress every item (torch's stream.zstd/1 extension)\n"
     "    -h, --help               show this help\n";
 
 enum {
@@ -60,39 +61,9 @@ enum {
     OPT_DRY,
     OPT_FORCE,
     OPT_MAXMEM,
-    OPT_THREADS
+    OPT_THREADS,
+    OPT_COMPRESS
 };
-
-struct fc_progress_state {
-    struct timespec start;
-    int active;
-};
-
-static double fc_elapsed(const struct timespec *a)
-{
-    struct timespec b;
-    clock_gettime(CLOCK_MONOTONIC, &b);
-    return (double)(b.tv_sec - a->tv_sec) + (double)(b.tv_nsec - a->tv_nsec) / 1e9;
-}
-
-static void fc_progress_draw(void *ctx, uint64_t done, uint64_t total)
-{
-    struct fc_progress_state *p = ctx;
-    const double secs = fc_elapsed(&p->start);
-    const double rate = secs > 0 ? (double)done / secs : 0;
-    const double pct = total > 0 ? 100.0 * (double)done / (double)total : 100.0;
-    const double eta = rate > 0 && total > done ? (double)(total - done) / rate : 0;
-    char bar[31];
-    const int fill = (int)(pct * 30 / 100);
-    for (int i = 0; i < 30; i++)
-        bar[i] = i < fill ? '#' : '.';
-    bar[30] = '\0';
-    fprintf(stderr, "\r[%s] %5.1f%%  %.1f/%.1f MiB  %.1f MiB/s  ETA %.0fs ", bar, pct,
-            (double)done / 1048576.0, (double)total / 1048576.0, rate / 1048576.0, eta);
-    p->active = 1;
-    if (done >= total)
-        fputc('\n', stderr);
-}
 
 static int add_rule(struct fc_rule_arg **rules, size_t *n, const char *op, const char *arg)
 {
@@ -125,6 +96,7 @@ int cmd_full_to_dcp(int argc, char **argv)
         { "force", no_argument, NULL, OPT_FORCE },
         { "max-memory", required_argument, NULL, OPT_MAXMEM },
         { "threads", required_argument, NULL, OPT_THREADS },
+        { "compress", required_argument, NULL, OPT_COMPRESS },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -135,7 +107,8 @@ int cmd_full_to_dcp(int argc, char **argv)
         [OPT_DTYPE - OPT_SELECT] = "dtype",     [OPT_ADD - OPT_SELECT] = "add-prefix",
         [OPT_REPLICATE - OPT_SELECT] = "replicate",
     };
-    struct fc_full_to_dcp_opts o = { .replicate = 0, .shard = 0, .max_memory = (uint64_t)1 << 30 };
+    struct fc_full_to_dcp_opts o = { .replicate = 0, .shard = 0, .max_memory = (uint64_t)1 << 30,
+                                     .compress = 0 };
     struct fc_full_to_dcp_result res;
     struct fc_rule_arg *rules = NULL;
     size_t nrules = 0;
@@ -185,6 +158,10 @@ int cmd_full_to_dcp(int argc, char **argv)
                 goto usage_fail;
             }
             break;
+        case OPT_COMPRESS:
+            if (fc_opt_compress("full-to-dcp", "--compress", optarg, &o.compress) < 0)
+                goto usage_fail;
+            break;
         case OPT_THREADS:
             if (fc_opt_int("full-to-dcp", "--threads", optarg, 1, 256, &threads) < 0)
                 goto usage_fail;
@@ -224,10 +201,10 @@ int cmd_full_to_dcp(int argc, char **argv)
         o.output = "(dry-run)";
     o.rules = rules;
     o.nrules = nrules;
-    struct fc_progress_state prog = { .active = 0 };
+    struct fc_cli_progress prog = { .active = 0 };
     if (!o.dry_run && fc_cli_verbosity >= 0 && isatty(STDERR_FILENO)) {
         clock_gettime(CLOCK_MONOTONIC, &prog.start);
-        o.progress = fc_progress_draw;
+        o.progress = fc_cli_progress_draw;
         o.progress_ctx = &prog;
     }
     const int rc = fc_full_to_dcp(&o, &res);

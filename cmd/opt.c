@@ -100,3 +100,19 @@ int fc_opt_mesh(const char *cmd, const char *opt, const char *s, int *replicate,
     *shard = (int)sh;
     return 0;
 }
+
+int fc_opt_compress(const char *cmd, const char *opt, const char *s, int *level)
+{
+    long v = 3;
+    if (strncmp(s, "zstd", 4) != 0 || (s[4] != '\0' && s[4] != ':'))
+        return fc_opt_bad(cmd, opt, s, "expected zstd or zstd:<level>");
+    if (s[4] == ':') {
+        char *end = NULL;
+        errno = 0;
+        v = strtol(s + 5, &end, 10);
+        if (s[5] == '\0' || *end != '\0' || errno != 0 || v < 1 || v > 22)
+            return fc_opt_bad(cmd, opt, s, "zstd level must be between 1 and 22");
+    }
+    *level = (int)v;
+    return 0;
+}

@@ -19,4 +19,7 @@ int fc_opt_float_dtype(const char *cmd, const char *opt, const char *s, fc_dtype
 /* "replicate=R,shard=S" (either order; both >= 1). */
 int fc_opt_mesh(const char *cmd, const char *opt, const char *s, int *replicate, int *shard);
 
+/* "zstd" or "zstd:<level>" (1..22; default 3) -> *level. */
+int fc_opt_compress(const char *cmd, const char *opt, const char *s, int *level);
+
 #endif

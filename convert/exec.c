@@ -20,6 +20,8 @@
 #include "fc_torchsave.h"
 #include "fc_zip.h"
 
+#include <zstd.h>
+
 struct fc_exec_shared {
     const struct fc_exec *ex;
     atomic_size_t next_file;
@@ -30,6 +32,57 @@ struct fc_exec_shared {
     char msg[1024];    /* its message (fc_error is per thread) */
     uint64_t worker_budget;
 };
+
+/*
+ * Where an item's bytes go: appended to the rank file at `pos`, through a zstd
+ * stream when compressing.  Uncompressed, appending in file order lands every
+ * byte exactly at its planned offset (checked per item).
+ */
+struct fc_sink {
+    int fd;
+    const char *path;
+    uint64_t pos;
+    ZSTD_CStream *zs; /* NULL: no compression */
+    unsigned char *zbuf;
+    size_t zcap;
+};
+
+static int fc_sink_put(struct fc_sink *k, const void *p, size_t n)
+{
+    if (k->zs == NULL) {
+        FC_TRY(fc_pwrite_full(k->fd, p, n, k->pos, k->path));
+        k->pos += n;
+        return FC_OK;
+    }
+    ZSTD_inBuffer in = { p, n, 0 };
+    while (in.pos < in.size) {
+        ZSTD_outBuffer out = { k->zbuf, k->zcap, 0 };
+        const size_t r = ZSTD_compressStream2(k->zs, &out, &in, ZSTD_e_continue);
+        if (ZSTD_isError(r))
+            return fc_error_set(FC_ERROR, "%s: zstd: %s", k->path, ZSTD_getErrorName(r));
+        FC_TRY(fc_pwrite_full(k->fd, k->zbuf, out.pos, k->pos, k->path));
+        k->pos += out.pos;
+    }
+    return FC_OK;
+}
+
+/* End the item: close its zstd frame (one frame per item, as torch writes them). */
+static int fc_sink_end_item(struct fc_sink *k)
+{
+    if (k->zs == NULL)
+        return FC_OK;
+    for (;;) {
+        ZSTD_inBuffer in = { NULL, 0, 0 };
+        ZSTD_outBuffer out = { k->zbuf, k->zcap, 0 };
+        const size_t r = ZSTD_compressStream2(k->zs, &out, &in, ZSTD_e_end);
+        if (ZSTD_isError(r))
+            return fc_error_set(FC_ERROR, "%s: zstd: %s", k->path, ZSTD_getErrorName(r));
+        FC_TRY(fc_pwrite_full(k->fd, k->zbuf, out.pos, k->pos, k->path));
+        k->pos += out.pos;
+        if (r == 0)
+            return FC_OK;
+    }
+}
 
 struct fc_worker {
     struct fc_exec_shared *sh;
@@ -53,7 +106,7 @@ static int fc_worker_reserve(unsigned char **p, size_t *cap, size_t need)
 }
 
 /* Write one tensor chunk item: blob head, data slabs (CRC on the fly), tail. */
-static int fc_write_tensor_item(struct fc_worker *w, int fd, const char *path,
+static int fc_write_tensor_item(struct fc_worker *w, struct fc_sink *k,
                                 const struct fc_plan_item *it)
 {
     const struct fc_exec *ex = w->sh->ex;
@@ -62,6 +115,7 @@ static int fc_write_tensor_item(struct fc_worker *w, int fd, const char *path,
     const struct fc_xspec *spec = &ex->xr->specs[ex->tensor_spec[it->index]];
     const struct fc_entry *e = &ex->src->entries[spec->entry];
     struct fc_tsblob blob;
+    const char *path = k->path;
     int rc = FC_OK;
     FC_TRY(fc_tsblob_init(&blob, pt->dtype, ch->box.sizes, pt->ndim));
     if (blob.total_size != it->length) {
@@ -71,7 +125,7 @@ static int fc_write_tensor_item(struct fc_worker *w, int fd, const char *path,
     }
     fc_buf_clear(&w->hdr);
     FC_TRY_GOTO(fc_tsblob_head(&blob, &w->hdr), rc, done);
-    FC_TRY_GOTO(fc_pwrite_full(fd, w->hdr.data, w->hdr.len, it->offset, path), rc, done);
+    FC_TRY_GOTO(fc_sink_put(k, w->hdr.data, w->hdr.len), rc, done);
 
     const size_t in_esz = fc_dtype_size(e->t.dtype), out_esz = fc_dtype_size(pt->dtype);
     const int ndim = pt->ndim;
@@ -86,7 +140,7 @@ static int fc_write_tensor_item(struct fc_worker *w, int fd, const char *path,
     if (step < 1)
         step = 1;
     uint32_t crc = 0;
-    uint64_t pos = it->offset + blob.data_offset;
+    uint64_t pos = 0; /* data bytes written */
     int64_t src_off[FC_MAX_DIMS], src_size[FC_MAX_DIMS];
     /* Source box: the same rows; other dims whole (conv2d: the 4-D source's dims). */
     for (int d = 0; d < e->t.ndim; d++) {
@@ -125,19 +179,18 @@ static int fc_write_tensor_item(struct fc_worker *w, int fd, const char *path,
         }
         const size_t nbytes = (size_t)nelem * out_esz;
         crc = fc_crc32(crc, cur, nbytes);
-        FC_TRY_GOTO(fc_pwrite_full(fd, cur, nbytes, pos, path), rc, done);
+        FC_TRY_GOTO(fc_sink_put(k, cur, nbytes), rc, done);
         pos += nbytes;
         atomic_fetch_add(&w->sh->bytes_done, nbytes);
     }
-    if (pos != it->offset + blob.data_offset + blob.data_size) {
+    if (pos != blob.data_size) {
         rc = fc_error_set(FC_ERROR, "%s: internal error: wrote %" PRIu64 " data bytes of '%s', "
-                          "planned %" PRIu64, path, pos - it->offset - blob.data_offset, pt->key,
-                          blob.data_size);
+                          "planned %" PRIu64, path, pos, pt->key, blob.data_size);
         goto done;
     }
     fc_buf_clear(&w->hdr);
     FC_TRY_GOTO(fc_tsblob_tail(&blob, crc, &w->hdr), rc, done);
-    FC_TRY_GOTO(fc_pwrite_full(fd, w->hdr.data, w->hdr.len, pos, path), rc, done);
+    FC_TRY_GOTO(fc_sink_put(k, w->hdr.data, w->hdr.len), rc, done);
 done:
     fc_tsblob_release(&blob);
     return rc;
@@ -148,34 +201,57 @@ static int fc_write_file(struct fc_worker *w, size_t fi)
     const struct fc_exec *ex = w->sh->ex;
     const struct fc_plan_file *f = &ex->plan->files[fi];
     char *path = fc_path_join(ex->dir, f->name);
+    struct fc_sink k = { -1, path, 0, NULL, NULL, 0 };
     int rc = FC_OK;
     if (path == NULL)
         return fc_error_set(FC_ENOMEM, "out of memory");
-    const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
+    k.fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (k.fd < 0) {
         rc = fc_error_set(FC_EIO, "%s: cannot create: %s", path, strerror(errno));
         goto done;
     }
+    if (ex->compress_level > 0) {
+        k.zs = ZSTD_createCStream();
+        k.zcap = ZSTD_CStreamOutSize();
+        k.zbuf = fc_malloc(k.zcap);
+        if (k.zs == NULL || k.zbuf == NULL) {
+            rc = fc_error_set(FC_ENOMEM, "out of memory");
+            goto done;
+        }
+        ZSTD_CCtx_setParameter(k.zs, ZSTD_c_compressionLevel, ex->compress_level);
+    }
     for (size_t i = 0; i < f->nitems; i++) {
-        const struct fc_plan_item *it = &ex->plan->items[f->first_item + i];
+        const size_t item = f->first_item + i;
+        const struct fc_plan_item *it = &ex->plan->items[item];
+        const uint64_t start = k.pos;
+        if (k.zs == NULL && start != it->offset) {
+            rc = fc_error_set(FC_ERROR, "%s: internal error: item %zu at %" PRIu64
+                              ", planned %" PRIu64, path, item, start, it->offset);
+            goto done;
+        }
         if (it->kind == FC_ITEM_BYTES) {
             const struct fc_buf *b = &ex->value_blob[it->index];
-            FC_TRY_GOTO(fc_pwrite_full(fd, b->data, b->len, it->offset, path), rc, done);
+            FC_TRY_GOTO(fc_sink_put(&k, b->data, b->len), rc, done);
             atomic_fetch_add(&w->sh->bytes_done, b->len);
         } else {
-            FC_TRY_GOTO(fc_write_tensor_item(w, fd, path, it), rc, done);
+            FC_TRY_GOTO(fc_write_tensor_item(w, &k, it), rc, done);
         }
+        FC_TRY_GOTO(fc_sink_end_item(&k), rc, done);
+        if (ex->extents != NULL)
+            ex->extents[item] = (struct fc_extent){ start, k.pos - start };
         /* Stop early when another worker failed: the output is discarded anyway. */
         if (w->sh->rc < 0)
             break;
     }
-    if (fsync(fd) != 0) {
+    if (fsync(k.fd) != 0) {
         rc = fc_error_set(FC_EIO, "%s: fsync failed: %s", path, strerror(errno));
         goto done;
     }
 done:
-    if (fd >= 0 && close(fd) != 0 && rc == FC_OK)
+    if (k.fd >= 0 && close(k.fd) != 0 && rc == FC_OK)
         rc = fc_error_set(FC_EIO, "%s: close failed: %s", path, strerror(errno));
+    ZSTD_freeCStream(k.zs);
+    fc_free(k.zbuf);
     fc_free(path);
     return rc;
 }

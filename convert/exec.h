@@ -21,6 +21,12 @@
 #include "plan.h"
 #include "xform.h"
 
+/* Where an item actually landed (differs from the plan only when compressing). */
+struct fc_extent {
+    uint64_t offset;
+    uint64_t length;
+};
+
 struct fc_exec {
     const struct fc_plan *plan;
     const struct fc_source *src;
@@ -32,6 +38,8 @@ struct fc_exec {
     int threads;
     fc_progress_fn progress;
     void *progress_ctx;
+    int compress_level;           /* > 0: each item is one zstd frame (torch's stream.zstd/1) */
+    struct fc_extent *extents;    /* per plan item, filled by fc_exec_run (may be NULL) */
 };
 
 /* Returns FC_OK, FC_EIO (with the file named), FC_ECORRUPT (source), FC_ENOMEM. */

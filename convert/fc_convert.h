@@ -77,6 +77,8 @@ struct fc_full_to_dcp_opts {
     int force;
     uint64_t max_memory;          /* bytes of data buffers across all threads */
     int threads;
+    int compress;                 /* -1: keep the input's (DCP), 0: none, 1..22: zstd level */
+    int require_dcp;              /* reshard: the input must be a DCP checkpoint */
     fc_progress_fn progress;
     void *progress_ctx;
 };

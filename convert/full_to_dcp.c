@@ -111,9 +111,20 @@ static int fc_parent_dir(const char *out, char **dir_out)
 }
 
 /* Build the .metadata model from the plan: entries in the transformed input's order. */
+static int fc_set_storage(struct fc_dcp_storage *st, const struct fc_plan *plan, size_t item,
+                          const struct fc_extent *extents)
+{
+    const struct fc_plan_item *it = &plan->items[item];
+    if (extents == NULL)
+        return fc_dcp_storage_set(st, plan->files[it->rank].name, it->offset, it->length);
+    FC_TRY(fc_dcp_storage_set(st, plan->files[it->rank].name, extents[item].offset,
+                              extents[item].length));
+    return fc_dcp_storage_add_transform(st, FC_DCP_TRANSFORM_ZSTD);
+}
+
 static int fc_build_meta(const struct fc_plan *plan, const struct fc_xform_result *xr,
                          const long *spec_tensor, const long *spec_value, const char *output,
-                         struct fc_dcp_meta **out)
+                         const struct fc_extent *extents, struct fc_dcp_meta **out)
 {
     struct fc_dcp_meta *m = NULL;
     int rc;
@@ -123,24 +134,19 @@ static int fc_build_meta(const struct fc_plan *plan, const struct fc_xform_resul
         size_t ei;
         if (s->kind == FC_ENTRY_VALUE) {
             const struct fc_plan_value *v = &plan->values[spec_value[i]];
-            const struct fc_plan_item *it = &plan->items[v->item];
             FC_TRY_GOTO(fc_dcp_meta_add_bytes(m, s->key, &ei), rc, fail);
-            FC_TRY_GOTO(fc_dcp_storage_set(&m->entries[ei].storage, plan->files[it->rank].name,
-                                           it->offset, it->length),
-                        rc, fail);
+            FC_TRY_GOTO(fc_set_storage(&m->entries[ei].storage, plan, v->item, extents), rc, fail);
         } else {
             const struct fc_plan_tensor *t = &plan->tensors[spec_tensor[i]];
             FC_TRY_GOTO(fc_dcp_meta_add_tensor(m, s->key, t->dtype, t->ndim, t->shape, &ei), rc,
                         fail);
             for (size_t c = 0; c < t->nchunks; c++) {
                 const struct fc_plan_chunk *ch = &plan->chunks[t->first_chunk + c];
-                const struct fc_plan_item *it = &plan->items[ch->item];
                 size_t ci;
                 FC_TRY_GOTO(fc_dcp_meta_add_chunk(m, ei, ch->box.offsets, ch->box.sizes, &ci), rc,
                             fail);
-                FC_TRY_GOTO(fc_dcp_storage_set(&m->entries[ei].chunks[ci].storage,
-                                               plan->files[it->rank].name, it->offset,
-                                               it->length),
+                FC_TRY_GOTO(fc_set_storage(&m->entries[ei].chunks[ci].storage, plan, ch->item,
+                                           extents),
                             rc, fail);
             }
         }
@@ -169,6 +175,7 @@ struct fc_job {
     long *spec_value;
     struct fc_plan *plan;
     struct fc_dcp_meta *meta;
+    struct fc_extent *extents;
     char *partial;
     char *parent;
     char *old;
@@ -189,6 +196,7 @@ static void fc_job_release(struct fc_job *j)
     fc_free(j->spec_value);
     fc_plan_free(j->plan);
     fc_dcp_meta_free(j->meta);
+    fc_free(j->extents);
     fc_free(j->partial);
     fc_free(j->parent);
     fc_free(j->old);
@@ -197,6 +205,9 @@ static void fc_job_release(struct fc_job *j)
 static int fc_plan_job(const struct fc_full_to_dcp_opts *o, struct fc_job *j)
 {
     FC_TRY(fc_source_open(&j->src, o->input));
+    if (o->require_dcp && strcmp(j->src->format, "dcp") != 0)
+        return fc_error_set(FC_EFORMAT, "%s: not a DCP checkpoint (a %s input; use full-to-dcp)",
+                            o->input, j->src->format);
     if (o->rules_file != NULL)
         FC_TRY(fc_xform_rules_load(&j->rules, o->rules_file));
     for (size_t i = 0; i < o->nrules; i++) {
@@ -223,7 +234,8 @@ static int fc_plan_job(const struct fc_full_to_dcp_opts *o, struct fc_job *j)
         if (s->kind == FC_ENTRY_VALUE) {
             fc_buf_init(&j->blobs[nv], (size_t)1 << 30);
             j->nvalues = nv + 1;
-            FC_TRY(fc_torchsave_value_blob(&j->blobs[nv], j->src->entries[s->entry].value));
+            /* DCP bytes items are carried verbatim; other sources' values are pickled. */
+            FC_TRY(fc_source_value_blob(j->src, &j->src->entries[s->entry], &j->blobs[nv]));
             j->vin[nv] = (struct fc_plan_value_in){ s->key, j->blobs[nv].len };
             j->spec_value[i] = (long)nv++;
             continue;
@@ -239,8 +251,17 @@ static int fc_plan_job(const struct fc_full_to_dcp_opts *o, struct fc_job *j)
         j->spec_tensor[i] = (long)nt++;
     }
     const struct fc_mesh mesh = { o->replicate, o->shard };
-    FC_TRY(fc_plan_build(&j->plan, &mesh, j->tin, nt, j->vin, nv, fc_blob_size, NULL));
-    return fc_build_meta(j->plan, &j->xr, j->spec_tensor, j->spec_value, o->output, &j->meta);
+    return fc_plan_build(&j->plan, &mesh, j->tin, nt, j->vin, nv, fc_blob_size, NULL);
+}
+
+/* --compress / --decompress / default: keep the input's compression (DCP inputs). */
+static int fc_compress_level(const struct fc_full_to_dcp_opts *o, const struct fc_source *src)
+{
+    if (o->compress >= 0)
+        return o->compress;
+    if (strcmp(src->format, "dcp") == 0 && fc_source_is_compressed(src))
+        return 3;
+    return 0;
 }
 
 static int fc_copy_notes(const struct fc_xform_result *xr, struct fc_full_to_dcp_result *res)
@@ -263,6 +284,9 @@ static int fc_commit(const struct fc_full_to_dcp_opts *o, struct fc_job *j, int 
 {
     struct fc_buf meta = FC_BUF_INIT((size_t)1 << 31);
     int rc;
+    FC_TRY_GOTO(fc_build_meta(j->plan, &j->xr, j->spec_tensor, j->spec_value, o->output,
+                              j->extents, &j->meta),
+                rc, done);
     FC_TRY_GOTO(fc_dcp_meta_write(&meta, j->meta), rc, done);
     char *mpath = fc_path_join(j->partial, ".metadata");
     if (mpath == NULL) {
@@ -359,6 +383,14 @@ int fc_full_to_dcp(const struct fc_full_to_dcp_opts *o, struct fc_full_to_dcp_re
         j.partial = NULL;
         goto done;
     }
+    const int level = fc_compress_level(o, j.src);
+    if (level > 0) {
+        j.extents = fc_calloc(j.plan->nitems + 1, sizeof(*j.extents));
+        if (j.extents == NULL) {
+            rc = fc_error_set(FC_ENOMEM, "out of memory");
+            goto done;
+        }
+    }
     const struct fc_exec ex = {
         .plan = j.plan,
         .src = j.src,
@@ -370,10 +402,17 @@ int fc_full_to_dcp(const struct fc_full_to_dcp_opts *o, struct fc_full_to_dcp_re
         .threads = o->threads,
         .progress = o->progress,
         .progress_ctx = o->progress_ctx,
+        .compress_level = level,
+        .extents = j.extents,
     };
     FC_TRY_GOTO(fc_exec_run(&ex), rc, done);
     FC_TRY_GOTO(fc_commit(o, &j, exists), rc, done);
     res->bytes_written = j.plan->total_bytes;
+    if (j.extents != NULL) {
+        res->bytes_written = 0;
+        for (size_t i = 0; i < j.plan->nitems; i++)
+            res->bytes_written += j.extents[i].length;
+    }
     fc_free(j.partial);
     j.partial = NULL;
 done:

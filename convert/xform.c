@@ -561,7 +561,8 @@ static void fc_auto_alias(const struct fc_source *src, struct fc_xform_result *o
         if (a->kind != FC_ENTRY_TENSOR || a->alias_of >= 0)
             continue;
         const struct fc_entry *ea = &src->entries[a->entry];
-        if (src->storages[ea->storage].nrefs < 2)
+        /* Only sources with one storage per tensor (not DCP) can tell sharing. */
+        if (ea->storage >= src->nstorages || src->storages[ea->storage].nrefs < 2)
             continue;
         for (size_t j = 0; j < i; j++) {
             const struct fc_xspec *b = &out->specs[j];

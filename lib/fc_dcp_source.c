@@ -9,9 +9,15 @@
  * items are unpickled into values.  Nothing is read from tensor data until a
  * box is asked for.
  */
+#include <dirent.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include <zstd.h>
 
 #include "fc_alloc.h"
 #include "fc_dcp.h"
@@ -26,8 +32,18 @@ struct fc_dcp_chunk_ref {
     const int64_t *offsets;      /* global offsets (from the metadata) */
 };
 
+/* Where an item's (decompressed) torch.save blob can be read. */
+struct fc_dcp_blob_loc {
+    size_t file;
+    uint64_t base;
+    uint64_t len;
+};
+
 struct fc_dcp_source_impl {
     struct fc_dcp_meta *meta;
+    struct fc_dcp_blob_loc *value_loc; /* per entry: the bytes item's blob (values only) */
+    long scratch_file;                 /* index of the temp file holding decompressed items, or -1 */
+    uint64_t scratch_size;
     struct fc_torchsave **blobs; /* every parsed item, kept for the values' trees */
     size_t nblobs;
     struct fc_dcp_chunk_ref **chunks; /* per entry: its chunks (tensors), NULL for values */
@@ -47,6 +63,7 @@ static void fc_dcp_source_impl_free(void *p)
         fc_free(impl->chunks[i]);
     fc_free(impl->chunks);
     fc_free(impl->nchunks);
+    fc_free(impl->value_loc);
     fc_dcp_meta_free(impl->meta);
     fc_free(impl);
 }
@@ -82,15 +99,115 @@ static int fc_dcp_file(struct fc_source *src, const char *dir, const char *rel, 
     return FC_OK;
 }
 
+/* "stream.zstd/1", "stream.zstd/1.2": torch accepts any version whose major is 1. */
+static int fc_is_zstd_descriptor(const char *d)
+{
+    static const char prefix[] = "stream.zstd/1";
+    const size_t n = sizeof(prefix) - 1;
+    return strncmp(d, prefix, n) == 0 && (d[n] == '\0' || d[n] == '.');
+}
+
+/*
+ * Decompress a zstd-transformed item into the source's scratch file (a temp
+ * file unlinked at creation, so nothing is left behind) and return where the
+ * plain blob now lives.  Items are decompressed once, at open.
+ */
+static int fc_dcp_inflate(struct fc_source *src, struct fc_dcp_source_impl *impl, size_t fi,
+                          const struct fc_dcp_storage *st, const char *what,
+                          struct fc_dcp_blob_loc *loc)
+{
+    if (impl->scratch_file < 0) {
+        const char *tmpdir = getenv("TMPDIR");
+        char tmpl[4096];
+        snprintf(tmpl, sizeof(tmpl), "%s/fsdpconv-zstd-XXXXXX",
+                 tmpdir != NULL && tmpdir[0] != '\0' ? tmpdir : "/tmp");
+        const int fd = mkstemp(tmpl);
+        if (fd < 0)
+            return fc_error_set(FC_EIO, "%s: cannot create a scratch file: %s", tmpl,
+                                strerror(errno));
+        unlink(tmpl);
+        struct fc_file *files = fc_reallocarray(src->files, src->nfiles + 1, sizeof(*files));
+        char *name = fc_strdup("(decompressed items)");
+        if (files == NULL || name == NULL) {
+            close(fd);
+            fc_free(name);
+            if (files != NULL)
+                src->files = files;
+            return fc_error_set(FC_ENOMEM, "out of memory");
+        }
+        src->files = files;
+        files[src->nfiles] = (struct fc_file){ fd, 0, name };
+        impl->scratch_file = (long)src->nfiles++;
+    }
+    struct fc_file *scratch = &src->files[impl->scratch_file];
+    const struct fc_file *f = &src->files[fi];
+    ZSTD_DStream *ds = ZSTD_createDStream();
+    const size_t in_cap = ZSTD_DStreamInSize(), out_cap = ZSTD_DStreamOutSize();
+    unsigned char *in = fc_malloc(in_cap), *out = fc_malloc(out_cap);
+    int rc = FC_OK;
+    uint64_t pos = 0, written = 0;
+    size_t last = 0;
+    if (ds == NULL || in == NULL || out == NULL) {
+        rc = fc_error_set(FC_ENOMEM, "out of memory");
+        goto done;
+    }
+    ZSTD_initDStream(ds);
+    while (pos < st->length) {
+        const size_t n = st->length - pos < in_cap ? (size_t)(st->length - pos) : in_cap;
+        FC_TRY_GOTO(fc_file_pread(f, in, n, st->offset + pos), rc, done);
+        pos += n;
+        ZSTD_inBuffer ib = { in, n, 0 };
+        while (ib.pos < ib.size) {
+            ZSTD_outBuffer ob = { out, out_cap, 0 };
+            last = ZSTD_decompressStream(ds, &ob, &ib);
+            if (ZSTD_isError(last)) {
+                rc = fc_error_set(FC_ECORRUPT, "%s: zstd: %s", what, ZSTD_getErrorName(last));
+                goto done;
+            }
+            FC_TRY_GOTO(fc_pwrite_full(scratch->fd, out, ob.pos, impl->scratch_size + written,
+                                       "(scratch file)"),
+                        rc, done);
+            written += ob.pos;
+        }
+    }
+    /* Flush what the decoder still holds (only while a frame is unfinished). */
+    while (last != 0) {
+        ZSTD_inBuffer ib = { in, 0, 0 };
+        ZSTD_outBuffer ob = { out, out_cap, 0 };
+        last = ZSTD_decompressStream(ds, &ob, &ib);
+        if (ZSTD_isError(last)) {
+            rc = fc_error_set(FC_ECORRUPT, "%s: zstd: %s", what, ZSTD_getErrorName(last));
+            goto done;
+        }
+        FC_TRY_GOTO(fc_pwrite_full(scratch->fd, out, ob.pos, impl->scratch_size + written,
+                                   "(scratch file)"),
+                    rc, done);
+        written += ob.pos;
+        if (ob.pos < out_cap)
+            break;
+    }
+    if (last != 0 || st->length == 0) {
+        rc = fc_error_set(FC_ECORRUPT, "%s: zstd stream is truncated", what);
+        goto done;
+    }
+    loc->file = (size_t)impl->scratch_file;
+    loc->base = impl->scratch_size;
+    loc->len = written;
+    impl->scratch_size += written;
+    scratch->size = impl->scratch_size;
+done:
+    ZSTD_freeDStream(ds);
+    fc_free(in);
+    fc_free(out);
+    return rc;
+}
+
 /* Parse the blob of one stored item; *ts_out stays owned by impl. */
 static int fc_dcp_parse_item(struct fc_source *src, struct fc_dcp_source_impl *impl,
                              const char *dir, const char *fqn, const struct fc_dcp_storage *st,
-                             size_t *file_out, struct fc_torchsave **ts_out)
+                             struct fc_dcp_blob_loc *loc, struct fc_torchsave **ts_out)
 {
-    if (st->ntransforms > 0)
-        return fc_error_set(FC_EFORMAT, "%s: item '%s' uses transform '%s', which this build "
-                            "cannot read", dir, fqn, st->transforms[0]);
-    size_t fi;
+    size_t fi = 0;
     FC_TRY(fc_dcp_file(src, dir, st->relative_path, &fi));
     const struct fc_file *f = &src->files[fi];
     if (st->offset > f->size || st->length > f->size - st->offset)
@@ -99,22 +216,31 @@ static int fc_dcp_parse_item(struct fc_source *src, struct fc_dcp_source_impl *i
                             f->path, fqn, st->offset, st->length, f->size);
     char what[768];
     snprintf(what, sizeof(what), "%s @ %" PRIu64 " (item '%s')", f->path, st->offset, fqn);
+    *loc = (struct fc_dcp_blob_loc){ fi, st->offset, st->length };
+    for (size_t t = 0; t < st->ntransforms; t++) {
+        if (!fc_is_zstd_descriptor(st->transforms[t]))
+            return fc_error_set(FC_EFORMAT, "%s: unknown transform '%s'", what, st->transforms[t]);
+        if (t > 0)
+            return fc_error_set(FC_EFORMAT, "%s: more than one transform", what);
+        FC_TRY(fc_dcp_inflate(src, impl, fi, st, what, loc));
+    }
     struct fc_torchsave *ts;
-    FC_TRY(fc_torchsave_open(&ts, f, st->offset, st->length, what));
+    FC_TRY(fc_torchsave_open(&ts, &src->files[loc->file], loc->base, loc->len, what));
     impl->blobs[impl->nblobs++] = ts;
-    *file_out = fi;
     *ts_out = ts;
     return FC_OK;
 }
 
 static int fc_dcp_read_box(const struct fc_source *src, const struct fc_entry *e,
                            const int64_t *off, const int64_t *size, void *dst);
+static int fc_dcp_value_blob(const struct fc_source *src, const struct fc_entry *e,
+                             struct fc_buf *out);
 
 int fc_source_open_dcp(struct fc_source **out, const char *dir)
 {
     struct fc_source *src = fc_calloc(1, sizeof(*src));
     struct fc_dcp_source_impl *impl = fc_calloc(1, sizeof(*impl));
-    char *mpath = fc_path_join(dir, ".metadata");
+    char *mpath = fc_strdup(dir);
     int rc = FC_OK;
     *out = NULL;
     if (src == NULL || impl == NULL || mpath == NULL) {
@@ -126,10 +252,11 @@ int fc_source_open_dcp(struct fc_source **out, const char *dir)
     src->impl = impl;
     src->impl_free = fc_dcp_source_impl_free;
     src->read_box = fc_dcp_read_box;
+    src->value_blob = fc_dcp_value_blob;
     src->format = "dcp";
     src->path = fc_strdup(dir);
-    rc = fc_dcp_meta_load(&impl->meta, mpath);
     fc_free(mpath);
+    rc = fc_dcp_meta_load_dir(&impl->meta, dir);
     if (rc < 0 || src->path == NULL) {
         if (rc == FC_OK)
             rc = fc_error_set(FC_ENOMEM, "out of memory");
@@ -142,9 +269,11 @@ int fc_source_open_dcp(struct fc_source **out, const char *dir)
     impl->blobs = fc_calloc(nitems + 1, sizeof(*impl->blobs));
     impl->chunks = fc_calloc(m->nentries + 1, sizeof(*impl->chunks));
     impl->nchunks = fc_calloc(m->nentries + 1, sizeof(*impl->nchunks));
+    impl->value_loc = fc_calloc(m->nentries + 1, sizeof(*impl->value_loc));
+    impl->scratch_file = -1;
     src->entries = fc_calloc(m->nentries + 1, sizeof(*src->entries));
     if (impl->blobs == NULL || impl->chunks == NULL || impl->nchunks == NULL ||
-        src->entries == NULL) {
+        impl->value_loc == NULL || src->entries == NULL) {
         rc = fc_error_set(FC_ENOMEM, "out of memory");
         goto fail;
     }
@@ -176,10 +305,10 @@ int fc_source_open_dcp(struct fc_source **out, const char *dir)
         }
         e->storage = SIZE_MAX;
         if (de->kind == FC_DCP_BYTES) {
-            size_t fi;
             struct fc_torchsave *ts;
-            FC_TRY_GOTO(fc_dcp_parse_item(src, impl, dir, de->fqn, &de->storage, &fi, &ts), rc,
-                        fail);
+            FC_TRY_GOTO(fc_dcp_parse_item(src, impl, dir, de->fqn, &de->storage,
+                                          &impl->value_loc[i], &ts),
+                        rc, fail);
             e->kind = FC_ENTRY_VALUE;
             e->value = fc_torchsave_root(ts);
             continue;
@@ -198,8 +327,10 @@ int fc_source_open_dcp(struct fc_source **out, const char *dir)
             const struct fc_dcp_chunk *dc = &de->chunks[c];
             struct fc_dcp_chunk_ref *ref = &impl->chunks[i][c];
             struct fc_torchsave *ts;
-            FC_TRY_GOTO(fc_dcp_parse_item(src, impl, dir, de->fqn, &dc->storage, &ref->file, &ts),
-                        rc, fail);
+            struct fc_dcp_blob_loc loc;
+            FC_TRY_GOTO(fc_dcp_parse_item(src, impl, dir, de->fqn, &dc->storage, &loc, &ts), rc,
+                        fail);
+            ref->file = loc.file;
             const struct fc_pv *root = fc_torchsave_root(ts);
             if (root->kind != FC_PV_TENSOR) {
                 rc = fc_error_set(FC_ECORRUPT, "%s: item of tensor '%s' (chunk %zu) holds no "
@@ -309,4 +440,144 @@ static int fc_dcp_read_box(const struct fc_source *src, const struct fc_entry *e
                             " of the %" PRId64 " requested elements (gap or overlap)",
                             src->path, e->key, covered, want);
     return FC_OK;
+}
+
+static int fc_dcp_value_blob(const struct fc_source *src, const struct fc_entry *e,
+                             struct fc_buf *out)
+{
+    const struct fc_dcp_source_impl *impl = src->impl;
+    const struct fc_dcp_blob_loc *loc = &impl->value_loc[e - src->entries];
+    FC_TRY(fc_buf_reserve(out, (size_t)loc->len));
+    FC_TRY(fc_file_pread(&src->files[loc->file], out->data + out->len, (size_t)loc->len,
+                         loc->base));
+    out->len += (size_t)loc->len;
+    return FC_OK;
+}
+
+/* Append every chunk/bytes entry of `part` (a rank-local metadata) to `m`. */
+static int fc_dcp_merge(struct fc_dcp_meta *m, const struct fc_dcp_meta *part, const char *what)
+{
+    for (size_t i = 0; i < part->nentries; i++) {
+        const struct fc_dcp_entry *pe = &part->entries[i];
+        long ei = fc_dcp_meta_find(m, pe->fqn);
+        size_t idx;
+        if (ei < 0) {
+            if (pe->kind == FC_DCP_BYTES)
+                FC_TRY(fc_dcp_meta_add_bytes(m, pe->fqn, &idx));
+            else
+                FC_TRY(fc_dcp_meta_add_tensor(m, pe->fqn, pe->dtype, pe->ndim, pe->size, &idx));
+            if (pe->path != NULL)
+                FC_TRY(fc_dcp_meta_set_path(m, idx, pe->path, pe->path_len));
+            if (pe->kind == FC_DCP_BYTES) {
+                FC_TRY(fc_dcp_storage_set(&m->entries[idx].storage, pe->storage.relative_path,
+                                          pe->storage.offset, pe->storage.length));
+                for (size_t t = 0; t < pe->storage.ntransforms; t++)
+                    FC_TRY(fc_dcp_storage_add_transform(&m->entries[idx].storage,
+                                                        pe->storage.transforms[t]));
+                continue;
+            }
+        } else {
+            idx = (size_t)ei;
+            const struct fc_dcp_entry *me = &m->entries[idx];
+            if (me->kind != pe->kind || (pe->kind == FC_DCP_TENSOR &&
+                                         (me->dtype != pe->dtype || me->ndim != pe->ndim ||
+                                          memcmp(me->size, pe->size,
+                                                 sizeof(int64_t) * (size_t)pe->ndim) != 0)))
+                return fc_error_set(FC_ECORRUPT, "%s: '%s' disagrees with another rank's metadata",
+                                    what, pe->fqn);
+            if (pe->kind == FC_DCP_BYTES)
+                continue; /* replicated value: any rank's copy will do */
+        }
+        for (size_t c = 0; c < pe->nchunks; c++) {
+            const struct fc_dcp_chunk *pc = &pe->chunks[c];
+            size_t ci;
+            const int rc = fc_dcp_meta_add_chunk(m, idx, pc->offsets, pc->sizes, &ci);
+            if (rc == FC_EINVAL)
+                continue; /* the same box saved by a replica */
+            FC_TRY(rc);
+            struct fc_dcp_storage *st = &m->entries[idx].chunks[ci].storage;
+            FC_TRY(fc_dcp_storage_set(st, pc->storage.relative_path, pc->storage.offset,
+                                      pc->storage.length));
+            for (size_t t = 0; t < pc->storage.ntransforms; t++)
+                FC_TRY(fc_dcp_storage_add_transform(st, pc->storage.transforms[t]));
+        }
+    }
+    return FC_OK;
+}
+
+static int fc_cmp_cstr(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int fc_dcp_meta_load_dir(struct fc_dcp_meta **out, const char *dir)
+{
+    char *mpath = fc_path_join(dir, ".metadata");
+    int rc;
+    *out = NULL;
+    if (mpath == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    rc = fc_dcp_meta_load(out, mpath);
+    fc_free(mpath);
+    if (rc != FC_ENOENT)
+        return rc;
+    /* No .metadata: a save without collectives leaves one __{rank}.metadata per rank. */
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return fc_error_set(FC_EIO, "%s: cannot open directory: %s", dir, strerror(errno));
+    char **names = NULL;
+    size_t n = 0;
+    const struct dirent *de;
+    rc = FC_OK;
+    while ((de = readdir(d)) != NULL) {
+        const size_t len = strlen(de->d_name);
+        if (len < 12 || strncmp(de->d_name, "__", 2) != 0 ||
+            strcmp(de->d_name + len - 9, ".metadata") != 0)
+            continue;
+        char **nn = fc_reallocarray(names, n + 1, sizeof(*nn));
+        if (nn == NULL || (nn[n] = fc_strdup(de->d_name)) == NULL) {
+            names = nn != NULL ? nn : names;
+            rc = fc_error_set(FC_ENOMEM, "out of memory");
+            break;
+        }
+        names = nn;
+        n++;
+    }
+    closedir(d);
+    if (rc == FC_OK && n == 0)
+        rc = fc_error_set(FC_ECORRUPT, "%s: incomplete checkpoint: no .metadata (the save did not "
+                          "finish, or this is not a DCP directory)", dir);
+    if (rc == FC_OK) {
+        qsort(names, n, sizeof(*names), fc_cmp_cstr);
+        rc = fc_dcp_meta_new(out);
+    }
+    for (size_t i = 0; rc == FC_OK && i < n; i++) {
+        struct fc_dcp_meta *part = NULL;
+        char *p = fc_path_join(dir, names[i]);
+        if (p == NULL) {
+            rc = fc_error_set(FC_ENOMEM, "out of memory");
+            break;
+        }
+        rc = fc_dcp_meta_load(&part, p);
+        if (rc == FC_OK)
+            rc = fc_dcp_merge(*out, part, p);
+        fc_dcp_meta_free(part);
+        fc_free(p);
+    }
+    for (size_t i = 0; i < n; i++)
+        fc_free(names[i]);
+    fc_free(names);
+    if (rc < 0) {
+        fc_dcp_meta_free(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+int fc_source_is_compressed(const struct fc_source *src)
+{
+    if (src->value_blob != fc_dcp_value_blob)
+        return 0;
+    const struct fc_dcp_source_impl *impl = src->impl;
+    return impl->scratch_file >= 0;
 }

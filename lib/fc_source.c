@@ -436,10 +436,8 @@ static int fc_source_open_dir(struct fc_source **out, const char *path)
         }
     }
     if (ndistcp > 0) {
-        rc = fc_error_set(FC_ECORRUPT,
-                          "%s: incomplete DCP checkpoint: %zu .distcp files but no .metadata "
-                          "(the save did not finish)",
-                          path, ndistcp);
+        /* Rank-local __{r}.metadata files, or an incomplete save (reported there). */
+        rc = fc_source_open_dcp(out, path);
     } else if (index != NULL) {
         char *p = fc_path_join(path, index);
         if (p == NULL) {
@@ -650,4 +648,11 @@ int fc_source_read_box(const struct fc_source *src, const struct fc_entry *e, co
     char what[512];
     snprintf(what, sizeof(what), "%s: '%s'", src->path, e->key);
     return fc_read_strided_box(&src->files[st->file], st->offset, &e->t, off, size, dst, what);
+}
+
+int fc_source_value_blob(const struct fc_source *src, const struct fc_entry *e, struct fc_buf *out)
+{
+    if (src->value_blob != NULL)
+        return src->value_blob(src, e, out);
+    return fc_torchsave_value_blob(out, e->value);
 }

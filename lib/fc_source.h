@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fc_buf.h"
 #include "fc_io.h"
 #include "fc_pickle.h"
 #include "fc_tensor.h"
@@ -68,6 +69,8 @@ struct fc_source {
     /* Box reader for formats whose tensors are not one strided storage (DCP); NULL: generic. */
     int (*read_box)(const struct fc_source *src, const struct fc_entry *e, const int64_t *off,
                     const int64_t *size, void *dst);
+    /* The stored torch.save blob of a value entry (DCP bytes items), or NULL: re-pickle. */
+    int (*value_blob)(const struct fc_source *src, const struct fc_entry *e, struct fc_buf *out);
 };
 
 /*
@@ -88,6 +91,24 @@ void fc_source_free(struct fc_source *src); /* accepts NULL */
  * it for directories holding .metadata.
  */
 int fc_source_open_dcp(struct fc_source **out, const char *dir);
+
+/*
+ * fc_source_value_blob() - append a torch.save blob of value entry e to out:
+ * the stored item itself (decompressed) when the source has one, so DCP bytes
+ * items are carried verbatim, else a fresh pickle of e->value.
+ */
+int fc_source_value_blob(const struct fc_source *src, const struct fc_entry *e, struct fc_buf *out);
+
+/*
+ * fc_dcp_meta_load_dir() - the metadata of a DCP directory: .metadata, or,
+ * when it is absent, the merge of every rank-local __{rank}.metadata.  No
+ * metadata at all is FC_ECORRUPT ("incomplete checkpoint").
+ */
+/* fc_source_is_compressed() - 1 for a DCP source whose items were zstd-compressed. */
+int fc_source_is_compressed(const struct fc_source *src);
+
+struct fc_dcp_meta;
+int fc_dcp_meta_load_dir(struct fc_dcp_meta **out, const char *dir);
 
 /* Index of the entry with this key, or -1. */
 long fc_source_find(const struct fc_source *src, const char *key);

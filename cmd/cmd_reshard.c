@@ -1,0 +1,165 @@
+/*
+ * cmd_reshard.c - `fsdpconv reshard`: a DCP checkpoint at one world size or
+ * mesh -> another, through the same plan/executor as full-to-dcp.
+ */
+#define _GNU_SOURCE
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "commands.h"
+#include "fc_convert.h"
+#include "opt.h"
+
+static const char usage[] =
+    "usage: fsdpconv reshard -o <dir> (--world-size <n> | --mesh replicate=<r>,shard=<s>)\n"
+    "                        [--dtype <dtype>] [--replicate <re>]... [--compress zstd[:<level>]]\n"
+    "                        [--decompress] [--dry-run] [--force] [--max-memory <size>]\n"
+    "                        [--threads <n>] <checkpoint-dir>\n"
+    "\n"
+    "    <checkpoint-dir>         a DCP directory (written by fsdpconv or by PyTorch)\n"
+    "    -o, --output <dir>       DCP directory to create (written atomically)\n"
+    "    --world-size <n>         FSDP2 on a 1-D mesh of n ranks: Shard(0), torch.chunk semantics\n"
+    "    --mesh replicate=<r>,shard=<s>\n"
+    "                             HSDP: (Replicate(), Shard(0)) over r x s ranks\n"
+    "    --dtype <dtype>          cast floating tensors: float32, bfloat16, float16, float64\n"
+    "    --replicate <re>         store matching tensors whole instead of Shard(0)\n"
+    "    --compress zstd[:<level>]\n"
+    "                             zstd-compress every item (torch's stream.zstd/1 extension)\n"
+    "    --decompress             write plain items (default: keep the input's compression)\n"
+    "    --dry-run                print the plan and write nothing\n"
+    "    --force                  replace an existing output directory\n"
+    "    --max-memory <size>      cap on data buffers (default 1GiB)\n"
+    "    --threads <n>            parallel writers (default: number of CPUs, at most 8)\n"
+    "    -h, --help               show this help\n";
+
+enum {
+    OPT_WORLD = 256,
+    OPT_MESH,
+    OPT_DTYPE,
+    OPT_REPLICATE,
+    OPT_COMPRESS,
+    OPT_DECOMPRESS,
+    OPT_DRY,
+    OPT_FORCE,
+    OPT_MAXMEM,
+    OPT_THREADS
+};
+
+int cmd_reshard(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        { "output", required_argument, NULL, 'o' },
+        { "world-size", required_argument, NULL, OPT_WORLD },
+        { "mesh", required_argument, NULL, OPT_MESH },
+        { "dtype", required_argument, NULL, OPT_DTYPE },
+        { "replicate", required_argument, NULL, OPT_REPLICATE },
+        { "compress", required_argument, NULL, OPT_COMPRESS },
+        { "decompress", no_argument, NULL, OPT_DECOMPRESS },
+        { "dry-run", no_argument, NULL, OPT_DRY },
+        { "force", no_argument, NULL, OPT_FORCE },
+        { "max-memory", required_argument, NULL, OPT_MAXMEM },
+        { "threads", required_argument, NULL, OPT_THREADS },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    struct fc_full_to_dcp_opts o = { .max_memory = (uint64_t)1 << 30, .compress = -1,
+                                     .require_dcp = 1 };
+    struct fc_full_to_dcp_result res;
+    struct fc_rule_arg rules[64];
+    size_t nrules = 0;
+    long world = 0, threads = 0;
+    fc_dtype dtype;
+    int c;
+    optind = 0;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "o:h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'o': o.output = optarg; break;
+        case OPT_WORLD:
+            if (fc_opt_int("reshard", "--world-size", optarg, 1, 1 << 20, &world) < 0)
+                goto usage_fail;
+            break;
+        case OPT_MESH:
+            if (fc_opt_mesh("reshard", "--mesh", optarg, &o.replicate, &o.shard) < 0)
+                goto usage_fail;
+            break;
+        case OPT_DTYPE:
+            if (fc_opt_float_dtype("reshard", "--dtype", optarg, &dtype) < 0)
+                goto usage_fail;
+            /* fall through - recorded as a rule */
+        case OPT_REPLICATE:
+            if (nrules == sizeof(rules) / sizeof(rules[0]))
+                return fc_cli_usage_error("reshard", usage, "too many rules");
+            rules[nrules++] = (struct fc_rule_arg){ c == OPT_DTYPE ? "dtype" : "replicate",
+                                                    optarg };
+            break;
+        case OPT_COMPRESS:
+            if (fc_opt_compress("reshard", "--compress", optarg, &o.compress) < 0)
+                goto usage_fail;
+            break;
+        case OPT_DECOMPRESS: o.compress = 0; break;
+        case OPT_DRY: o.dry_run = 1; break;
+        case OPT_FORCE: o.force = 1; break;
+        case OPT_MAXMEM:
+            if (fc_opt_size("reshard", "--max-memory", optarg, &o.max_memory) < 0)
+                goto usage_fail;
+            break;
+        case OPT_THREADS:
+            if (fc_opt_int("reshard", "--threads", optarg, 1, 256, &threads) < 0)
+                goto usage_fail;
+            break;
+        case 'h': fputs(usage, stdout); return FC_EXIT_OK;
+        default:
+            return fc_cli_usage_error("reshard", usage, "unknown option or missing value: '%s'",
+                                      argv[optind - 1]);
+        }
+    }
+    if (argc - optind != 1)
+        return fc_cli_usage_error("reshard", usage,
+                                  argc - optind == 0 ? "missing <checkpoint-dir>"
+                                                     : "too many arguments");
+    if (o.output == NULL && !o.dry_run)
+        return fc_cli_usage_error("reshard", usage, "missing -o <dir>");
+    if ((world > 0) == (o.shard > 0))
+        return fc_cli_usage_error("reshard", usage, "give exactly one of --world-size and --mesh");
+    if (o.max_memory < 4096) {
+        fputs("fsdpconv: reshard: invalid value for --max-memory (must be >= 4KiB)\n", stderr);
+        goto usage_fail;
+    }
+    if (world > 0) {
+        o.replicate = 1;
+        o.shard = (int)world;
+    }
+    if (threads == 0) {
+        const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = ncpu < 1 ? 1 : ncpu > 8 ? 8 : ncpu;
+    }
+    o.threads = (int)threads;
+    o.input = argv[optind];
+    o.output = o.output != NULL ? o.output : "(dry-run)";
+    o.rules = rules;
+    o.nrules = nrules;
+    struct fc_cli_progress prog = { .active = 0 };
+    if (!o.dry_run && fc_cli_verbosity >= 0 && isatty(STDERR_FILENO)) {
+        clock_gettime(CLOCK_MONOTONIC, &prog.start);
+        o.progress = fc_cli_progress_draw;
+        o.progress_ctx = &prog;
+    }
+    const int rc = fc_full_to_dcp(&o, &res);
+    if (rc < 0)
+        return fc_cli_report(rc);
+    if (o.dry_run)
+        fputs(res.plan_text, stdout);
+    else if (fc_cli_verbosity > 0)
+        fc_cli_note("reshard: wrote %s: %zu tensors, %zu values, %zu files, %" PRIu64 " bytes",
+                    o.output, res.ntensors, res.nvalues, res.nfiles, res.bytes_written);
+    fc_full_to_dcp_result_release(&res);
+    return fflush(stdout) == 0 ? FC_EXIT_OK : FC_EXIT_FAILURE;
+usage_fail:
+    fputs(usage, stderr);
+    return FC_EXIT_USAGE;
+}
