@@ -222,7 +222,7 @@ int fc_dcp_meta_read(struct fc_dcp_meta **out, const unsigned char *data, size_t
  * fc_dcp_meta_load() - read the file at path (at most FC_DCP_META_MAX_BYTES)
  * and fc_dcp_meta_read() it.  Returns those codes plus FC_ENOENT and FC_EIO.
  */
-#define FC_DCP_META_MAX_BYTES ((size_t)1 << 31)
+#define FC_DCP_META_MAX_BYTES ((size_t)1 << 30)
 int fc_dcp_meta_load(struct fc_dcp_meta **out, const char *path);
 
 /*
