@@ -16,9 +16,9 @@
 #include "fc_alloc.h"
 #include "fc_error.h"
 #include "fc_io.h"
-#include "fc_kernels.h"
 #include "fc_torchsave.h"
 #include "fc_zip.h"
+#include "stream.h"
 
 #include <zstd.h>
 
@@ -86,22 +86,25 @@ static int fc_sink_end_item(struct fc_sink *k)
 
 struct fc_worker {
     struct fc_exec_shared *sh;
-    unsigned char *in;  /* source-dtype slab */
-    unsigned char *mid; /* permuted slab (conv2d) */
-    unsigned char *out; /* output-dtype slab */
-    size_t cap_in, cap_mid, cap_out;
+    struct fc_slabs slabs;
     struct fc_buf hdr;
 };
 
-static int fc_worker_reserve(unsigned char **p, size_t *cap, size_t need)
+/* Slab sink of a tensor item: CRC, write, count progress. */
+struct fc_item_sink {
+    struct fc_sink *k;
+    struct fc_exec_shared *sh;
+    uint32_t crc;
+    uint64_t nbytes;
+};
+
+static int fc_item_sink_put(void *ctx, const void *p, size_t n)
 {
-    if (need <= *cap)
-        return FC_OK;
-    unsigned char *q = fc_reallocarray(*p, need, 1);
-    if (q == NULL)
-        return fc_error_set(FC_ENOMEM, "out of memory allocating a %zu-byte slab", need);
-    *p = q;
-    *cap = need;
+    struct fc_item_sink *is = ctx;
+    is->crc = fc_crc32(is->crc, p, n);
+    FC_TRY(fc_sink_put(is->k, p, n));
+    is->nbytes += n;
+    atomic_fetch_add(&is->sh->bytes_done, n);
     return FC_OK;
 }
 
@@ -113,83 +116,29 @@ static int fc_write_tensor_item(struct fc_worker *w, struct fc_sink *k,
     const struct fc_plan_chunk *ch = &ex->plan->chunks[it->chunk];
     const struct fc_plan_tensor *pt = &ex->plan->tensors[it->index];
     const struct fc_xspec *spec = &ex->xr->specs[ex->tensor_spec[it->index]];
-    const struct fc_entry *e = &ex->src->entries[spec->entry];
+    struct fc_item_sink is = { k, w->sh, 0, 0 };
     struct fc_tsblob blob;
-    const char *path = k->path;
     int rc = FC_OK;
     FC_TRY(fc_tsblob_init(&blob, pt->dtype, ch->box.sizes, pt->ndim));
     if (blob.total_size != it->length) {
         rc = fc_error_set(FC_ERROR, "%s: internal error: item of '%s' is %" PRIu64
-                          " bytes, planned %" PRIu64, path, pt->key, blob.total_size, it->length);
+                          " bytes, planned %" PRIu64, k->path, pt->key, blob.total_size,
+                          it->length);
         goto done;
     }
     fc_buf_clear(&w->hdr);
     FC_TRY_GOTO(fc_tsblob_head(&blob, &w->hdr), rc, done);
     FC_TRY_GOTO(fc_sink_put(k, w->hdr.data, w->hdr.len), rc, done);
-
-    const size_t in_esz = fc_dtype_size(e->t.dtype), out_esz = fc_dtype_size(pt->dtype);
-    const int ndim = pt->ndim;
-    int64_t row_elems = 1;
-    for (int d = 1; d < ndim; d++)
-        row_elems *= ch->box.sizes[d];
-    const int64_t rows = ndim == 0 ? 1 : ch->box.sizes[0];
-    if (ndim == 0)
-        row_elems = 1;
-    const uint64_t per_row = (uint64_t)row_elems * (in_esz * (spec->conv2d ? 2 : 1) + out_esz);
-    int64_t step = per_row == 0 ? rows : (int64_t)(w->sh->worker_budget / per_row);
-    if (step < 1)
-        step = 1;
-    uint32_t crc = 0;
-    uint64_t pos = 0; /* data bytes written */
-    int64_t src_off[FC_MAX_DIMS], src_size[FC_MAX_DIMS];
-    /* Source box: the same rows; other dims whole (conv2d: the 4-D source's dims). */
-    for (int d = 0; d < e->t.ndim; d++) {
-        src_off[d] = 0;
-        src_size[d] = e->t.shape[d];
-    }
-    for (int64_t r = 0; r < rows && row_elems > 0; r += step) {
-        const int64_t n = rows - r < step ? rows - r : step;
-        const int64_t nelem = n * row_elems;
-        if (e->t.ndim > 0) {
-            src_off[0] = ch->box.offsets[0] + r;
-            src_size[0] = n;
-        }
-        if (!spec->conv2d)
-            for (int d = 1; d < ndim; d++) {
-                src_off[d] = ch->box.offsets[d];
-                src_size[d] = ch->box.sizes[d];
-            }
-        FC_TRY_GOTO(fc_worker_reserve(&w->in, &w->cap_in, (size_t)nelem * in_esz), rc, done);
-        FC_TRY_GOTO(fc_source_read_box(ex->src, e, src_off, src_size, w->in), rc, done);
-        const unsigned char *cur = w->in;
-        if (spec->conv2d) {
-            FC_TRY_GOTO(fc_worker_reserve(&w->mid, &w->cap_mid, (size_t)nelem * in_esz), rc,
-                        done);
-            int64_t shape4[4];
-            memcpy(shape4, e->t.shape, sizeof(shape4));
-            shape4[0] = n; /* the slab holds rows [0, n) of its own */
-            FC_TRY_GOTO(fc_kern_conv2d_to_linear(w->mid, cur, in_esz, shape4, 0, n), rc, done);
-            cur = w->mid;
-        }
-        if (e->t.dtype != pt->dtype) {
-            FC_TRY_GOTO(fc_worker_reserve(&w->out, &w->cap_out, (size_t)nelem * out_esz), rc,
-                        done);
-            FC_TRY_GOTO(fc_kern_cast(pt->dtype, w->out, e->t.dtype, cur, nelem), rc, done);
-            cur = w->out;
-        }
-        const size_t nbytes = (size_t)nelem * out_esz;
-        crc = fc_crc32(crc, cur, nbytes);
-        FC_TRY_GOTO(fc_sink_put(k, cur, nbytes), rc, done);
-        pos += nbytes;
-        atomic_fetch_add(&w->sh->bytes_done, nbytes);
-    }
-    if (pos != blob.data_size) {
+    FC_TRY_GOTO(fc_stream_box(ex->src, spec, ch->box.offsets, ch->box.sizes, w->sh->worker_budget,
+                              &w->slabs, fc_item_sink_put, &is),
+                rc, done);
+    if (is.nbytes != blob.data_size) {
         rc = fc_error_set(FC_ERROR, "%s: internal error: wrote %" PRIu64 " data bytes of '%s', "
-                          "planned %" PRIu64, path, pos, pt->key, blob.data_size);
+                          "planned %" PRIu64, k->path, is.nbytes, pt->key, blob.data_size);
         goto done;
     }
     fc_buf_clear(&w->hdr);
-    FC_TRY_GOTO(fc_tsblob_tail(&blob, crc, &w->hdr), rc, done);
+    FC_TRY_GOTO(fc_tsblob_tail(&blob, is.crc, &w->hdr), rc, done);
     FC_TRY_GOTO(fc_sink_put(k, w->hdr.data, w->hdr.len), rc, done);
 done:
     fc_tsblob_release(&blob);
@@ -328,9 +277,7 @@ int fc_exec_run(const struct fc_exec *ex)
         ex->progress(ex->progress_ctx, total, total);
 done:
     for (int i = 0; ws != NULL && i < nthreads; i++) {
-        fc_free(ws[i].in);
-        fc_free(ws[i].mid);
-        fc_free(ws[i].out);
+        fc_slabs_release(&ws[i].slabs);
         fc_buf_release(&ws[i].hdr);
     }
     fc_free(ws);

@@ -27,6 +27,7 @@
 #include <jansson.h>
 
 #include "fc_alloc.h"
+#include "fc_buf.h"
 #include "fc_checked.h"
 #include "fc_endian.h"
 #include "fc_error.h"
@@ -767,4 +768,59 @@ void fc_st_index_release(struct fc_st_index *idx)
     fc_free(idx->key_file);
     fc_free(idx->strings);
     memset(idx, 0, sizeof(*idx));
+}
+
+int fc_safetensors_write_header(struct fc_buf *out, const struct fc_st_tensor *t, size_t n,
+                                const char *const *meta, size_t nmeta)
+{
+    json_t *root = json_object();
+    json_t *md = json_object();
+    char *text = NULL;
+    uint64_t off = 0;
+    int rc = FC_OK;
+    if (root == NULL || md == NULL) {
+        rc = fc_error_set(FC_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < nmeta; i++)
+        json_object_set_new(md, meta[2 * i], json_string(meta[2 * i + 1]));
+    if (nmeta > 0)
+        json_object_set(root, "__metadata__", md);
+    for (size_t i = 0; i < n; i++) {
+        const struct fc_dtype_info *info = fc_dtype_info(t[i].dtype);
+        if (info == NULL || info->safetensors_name == NULL) {
+            rc = fc_error_set(FC_EFORMAT, "tensor '%s': safetensors has no dtype for %s",
+                              t[i].name, fc_dtype_name(t[i].dtype));
+            goto done;
+        }
+        json_t *e = json_object(), *shape = json_array(), *offs = json_array();
+        for (int d = 0; d < t[i].ndim; d++)
+            json_array_append_new(shape, json_integer(t[i].shape[d]));
+        json_array_append_new(offs, json_integer((json_int_t)off));
+        json_array_append_new(offs, json_integer((json_int_t)(off + t[i].nbytes)));
+        json_object_set_new(e, "dtype", json_string(info->safetensors_name));
+        json_object_set_new(e, "shape", shape);
+        json_object_set_new(e, "data_offsets", offs);
+        if (json_object_set_new(root, t[i].name, e) != 0) {
+            rc = fc_error_set(FC_EINVAL, "tensor name '%s' cannot be written to JSON", t[i].name);
+            goto done;
+        }
+        off += t[i].nbytes;
+    }
+    text = json_dumps(root, JSON_COMPACT | JSON_ENSURE_ASCII);
+    if (text == NULL) {
+        rc = fc_error_set(FC_ENOMEM, "out of memory");
+        goto done;
+    }
+    /* Pad with spaces so the byte buffer starts 8-aligned, as the reference writer does. */
+    const size_t len = strlen(text);
+    const size_t padded = (len + 7) / 8 * 8;
+    FC_TRY_GOTO(fc_buf_put_le64(out, (uint64_t)padded), rc, done);
+    FC_TRY_GOTO(fc_buf_append(out, text, len), rc, done);
+    FC_TRY_GOTO(fc_buf_fill(out, ' ', padded - len), rc, done);
+done:
+    free(text);
+    json_decref(md);
+    json_decref(root);
+    return rc;
 }

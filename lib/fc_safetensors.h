@@ -100,4 +100,16 @@ struct fc_st_index {
 int fc_st_index_load(struct fc_st_index *out, const char *index_path);
 void fc_st_index_release(struct fc_st_index *idx); /* leaves *idx empty */
 
+/*
+ * fc_safetensors_write_header() - append the 8-byte length and the JSON
+ * header for tensors t[0..n) laid out back to back in that order (each takes
+ * t[i].nbytes; name, dtype, ndim, shape are read), padded with spaces to a
+ * multiple of 8.  meta holds nmeta key/value pairs for __metadata__ (meta[2i],
+ * meta[2i+1]).  The data of t[0] starts right after what this appends.
+ * Returns FC_OK, FC_EFORMAT (a dtype safetensors cannot spell), FC_ENOMEM.
+ */
+struct fc_buf;
+int fc_safetensors_write_header(struct fc_buf *out, const struct fc_st_tensor *t, size_t n,
+                                const char *const *meta, size_t nmeta);
+
 #endif

@@ -680,10 +680,12 @@ static int ts_pw_int_tuple(struct fc_buf *b, const int64_t *v, int n)
  * BINPUT memo opcodes): _rebuild_tensor_v2 with the legacy storage class, or
  * _rebuild_tensor_v3 with UntypedStorage (numel in bytes) and the dtype.
  */
-static int ts_tensor_pickle(struct fc_buf *b, fc_dtype dt, const int64_t *shape, int ndim,
-                            uint64_t numel)
+int fc_torchsave_pw_tensor(struct fc_buf *b, fc_dtype dt, const int64_t *shape, int ndim,
+                           uint64_t numel, const char *storage_key)
 {
     const struct fc_dtype_info *info = fc_dtype_info(dt);
+    if (info == NULL || ndim < 0 || ndim > FC_MAX_DIMS)
+        return fc_error_set(FC_EINVAL, "torch.save pickle: invalid dtype or ndim");
     const int v3 = info->storage_class == NULL;
     struct fc_tensor_desc d;
     memset(&d, 0, sizeof(d));
@@ -692,7 +694,6 @@ static int ts_tensor_pickle(struct fc_buf *b, fc_dtype dt, const int64_t *shape,
         memcpy(d.shape, shape, (size_t)ndim * sizeof(*shape));
     fc_tensor_set_contiguous(&d);
 
-    FC_TRY(fc_pw_proto(b));
     FC_TRY(fc_pw_global(b, "torch._utils", v3 ? "_rebuild_tensor_v3" : "_rebuild_tensor_v2"));
     FC_TRY(fc_pw_mark(b));
     FC_TRY(fc_pw_mark(b));
@@ -701,7 +702,7 @@ static int ts_tensor_pickle(struct fc_buf *b, fc_dtype dt, const int64_t *shape,
         FC_TRY(fc_pw_global(b, "torch.storage", "UntypedStorage"));
     else
         FC_TRY(fc_pw_global(b, "torch", info->storage_class));
-    FC_TRY(fc_pw_str(b, "0", 1));
+    FC_TRY(fc_pw_str(b, storage_key, strlen(storage_key)));
     FC_TRY(fc_pw_str(b, "cpu", 3));
     FC_TRY(fc_pw_int(b, (int64_t)(v3 ? numel * info->elem_size : numel)));
     FC_TRY(fc_pw_tuple(b));
@@ -716,7 +717,19 @@ static int ts_tensor_pickle(struct fc_buf *b, fc_dtype dt, const int64_t *shape,
     if (v3)
         FC_TRY(fc_pw_global(b, "torch", info->torch_name));
     FC_TRY(fc_pw_tuple(b));
-    FC_TRY(fc_pw_reduce(b));
+    return fc_pw_reduce(b);
+}
+
+/*
+ * data.pkl of one dense tensor, opcode for opcode what torch writes (less the
+ * BINPUT memo opcodes): _rebuild_tensor_v2 with the legacy storage class, or
+ * _rebuild_tensor_v3 with UntypedStorage (numel in bytes) and the dtype.
+ */
+static int ts_tensor_pickle(struct fc_buf *b, fc_dtype dt, const int64_t *shape, int ndim,
+                            uint64_t numel)
+{
+    FC_TRY(fc_pw_proto(b));
+    FC_TRY(fc_torchsave_pw_tensor(b, dt, shape, ndim, numel, "0"));
     return fc_pw_stop(b);
 }
 

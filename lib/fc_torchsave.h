@@ -118,6 +118,16 @@ int fc_tsblob_head(const struct fc_tsblob *b, struct fc_buf *out);
 int fc_tsblob_tail(struct fc_tsblob *b, uint32_t data_crc, struct fc_buf *out);
 
 /*
+ * fc_torchsave_pw_tensor() - append the pickle of one dense C-contiguous
+ * tensor (the _rebuild_tensor_v2/_v3 call with its storage persistent id
+ * naming record data/<storage_key>, numel elements) to b, without PROTO/STOP,
+ * so callers can place it inside a bigger structure (a full state dict).
+ * Returns FC_OK, FC_EINVAL, FC_ENOMEM.
+ */
+int fc_torchsave_pw_tensor(struct fc_buf *b, fc_dtype dt, const int64_t *shape, int ndim,
+                           uint64_t numel, const char *storage_key);
+
+/*
  * fc_torchsave_value_blob() - a complete torch.save archive of a non-tensor
  * value (a DCP bytes item): data.pkl = fc_pw_value(v), byteorder, version,
  * appended to out.  Returns FC_OK, FC_EINVAL (v holds a tensor or something

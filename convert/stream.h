@@ -1,0 +1,40 @@
+/*
+ * stream.h - move one box of one output tensor through its op chain in row
+ * slabs: read the same rows from the source (conv2d: the 4-D source rows),
+ * permute, cast, and hand each slab's output bytes to a callback.
+ *
+ * Both ops are row-local, so any slab of output rows comes from the same
+ * rows of the input; memory stays within `budget` bytes of slab buffers (at
+ * least one row).  Used by the DCP executor and the exporters.
+ */
+#ifndef FC_STREAM_H
+#define FC_STREAM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fc_source.h"
+#include "xform.h"
+
+/* Slab buffers, reused across calls; release with fc_slabs_release(). */
+struct fc_slabs {
+    unsigned char *in, *mid, *out;
+    size_t cap_in, cap_mid, cap_out;
+};
+
+void fc_slabs_release(struct fc_slabs *s);
+
+/* Receives consecutive output bytes of the box, C order; returns FC_OK or an error. */
+typedef int (*fc_stream_sink_fn)(void *ctx, const void *p, size_t n);
+
+/*
+ * fc_stream_box() - stream the box (off, size; spec->ndim dims, Shard(0)-style:
+ * any box whose trailing dims may be partial only when the spec has no
+ * conv2d op) of output tensor `spec` (read from src) to sink, in spec->dtype.
+ * Returns FC_OK, the source's read errors, the sink's errors, FC_ENOMEM.
+ */
+int fc_stream_box(const struct fc_source *src, const struct fc_xspec *spec, const int64_t *off,
+                  const int64_t *size, uint64_t budget, struct fc_slabs *slabs,
+                  fc_stream_sink_fn sink, void *ctx);
+
+#endif
