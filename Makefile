@@ -145,10 +145,12 @@ fsdpconv: $(BIN)
 $(B)/%.o: %.c
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $@")
-	$(Q)$(CC) $(FC_CPPFLAGS) $(PKG_CFLAGS) $(FC_CFLAGS) $(CFLAGS) -c -o $@ $<
+	$(Q)$(CC) $(FC_CPPFLAGS) $(PKG_CFLAGS) $(FC_CFLAGS) $(CFLAGS) $(HOT_CFLAGS) -c -o $@ $<
 
 # The CPU kernels are the hot loops: let gcc vectorise the casts (it does not at -O2).
-$(B)/kernels/%_cpu.o: FC_CFLAGS += -O3 -fno-trapping-math
+ifneq ($(DEBUG),1)
+$(B)/kernels/%_cpu.o: HOT_CFLAGS := -O3 -fno-trapping-math
+endif
 
 $(B)/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
