@@ -95,7 +95,7 @@ int fc_kern__check_cast(const char *what, fc_dtype dst_dtype, fc_dtype src_dtype
 
 int fc_kern_cast(fc_dtype dst_dtype, void *dst, fc_dtype src_dtype, const void *src, int64_t n)
 {
-    size_t dsize;
+    size_t dsize = 0;
     size_t ssize = 0;
     size_t nbytes;
     fc_kern__cast_fn fn;
