@@ -1,0 +1,225 @@
+"""Load side: N gloo processes (CPU) dcp.load a DCP directory into FSDP2-style DTensors.
+
+usage: python bench_load.py --ckpt DIR --world N --name NAME --results FILE [--cache auto|cold|warm]
+                            [--timeout S]
+
+The orchestrator drops the page cache (cold; or, without root, runs the whole job once unmeasured
+first: warm), then starts N copies of this script as workers (env RANK, WORLD_SIZE, MASTER_ADDR,
+MASTER_PORT; init_process_group("gloo")). Each worker reads the checkpoint's .metadata, and for
+every tensor builds a local torch.empty shard -- rows torch.chunk(global, N)[rank] for Shard(0),
+the whole value for a 0-d tensor (Replicate()) -- wrapped with DTensor.from_local(local, mesh,
+placements, shape=global, stride=contiguous) on a 1-D CPU mesh; then barrier, dcp.load(state,
+checkpoint_id=DIR), barrier. Around dcp.load it records wall seconds and the deltas of
+/proc/self/io: rchar (bytes returned by read syscalls, page cache or not), read_bytes (bytes this
+process made the block layer fetch: meaningful only with a cold cache, and charged to the first
+reader of a shared page) and syscr. Afterwards each rank sums every local shard's bits (elements
+viewed as same-width integers, int64 sum: exact, order-independent) and rank 0 gathers them into
+one digest, so two loads of the same values give the same digest.
+
+One JSON line goes to FILE: total DCP bytes (all files) and, per rank, wall_s, rchar, read_bytes,
+syscr, local_bytes (bytes of its shards) and peak RSS, plus the digest. Exits 1 on any failure.
+"""
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from measure import drop_caches  # noqa: E402
+
+
+def proc_io():
+    out = {}
+    with open("/proc/self/io") as f:
+        for line in f:
+            k, v = line.split(":")
+            out[k.strip()] = int(v)
+    return out
+
+
+def bits_sum(t):
+    import torch
+    t = t.contiguous()
+    if t.numel() == 0:
+        return 0
+    view = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
+    return int(t.view(view).sum(dtype=torch.int64))
+
+
+def worker(ckpt, out_path):
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Replicate, Shard
+
+    rank = int(os.environ["RANK"])
+    world = int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("gloo")
+    mesh = init_device_mesh("cpu", (world,))
+    md = FileSystemReader(ckpt).read_metadata()
+    state = {}
+    local_bytes = 0
+    for key, m in md.state_dict_metadata.items():
+        if not isinstance(m, TensorStorageMetadata):
+            continue
+        shape = tuple(m.size)
+        dtype = m.properties.dtype
+        stride = []
+        acc = 1
+        for d in reversed(shape):
+            stride.append(acc)
+            acc *= d
+        stride = tuple(reversed(stride))
+        if len(shape) == 0:
+            local = torch.empty((), dtype=dtype)
+            placements = [Replicate()]
+        else:
+            n = shape[0]
+            c = math.ceil(n / world) if n else 0
+            start = min(rank * c, n)
+            end = min(start + c, n)
+            local = torch.empty((end - start,) + shape[1:], dtype=dtype)
+            placements = [Shard(0)]
+        local_bytes += local.numel() * local.element_size()
+        state[key] = DTensor.from_local(local, mesh, placements, run_check=False,
+                                        shape=torch.Size(shape), stride=stride)
+    dist.barrier()
+    io0 = proc_io()
+    t0 = time.perf_counter()
+    dcp.load(state, checkpoint_id=ckpt)
+    t1 = time.perf_counter()
+    io1 = proc_io()
+    dist.barrier()
+    sums = torch.tensor([bits_sum(state[k].to_local()) for k in sorted(state)], dtype=torch.int64)
+    gathered = [torch.empty_like(sums) for _ in range(world)]
+    dist.all_gather(gathered, sums)
+    digest = hashlib.sha256(b"".join(g.numpy().tobytes() for g in gathered)).hexdigest()[:16]
+    res = {
+        "rank": rank, "wall_s": t1 - t0, "tensors": len(state), "local_bytes": local_bytes,
+        "rchar": io1["rchar"] - io0["rchar"], "read_bytes": io1["read_bytes"] - io0["read_bytes"],
+        "syscr": io1["syscr"] - io0["syscr"], "digest": digest,
+    }
+    with open(out_path, "w") as f:
+        json.dump(res, f)
+    dist.destroy_process_group()
+    return 0
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_job(ckpt, world, timeout, tmp):
+    port = free_port()
+    procs = []
+    for r in range(world):
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+        log = open(os.path.join(tmp, "rank%d.log" % r), "wb")
+        p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", ckpt,
+                              os.path.join(tmp, "rank%d.json" % r)],
+                             env=env, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        procs.append(p)
+    deadline = time.monotonic() + timeout
+    rss = {}
+    failed = []
+    pending = {p.pid: r for r, p in enumerate(procs)}
+    while pending:
+        for pid, r in list(pending.items()):
+            got, status, ru = os.wait4(pid, os.WNOHANG)
+            if got == 0:
+                continue
+            del pending[pid]
+            rss[r] = ru.ru_maxrss
+            if os.waitstatus_to_exitcode(status) != 0:
+                failed.append(r)
+        if pending and time.monotonic() > deadline:
+            for pid in pending:
+                os.kill(pid, 9)
+            for pid in pending:
+                os.waitpid(pid, 0)
+            failed += list(pending.values())
+            pending = {}
+        time.sleep(0.05)
+    if failed:
+        for r in sorted(set(failed)):
+            with open(os.path.join(tmp, "rank%d.log" % r), "rb") as f:
+                tail = f.read().decode("utf-8", "replace").splitlines()[-15:]
+            print("bench_load: rank %d failed:\n%s" % (r, "\n".join(tail)), file=sys.stderr)
+        return None
+    ranks = []
+    for r in range(world):
+        with open(os.path.join(tmp, "rank%d.json" % r)) as f:
+            res = json.load(f)
+        res["maxrss_kib"] = rss[r]
+        ranks.append(res)
+    return ranks
+
+
+def main():
+    if len(sys.argv) == 4 and sys.argv[1] == "--worker":
+        return worker(sys.argv[2], sys.argv[3])
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ckpt", required=True)
+    ap.add_argument("--world", type=int, default=4)
+    ap.add_argument("--name", required=True)
+    ap.add_argument("--results", required=True)
+    ap.add_argument("--cache", choices=("auto", "cold", "warm"), default="auto")
+    ap.add_argument("--timeout", type=float, default=600)
+    args = ap.parse_args()
+    ckpt = os.path.abspath(args.ckpt)
+    total = 0
+    data = 0
+    files = 0
+    for name in os.listdir(ckpt):
+        size = os.path.getsize(os.path.join(ckpt, name))
+        total += size
+        files += 1
+        if name.endswith(".distcp"):
+            data += size
+    mode = args.cache
+    with tempfile.TemporaryDirectory(prefix="bench_load.") as tmp:
+        if mode in ("auto", "cold") and drop_caches():
+            mode = "cold"
+        elif mode == "cold":
+            print("bench_load: cannot drop the page cache", file=sys.stderr)
+            return 1
+        else:
+            mode = "warm"
+            if run_job(ckpt, args.world, args.timeout, tmp) is None:
+                return 1
+        t0 = time.perf_counter()
+        ranks = run_job(ckpt, args.world, args.timeout, tmp)
+        job_wall = time.perf_counter() - t0
+    if ranks is None:
+        return 1
+    digests = {r["digest"] for r in ranks}
+    rec = {
+        "name": args.name, "kind": "load", "cache": mode, "world": args.world, "ckpt": ckpt,
+        "total_bytes": total, "distcp_bytes": data, "files": files, "job_wall_s": job_wall,
+        "digest": digests.pop() if len(digests) == 1 else "MISMATCH", "ranks": ranks,
+    }
+    with open(args.results, "a") as f:
+        f.write(json.dumps(rec) + "\n")
+    print("  %-28s load max %.3f s/rank, rchar/total %s (%s cache, digest %s)"
+          % (args.name, max(r["wall_s"] for r in ranks),
+             " ".join("%.3f" % (r["rchar"] / total) for r in ranks), mode, rec["digest"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+#!/bin/sh
+# Benchmarks of fsdpconv against cp and PyTorch's own converter (reported, never asserted).
+# usage: sh tests/bench/run.sh FSDPCONV PYTHON          (`make bench`)
+# env:   BENCH_GB    model size in GiB (default 2; fractions allowed, < 0.75 uses H=1024)
+#        BENCH_DIR   scratch directory (default: mktemp -d under /tmp, removed at the end;
+#                    a given BENCH_DIR is kept, and its model is reused when BENCH_GB matches)
+#        BENCH_REPS  runs per conversion case, best reported (default 2)
+#        BENCH_INSPECT_REPS  runs per inspect case (default 3)
+# Needs about 6 x BENCH_GB GiB free in BENCH_DIR and 3 x BENCH_GB GiB of RAM. Drops the page
+# cache before every measured run when it can (root); otherwise measures warm (see measure.py).
+# Writes BENCH_DIR/results.jsonl (raw figures) and prints BENCH_DIR/summary.md (tables).
+set -eu
+if [ $# -ne 2 ]; then
+    echo "usage: $0 FSDPCONV PYTHON" >&2
+    exit 2
+fi
+bin=$1
+py=$2
+case "$bin" in /*) ;; *) bin="$(pwd)/$bin" ;; esac
+here=$(cd "$(dirname "$0")" && pwd)
+if [ ! -x "$bin" ]; then
+    echo "bench: fsdpconv binary not found: $bin" >&2
+    exit 1
+fi
+if ! "$py" -c 'import torch, safetensors' >/dev/null 2>&1; then
+    echo "bench: $py cannot import torch and safetensors (run make venv)" >&2
+    exit 1
+fi
+gb=${BENCH_GB:-2}
+if [ -n "${BENCH_DIR:-}" ]; then
+    dir=$BENCH_DIR
+    mkdir -p "$dir"
+else
+    dir=$(mktemp -d /tmp/fsdpconv-bench.XXXXXX)
+    trap 'rm -rf "$dir"' EXIT
+    trap 'exit 130' INT TERM
+fi
+dir=$(cd "$dir" && pwd)
+need_kib=$(awk -v g="$gb" 'BEGIN { printf "%d", g * 6 * 1048576 }')
+avail_kib=$(df -Pk "$dir" | awk 'NR == 2 { print $4 }')
+if [ "$avail_kib" -lt "$need_kib" ]; then
+    echo "bench: $dir has $((avail_kib / 1048576)) GiB free; BENCH_GB=$gb needs about" \
+        "$((need_kib / 1048576)) GiB" >&2
+    exit 1
+fi
+rm -f "$dir/results.jsonl" "$dir/summary.md"
+# a private copy, so a rebuild of the tree during the run cannot swap the binary under test
+cp "$bin" "$dir/fsdpconv.bin"
+bin="$dir/fsdpconv.bin"
+cut -d' ' -f1-3 /proc/loadavg >"$dir/loadavg.start"
+start=$(date +%s)
+echo "bench: BENCH_GB=$gb in $dir ($(nproc) cores, load $(cat "$dir/loadavg.start"))"
+"$py" "$here/make_model.py" "$dir/model" --gb "$gb"
+sh "$here/bench_inspect.sh" "$bin" "$py" "$dir"
+sh "$here/bench_full_to_dcp.sh" "$bin" "$py" "$dir"
+echo
+"$py" "$here/report.py" "$dir" "$bin"
+echo "bench: done in $(( $(date +%s) - start )) s"
