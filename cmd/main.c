@@ -20,6 +20,7 @@ struct fc_cmd {
 static const struct fc_cmd commands[] = {
     { "full-to-dcp", cmd_full_to_dcp, "split a full checkpoint into a sharded DCP directory" },
     { "reshard", cmd_reshard, "re-cut a DCP checkpoint for another world size or mesh" },
+    { "dcp-to-full", cmd_dcp_to_full, "export a DCP checkpoint to safetensors or torch.save" },
     { "inspect", cmd_inspect, "list tensors, dtypes, shapes, storages and DCP chunks" },
     { "help", cmd_help, "show help for a command" },
 };

@@ -111,4 +111,40 @@ struct fc_full_to_dcp_result {
 int fc_full_to_dcp(const struct fc_full_to_dcp_opts *opts, struct fc_full_to_dcp_result *res);
 void fc_full_to_dcp_result_release(struct fc_full_to_dcp_result *res);
 
+/* ---- dcp-to-full ---- */
+
+enum fc_export_format { FC_EXPORT_AUTO, FC_EXPORT_SAFETENSORS, FC_EXPORT_TORCH };
+
+struct fc_dcp_to_full_opts {
+    const char *input;            /* a DCP directory (or any checkpoint fsdpconv reads) */
+    const char *output;           /* file (.safetensors, .pt/.bin/.pth) or directory (sharded) */
+    enum fc_export_format format; /* AUTO: from the output name; a directory means safetensors */
+    uint64_t max_shard_size;      /* safetensors: > 0 writes shards + model.safetensors.index.json */
+    const struct fc_rule_arg *rules; /* select, strip-prefix, rename, drop, dtype, ... */
+    size_t nrules;
+    uint64_t max_memory;
+    int force;
+    fc_progress_fn progress;
+    void *progress_ctx;
+};
+
+struct fc_dcp_to_full_result {
+    size_t ntensors;
+    size_t nvalues_dropped; /* safetensors holds tensors only */
+    size_t nfiles;
+    uint64_t bytes_written;
+};
+
+/*
+ * fc_dcp_to_full() - export to safetensors (one file, or shards of at most
+ * max_shard_size bytes with an index) or to a torch.save file, streaming
+ * tensor by tensor in row slabs under max_memory: the model is never held.
+ * torch.save output nests keys by the checkpoint's planner_data (as
+ * dcp_to_torch_save does) and keeps non-tensor values and tied storages.
+ * Output is written beside the target and renamed into place when complete.
+ * Returns FC_OK, FC_EINVAL (bad options, existing output without force),
+ * FC_EFORMAT, FC_ECORRUPT, FC_EIO, FC_ENOMEM.
+ */
+int fc_dcp_to_full(const struct fc_dcp_to_full_opts *opts, struct fc_dcp_to_full_result *res);
+
 #endif

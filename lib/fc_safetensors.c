@@ -824,3 +824,33 @@ done:
     json_decref(root);
     return rc;
 }
+
+int fc_st_index_write(struct fc_buf *out, uint64_t total_size, const char *const *keys,
+                      const char *const *files, size_t n)
+{
+    json_t *root = json_object(), *md = json_object(), *wm = json_object();
+    char *text = NULL;
+    int rc = FC_OK;
+    if (root == NULL || md == NULL || wm == NULL) {
+        rc = fc_error_set(FC_ENOMEM, "out of memory");
+        goto done;
+    }
+    json_object_set_new(md, "total_size", json_integer((json_int_t)total_size));
+    for (size_t i = 0; i < n; i++)
+        json_object_set_new(wm, keys[i], json_string(files[i]));
+    json_object_set(root, "metadata", md);
+    json_object_set(root, "weight_map", wm);
+    text = json_dumps(root, JSON_INDENT(2) | JSON_ENSURE_ASCII);
+    if (text == NULL) {
+        rc = fc_error_set(FC_ENOMEM, "out of memory");
+        goto done;
+    }
+    FC_TRY_GOTO(fc_buf_puts(out, text), rc, done);
+    FC_TRY_GOTO(fc_buf_putc(out, '\n'), rc, done);
+done:
+    free(text);
+    json_decref(md);
+    json_decref(wm);
+    json_decref(root);
+    return rc;
+}

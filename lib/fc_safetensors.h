@@ -112,4 +112,12 @@ struct fc_buf;
 int fc_safetensors_write_header(struct fc_buf *out, const struct fc_st_tensor *t, size_t n,
                                 const char *const *meta, size_t nmeta);
 
+/*
+ * fc_st_index_write() - append a model.safetensors.index.json ({"metadata":
+ * {"total_size": N}, "weight_map": {key: file}}) for n keys.  Returns FC_OK or
+ * FC_ENOMEM.
+ */
+int fc_st_index_write(struct fc_buf *out, uint64_t total_size, const char *const *keys,
+                      const char *const *files, size_t n);
+
 #endif

@@ -1,0 +1,505 @@
+/*
+ * dcp_to_full.c - export any readable checkpoint (typically a DCP directory)
+ * to safetensors or torch.save, tensor by tensor, in bounded memory.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fc_alloc.h"
+#include "fc_buf.h"
+#include "fc_convert.h"
+#include "fc_error.h"
+#include "fc_io.h"
+#include "fc_pickle.h"
+#include "fc_safetensors.h"
+#include "fc_torchsave.h"
+#include "fc_zip.h"
+#include "stream.h"
+#include "xform.h"
+
+/* Sequential writer with a running CRC (torch.save records need one). */
+struct fc_out {
+    int fd;
+    const char *path;
+    uint64_t pos;
+    uint32_t crc;
+    fc_progress_fn progress;
+    void *progress_ctx;
+    uint64_t done, total;
+};
+
+static int fc_out_put(void *ctx, const void *p, size_t n)
+{
+    struct fc_out *o = ctx;
+    o->crc = fc_crc32(o->crc, p, n);
+    FC_TRY(fc_pwrite_full(o->fd, p, n, o->pos, o->path));
+    o->pos += n;
+    o->done += n;
+    if (o->progress != NULL)
+        o->progress(o->progress_ctx, o->done, o->total);
+    return FC_OK;
+}
+
+static int fc_ends_with(const char *s, const char *suffix)
+{
+    const size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+static uint64_t fc_spec_nbytes(const struct fc_xspec *s)
+{
+    int64_t n = 0;
+    if (fc_shape_numel(s->shape, s->ndim, &n) < 0)
+        return 0;
+    return (uint64_t)n * fc_dtype_size(s->dtype);
+}
+
+static int fc_open_new(const char *path, int *fd_out)
+{
+    *fd_out = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (*fd_out < 0)
+        return fc_error_set(FC_EIO, "%s: cannot create: %s", path, strerror(errno));
+    return FC_OK;
+}
+
+static int fc_close_synced(int fd, const char *path)
+{
+    const int r1 = fsync(fd);
+    const int e = errno;
+    const int r2 = close(fd);
+    if (r1 != 0 || r2 != 0)
+        return fc_error_set(FC_EIO, "%s: fsync/close failed: %s", path, strerror(r1 ? e : errno));
+    return FC_OK;
+}
+
+/* Stream every tensor of specs[first..last) into one safetensors file at path. */
+static int fc_write_safetensors(const struct fc_source *src, const struct fc_xform_result *xr,
+                                const size_t *idx, size_t n, const char *path, uint64_t budget,
+                                struct fc_slabs *slabs, struct fc_out *o)
+{
+    struct fc_st_tensor *ts = fc_calloc(n + 1, sizeof(*ts));
+    struct fc_buf hdr = FC_BUF_INIT((size_t)1 << 30);
+    static const char *const meta[] = { "format", "pt" };
+    int rc = FC_OK;
+    o->fd = -1;
+    if (ts == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        const struct fc_xspec *s = &xr->specs[idx[i]];
+        ts[i].name = s->key;
+        ts[i].dtype = s->dtype;
+        ts[i].ndim = s->ndim;
+        memcpy(ts[i].shape, s->shape, sizeof(ts[i].shape));
+        ts[i].nbytes = fc_spec_nbytes(s);
+    }
+    FC_TRY_GOTO(fc_safetensors_write_header(&hdr, ts, n, meta, 1), rc, done);
+    FC_TRY_GOTO(fc_open_new(path, &o->fd), rc, done);
+    o->path = path;
+    o->pos = 0;
+    FC_TRY_GOTO(fc_pwrite_full(o->fd, hdr.data, hdr.len, 0, path), rc, done);
+    o->pos = hdr.len;
+    for (size_t i = 0; i < n; i++) {
+        const struct fc_xspec *s = &xr->specs[idx[i]];
+        const int64_t zero[FC_MAX_DIMS] = { 0 };
+        FC_TRY_GOTO(fc_stream_box(src, s, zero, s->shape, budget, slabs, fc_out_put, o), rc,
+                    done);
+    }
+    rc = fc_close_synced(o->fd, path);
+    o->fd = -1;
+done:
+    if (o->fd >= 0)
+        close(o->fd);
+    fc_buf_release(&hdr);
+    fc_free(ts);
+    return rc;
+}
+
+/* ---- torch.save: nesting from planner_data paths ---- */
+
+struct fc_node {
+    int is_list;            /* container kind; leaves have spec >= 0 */
+    long spec;              /* leaf: spec index, else -1 */
+    char *key;              /* name in the parent dict (NULL in lists) */
+    struct fc_node **kids;
+    size_t nkids;
+};
+
+static void fc_node_free(struct fc_node *n)
+{
+    if (n == NULL)
+        return;
+    for (size_t i = 0; i < n->nkids; i++)
+        fc_node_free(n->kids[i]);
+    fc_free(n->kids);
+    fc_free(n->key);
+    fc_free(n);
+}
+
+static struct fc_node *fc_node_new(const char *key, long spec)
+{
+    struct fc_node *n = fc_calloc(1, sizeof(*n));
+    if (n == NULL)
+        return NULL;
+    n->spec = spec;
+    if (key != NULL && (n->key = fc_strdup(key)) == NULL) {
+        fc_free(n);
+        return NULL;
+    }
+    return n;
+}
+
+static int fc_node_add(struct fc_node *parent, struct fc_node *kid)
+{
+    struct fc_node **k = fc_reallocarray(parent->kids, parent->nkids + 1, sizeof(*k));
+    if (k == NULL) {
+        fc_node_free(kid);
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    }
+    parent->kids = k;
+    k[parent->nkids++] = kid;
+    return FC_OK;
+}
+
+static int fc_tree_insert(struct fc_node *root, const struct fc_xspec *s, long spec)
+{
+    struct fc_node *cur = root;
+    for (size_t d = 0; d < s->path_len; d++) {
+        const struct fc_path_elem *pe = &s->path[d];
+        char tmp[32];
+        const char *name = pe->key;
+        if (pe->is_index) {
+            snprintf(tmp, sizeof(tmp), "%lld", (long long)pe->index);
+            name = tmp;
+        }
+        const int last = d + 1 == s->path_len;
+        if (cur->spec >= 0)
+            return fc_error_set(FC_EINVAL, "'%s': a value and a container share the name",
+                                s->key);
+        if (cur->nkids == 0 && cur != root)
+            cur->is_list = pe->is_index;
+        struct fc_node *next = NULL;
+        if (cur->is_list != pe->is_index)
+            return fc_error_set(FC_EINVAL, "'%s': a list and a dict share the name", s->key);
+        if (cur->is_list) {
+            /* DCP flattens lists in order, so indices arrive 0, 1, 2, ... */
+            if (pe->index < 0 || pe->index > (int64_t)cur->nkids)
+                return fc_error_set(FC_EINVAL, "'%s': list indices are not consecutive", s->key);
+            if (pe->index < (int64_t)cur->nkids)
+                next = cur->kids[pe->index];
+        } else {
+            for (size_t k = 0; k < cur->nkids; k++)
+                if (strcmp(cur->kids[k]->key, name) == 0)
+                    next = cur->kids[k];
+        }
+        if (next == NULL) {
+            next = fc_node_new(cur->is_list ? NULL : name, last ? spec : -1);
+            if (next == NULL)
+                return fc_error_set(FC_ENOMEM, "out of memory");
+            FC_TRY(fc_node_add(cur, next));
+        } else if (last) {
+            return fc_error_set(FC_EINVAL, "'%s': duplicated key", s->key);
+        }
+        cur = next;
+    }
+    return FC_OK;
+}
+
+struct fc_ts_export {
+    const struct fc_source *src;
+    const struct fc_xform_result *xr;
+    const long *storage_of; /* spec -> storage number, -1 for values */
+};
+
+static int fc_pickle_node(struct fc_buf *b, const struct fc_ts_export *x, const struct fc_node *n)
+{
+    if (n->spec >= 0) {
+        const struct fc_xspec *s = &x->xr->specs[n->spec];
+        if (s->kind == FC_ENTRY_VALUE)
+            return fc_pw_value(b, x->src->entries[s->entry].value);
+        char key[32];
+        int64_t numel = 0;
+        snprintf(key, sizeof(key), "%ld", x->storage_of[n->spec]);
+        (void)fc_shape_numel(s->shape, s->ndim, &numel);
+        return fc_torchsave_pw_tensor(b, s->dtype, s->shape, s->ndim, (uint64_t)numel, key);
+    }
+    FC_TRY(n->is_list ? fc_pw_empty_list(b) : fc_pw_empty_dict(b));
+    for (size_t i = 0; i < n->nkids; i += 1000) {
+        FC_TRY(fc_pw_mark(b));
+        for (size_t k = i; k < n->nkids && k < i + 1000; k++) {
+            if (!n->is_list)
+                FC_TRY(fc_pw_str(b, n->kids[k]->key, strlen(n->kids[k]->key)));
+            FC_TRY(fc_pickle_node(b, x, n->kids[k]));
+        }
+        FC_TRY(n->is_list ? fc_pw_appends(b) : fc_pw_setitems(b));
+    }
+    return FC_OK;
+}
+
+static int fc_write_torchsave(const struct fc_source *src, const struct fc_xform_result *xr,
+                              const char *path, const char *final_name, uint64_t budget,
+                              struct fc_slabs *slabs, struct fc_out *o, size_t *ntensors_out)
+{
+    struct fc_node *root = fc_node_new(NULL, -1);
+    long *storage_of = fc_calloc(xr->n + 1, sizeof(*storage_of));
+    size_t *storage_spec = fc_calloc(xr->n + 1, sizeof(*storage_spec));
+    struct fc_zipw_record *recs = fc_calloc(xr->n + 4, sizeof(*recs));
+    char (*names)[32] = fc_calloc(xr->n + 1, sizeof(*names));
+    struct fc_buf pkl = FC_BUF_INIT((size_t)1 << 31), tail = FC_BUF_INIT((size_t)1 << 31);
+    static const unsigned char little[] = "little", version[] = "3\n";
+    char prefix[256];
+    size_t nst = 0, nrec = 0;
+    uint64_t total = 0;
+    int rc = FC_OK;
+    o->fd = -1;
+    if (root == NULL || storage_of == NULL || storage_spec == NULL || recs == NULL ||
+        names == NULL) {
+        rc = fc_error_set(FC_ENOMEM, "out of memory");
+        goto done;
+    }
+    /* Archive folder: the target's basename without its extension, as torch.save names it. */
+    {
+        const char *base = strrchr(final_name, '/');
+        base = base != NULL ? base + 1 : final_name;
+        snprintf(prefix, sizeof(prefix), "%s", base);
+        char *dot = strrchr(prefix, '.');
+        if (dot != NULL && dot != prefix)
+            *dot = '\0';
+        if (prefix[0] == '\0')
+            snprintf(prefix, sizeof(prefix), "archive");
+    }
+    for (size_t i = 0; i < xr->n; i++) {
+        const struct fc_xspec *s = &xr->specs[i];
+        storage_of[i] = -1;
+        if (s->kind == FC_ENTRY_TENSOR) {
+            /* Tied tensors share one storage, as torch.save writes them. */
+            if (s->alias_of >= 0) {
+                storage_of[i] = storage_of[s->alias_of];
+            } else {
+                storage_of[i] = (long)nst;
+                storage_spec[nst++] = i;
+            }
+        }
+        FC_TRY_GOTO(fc_tree_insert(root, s, (long)i), rc, done);
+    }
+    FC_TRY_GOTO(fc_pw_proto(&pkl), rc, done);
+    const struct fc_ts_export x = { src, xr, storage_of };
+    FC_TRY_GOTO(fc_pickle_node(&pkl, &x, root), rc, done);
+    FC_TRY_GOTO(fc_pw_stop(&pkl), rc, done);
+    recs[nrec++] = (struct fc_zipw_record){ "data.pkl", pkl.len, pkl.data, 0, 0, 0 };
+    recs[nrec++] = (struct fc_zipw_record){ "byteorder", 6, little, 0, 0, 0 };
+    for (size_t k = 0; k < nst; k++) {
+        snprintf(names[k], sizeof(names[k]), "data/%zu", k);
+        recs[nrec++] = (struct fc_zipw_record){ names[k], fc_spec_nbytes(&xr->specs[storage_spec[k]]),
+                                                NULL, 0, 0, 0 };
+    }
+    recs[nrec++] = (struct fc_zipw_record){ "version", 2, version, 0, 0, 0 };
+    FC_TRY_GOTO(fc_zipw_layout(recs, nrec, prefix, &total), rc, done);
+    FC_TRY_GOTO(fc_open_new(path, &o->fd), rc, done);
+    o->path = path;
+    /* Payloads first (CRCs computed as they stream), then everything around them. */
+    for (size_t k = 0; k < nst; k++) {
+        const struct fc_xspec *s = &xr->specs[storage_spec[k]];
+        const int64_t zero[FC_MAX_DIMS] = { 0 };
+        o->pos = recs[2 + k].data_offset;
+        o->crc = 0;
+        FC_TRY_GOTO(fc_stream_box(src, s, zero, s->shape, budget, slabs, fc_out_put, o), rc,
+                    done);
+        recs[2 + k].crc32 = o->crc;
+    }
+    uint64_t from = 0;
+    for (size_t r = 0; r <= nrec; r++) {
+        const int streamed = r < nrec && recs[r].data == NULL && recs[r].size > 0;
+        if (r < nrec && !streamed)
+            continue;
+        const uint64_t to = r < nrec ? recs[r].data_offset : total;
+        fc_buf_clear(&tail);
+        FC_TRY_GOTO(fc_zipw_emit(recs, nrec, prefix, from, to, &tail), rc, done);
+        FC_TRY_GOTO(fc_pwrite_full(o->fd, tail.data, tail.len, from, path), rc, done);
+        if (r < nrec)
+            from = recs[r].data_offset + recs[r].size;
+    }
+    rc = fc_close_synced(o->fd, path);
+    o->fd = -1;
+    *ntensors_out = nst;
+done:
+    if (o->fd >= 0)
+        close(o->fd);
+    fc_node_free(root);
+    fc_free(storage_of);
+    fc_free(storage_spec);
+    fc_free(recs);
+    fc_free(names);
+    fc_buf_release(&pkl);
+    fc_buf_release(&tail);
+    return rc;
+}
+
+static int fc_write_index(const char *path, const struct fc_xform_result *xr, const size_t *idx,
+                          const size_t *shard_of, size_t n, size_t nshards, uint64_t total)
+{
+    const char **keys = fc_calloc(n + 1, sizeof(*keys));
+    const char **files = fc_calloc(n + 1, sizeof(*files));
+    char (*names)[64] = fc_calloc(nshards + 1, sizeof(*names));
+    struct fc_buf b = FC_BUF_INIT((size_t)1 << 30);
+    int rc = FC_OK;
+    if (keys == NULL || files == NULL || names == NULL) {
+        rc = fc_error_set(FC_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (size_t s = 0; s < nshards; s++)
+        snprintf(names[s], sizeof(names[s]), "model-%05zu-of-%05zu.safetensors", s + 1, nshards);
+    for (size_t i = 0; i < n; i++) {
+        keys[i] = xr->specs[idx[i]].key;
+        files[i] = names[shard_of[i]];
+    }
+    FC_TRY_GOTO(fc_st_index_write(&b, total, keys, files, n), rc, done);
+    rc = fc_write_file_atomic(path, b.data, b.len);
+done:
+    fc_free(keys);
+    fc_free(files);
+    fc_free(names);
+    fc_buf_release(&b);
+    return rc;
+}
+
+int fc_dcp_to_full(const struct fc_dcp_to_full_opts *opts, struct fc_dcp_to_full_result *res)
+{
+    struct fc_source *src = NULL;
+    struct fc_xform_rules rules;
+    struct fc_xform_result xr;
+    struct fc_slabs slabs;
+    struct fc_out o = { -1, NULL, 0, 0, opts->progress, opts->progress_ctx, 0, 0 };
+    size_t *idx = NULL, *shard_of = NULL;
+    char *tmp = NULL;
+    int rc = FC_OK, is_dir_out = 0;
+    memset(&rules, 0, sizeof(rules));
+    memset(&xr, 0, sizeof(xr));
+    memset(&slabs, 0, sizeof(slabs));
+    memset(res, 0, sizeof(*res));
+    enum fc_export_format fmt = opts->format;
+    if (fmt == FC_EXPORT_AUTO) {
+        if (fc_ends_with(opts->output, ".pt") || fc_ends_with(opts->output, ".pth") ||
+            fc_ends_with(opts->output, ".bin"))
+            fmt = FC_EXPORT_TORCH;
+        else
+            fmt = FC_EXPORT_SAFETENSORS;
+    }
+    is_dir_out = fmt == FC_EXPORT_SAFETENSORS && opts->max_shard_size > 0;
+    if (fmt == FC_EXPORT_TORCH && opts->max_shard_size > 0)
+        return fc_error_set(FC_EINVAL, "--max-shard-size applies to safetensors output only");
+    {
+        const int e = fc_path_is_dir(opts->output);
+        if (e != FC_ENOENT && !opts->force)
+            return fc_error_set(FC_EINVAL, "%s: output already exists; use --force to replace it",
+                                opts->output);
+    }
+    FC_TRY_GOTO(fc_source_open(&src, opts->input), rc, done);
+    for (size_t i = 0; i < opts->nrules; i++) {
+        char where[64];
+        snprintf(where, sizeof(where), "--%s", opts->rules[i].op);
+        FC_TRY_GOTO(fc_xform_rules_add(&rules, opts->rules[i].op, opts->rules[i].arg, where), rc,
+                    done);
+    }
+    FC_TRY_GOTO(fc_xform_apply(src, &rules, &xr), rc, done);
+    idx = fc_calloc(xr.n + 1, sizeof(*idx));
+    shard_of = fc_calloc(xr.n + 1, sizeof(*shard_of));
+    tmp = fc_malloc(strlen(opts->output) + 64);
+    if (idx == NULL || shard_of == NULL || tmp == NULL) {
+        rc = fc_error_set(FC_ENOMEM, "out of memory");
+        goto done;
+    }
+    snprintf(tmp, strlen(opts->output) + 64, "%s.partial-%ld-%ld", opts->output, (long)getpid(),
+             (long)time(NULL));
+    size_t n = 0;
+    for (size_t i = 0; i < xr.n; i++) {
+        if (xr.specs[i].kind == FC_ENTRY_TENSOR) {
+            idx[n++] = i;
+            o.total += fc_spec_nbytes(&xr.specs[i]);
+        } else if (fmt == FC_EXPORT_SAFETENSORS) {
+            res->nvalues_dropped++;
+        }
+    }
+    if (fmt == FC_EXPORT_TORCH) {
+        FC_TRY_GOTO(fc_write_torchsave(src, &xr, tmp, opts->output, opts->max_memory, &slabs, &o,
+                                       &res->ntensors),
+                    rc, done);
+        res->nfiles = 1;
+    } else if (!is_dir_out) {
+        FC_TRY_GOTO(fc_write_safetensors(src, &xr, idx, n, tmp, opts->max_memory, &slabs, &o), rc,
+                    done);
+        res->ntensors = n;
+        res->nfiles = 1;
+    } else {
+        /* Greedy shards in key order, like transformers' save_pretrained. */
+        size_t nshards = 0;
+        uint64_t cur = 0;
+        for (size_t i = 0; i < n; i++) {
+            const uint64_t b = fc_spec_nbytes(&xr.specs[idx[i]]);
+            if (i == 0 || (cur > 0 && cur + b > opts->max_shard_size)) {
+                nshards++;
+                cur = 0;
+            }
+            shard_of[i] = nshards - 1;
+            cur += b;
+        }
+        if (mkdir(tmp, 0755) != 0) {
+            rc = fc_error_set(FC_EIO, "%s: cannot create: %s", tmp, strerror(errno));
+            goto done;
+        }
+        for (size_t s = 0, first = 0; s < nshards; s++) {
+            size_t last = first;
+            while (last < n && shard_of[last] == s)
+                last++;
+            char name[64];
+            snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors", s + 1, nshards);
+            char *p = fc_path_join(tmp, name);
+            if (p == NULL) {
+                rc = fc_error_set(FC_ENOMEM, "out of memory");
+                goto done;
+            }
+            rc = fc_write_safetensors(src, &xr, idx + first, last - first, p, opts->max_memory,
+                                      &slabs, &o);
+            fc_free(p);
+            if (rc < 0)
+                goto done;
+            first = last;
+        }
+        char *ip = fc_path_join(tmp, "model.safetensors.index.json");
+        if (ip == NULL) {
+            rc = fc_error_set(FC_ENOMEM, "out of memory");
+            goto done;
+        }
+        rc = fc_write_index(ip, &xr, idx, shard_of, n, nshards, o.total);
+        fc_free(ip);
+        if (rc < 0)
+            goto done;
+        FC_TRY_GOTO(fc_fsync_dir(tmp), rc, done);
+        res->ntensors = n;
+        res->nfiles = nshards;
+    }
+    if (opts->force)
+        FC_TRY_GOTO(fc_remove_tree(opts->output), rc, done);
+    if (rename(tmp, opts->output) != 0) {
+        rc = fc_error_set(FC_EIO, "%s: cannot rename into place: %s", opts->output,
+                          strerror(errno));
+        goto done;
+    }
+    res->bytes_written = o.total;
+done:
+    if (rc < 0 && tmp != NULL)
+        (void)fc_remove_tree(tmp);
+    fc_free(tmp);
+    fc_free(idx);
+    fc_free(shard_of);
+    fc_slabs_release(&slabs);
+    fc_xform_result_release(&xr);
+    fc_xform_rules_release(&rules);
+    fc_source_free(src);
+    return rc;
+}
