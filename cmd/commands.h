@@ -13,6 +13,7 @@ int cmd_full_to_dcp(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_reshard(int argc, char **argv);
 int cmd_dcp_to_full(int argc, char **argv);
+int cmd_diff(int argc, char **argv);
 int cmd_help(int argc, char **argv);
 
 /* From main.c: run `<name> --help`, or print the command list. */

@@ -21,6 +21,7 @@ static const struct fc_cmd commands[] = {
     { "full-to-dcp", cmd_full_to_dcp, "split a full checkpoint into a sharded DCP directory" },
     { "reshard", cmd_reshard, "re-cut a DCP checkpoint for another world size or mesh" },
     { "dcp-to-full", cmd_dcp_to_full, "export a DCP checkpoint to safetensors or torch.save" },
+    { "diff", cmd_diff, "compare two checkpoints key by key" },
     { "inspect", cmd_inspect, "list tensors, dtypes, shapes, storages and DCP chunks" },
     { "help", cmd_help, "show help for a command" },
 };

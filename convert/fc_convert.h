@@ -147,4 +147,52 @@ struct fc_dcp_to_full_result {
  */
 int fc_dcp_to_full(const struct fc_dcp_to_full_opts *opts, struct fc_dcp_to_full_result *res);
 
+/* ---- diff ---- */
+
+enum fc_diff_kind {
+    FC_DIFF_ONLY_A,      /* key only in A */
+    FC_DIFF_ONLY_B,      /* key only in B */
+    FC_DIFF_KIND,        /* tensor in one, value in the other */
+    FC_DIFF_DTYPE,       /* same shape, different dtype (values compared as float64 if floating) */
+    FC_DIFF_SHAPE,       /* different global shape */
+    FC_DIFF_TENSOR_DATA, /* same dtype and shape, different bytes */
+    FC_DIFF_VALUE        /* non-tensor values differ */
+};
+
+struct fc_diff_item {
+    char *key;
+    enum fc_diff_kind kind;
+    char *detail;           /* human-readable specifics ("float32 vs bfloat16") */
+    uint64_t ndiff;         /* elements that differ (data) */
+    uint64_t numel;
+    double max_abs_diff;    /* floating data; NaN when not computed */
+};
+
+struct fc_diff_opts {
+    const char *a;
+    const char *b;
+    const char *key_regex;  /* only keys matching it */
+    uint64_t max_memory;
+};
+
+struct fc_diff_result {
+    const char *format_a, *format_b;
+    size_t ncompared;       /* keys present in both */
+    struct fc_diff_item *items;
+    size_t nitems;
+    /* internal: keeps the sources alive for format names */
+    struct fc_source *src_a, *src_b;
+};
+
+/*
+ * fc_diff() - compare two checkpoints of any supported formats key by key:
+ * missing/extra keys, kind, dtype and shape mismatches, bitwise equality of
+ * tensor data (streamed in slabs under max_memory) with the number of
+ * differing elements and the max |a - b| for floating tensors, and equality of
+ * non-tensor values.  res->nitems == 0 means equal.  Returns FC_OK (equal or
+ * not), FC_EINVAL (bad regex), or the sources' errors.
+ */
+int fc_diff(const struct fc_diff_opts *opts, struct fc_diff_result *res);
+void fc_diff_result_release(struct fc_diff_result *res);
+
 #endif
