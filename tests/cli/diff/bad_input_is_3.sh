@@ -1,0 +1,1 @@
+fsdpconv diff "$FIXTURES/full/tiny_vitlm.pt" "$FIXTURES/bad/deflate.pt"

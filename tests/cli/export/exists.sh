@@ -1,0 +1,2 @@
+: > out.safetensors
+fsdpconv dcp-to-full -o out.safetensors "$FIXTURES/dcp/model_ws2"

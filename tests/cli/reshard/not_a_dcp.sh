@@ -1,0 +1,1 @@
+fsdpconv reshard --world-size 2 -o out "$FIXTURES/full/tiny_vitlm.pt"
