@@ -20,7 +20,9 @@ static const char usage[] =
     "                            [--drop <re>]... [--conv2d-to-linear <key>]... [--tie <dst>=<src>]...\n"
     "                            [--dtype <dtype>] [--add-prefix <p>] [--replicate <re>]...\n"
     "                            [--rules <file>] [--dry-run] [--force] [--max-memory <size>]\n"
-    "                            [--threads <n>] [--compress zstd[:<level>]] <input>\n"
+    "                            [--threads <n>] [--compress zstd[:<level>]] [--optim <file>]\n"
+    "                            [--optim-select <key>] [--optim-skip <re>]...\n"
+    "                            [--layout (torchtitan|app)] <input>\n"
     "\n"
     "    <input>                  torch.save file, safetensors file, index.json, or a directory\n"
     "    -o, --output <dir>       DCP directory to create (written atomically)\n"
@@ -43,6 +45,13 @@ static const char usage[] =
     "    --threads <n>            parallel writers (default: number of CPUs, at most 8)\n"
     "    --compress zstd[:<level>]\n"
     "                             zstd-compress every item (torch's stream.zstd/1 extension)\n"
+    "    --optim <file>           a full optimizer state dict (FSDP1 FQN-keyed or torch.optim\n"
+    "                             id-keyed) converted to get_state_dict's FSDP2 layout\n"
+    "    --optim-select <key>     the optimizer's subtree in <file> or in <input> (e.g. optimizer)\n"
+    "    --optim-skip <re>        model tensors that are not optimizer parameters (frozen\n"
+    "                             parameters, float buffers) when state is keyed by ids\n"
+    "    --layout <l>             top-level keys: torchtitan (model., optimizer.) or app\n"
+    "                             (app.model., app.optim.); default torchtitan with --optim\n"
     "    -h, --help               show this help\n";
 
 enum {
@@ -57,12 +66,16 @@ enum {
     OPT_DTYPE,
     OPT_ADD,
     OPT_REPLICATE,
+    OPT_OPTIM_SKIP,
     OPT_RULES,
     OPT_DRY,
     OPT_FORCE,
     OPT_MAXMEM,
     OPT_THREADS,
-    OPT_COMPRESS
+    OPT_COMPRESS,
+    OPT_OPTIM,
+    OPT_OPTIM_SELECT,
+    OPT_LAYOUT
 };
 
 static int add_rule(struct fc_rule_arg **rules, size_t *n, const char *op, const char *arg)
@@ -91,12 +104,16 @@ int cmd_full_to_dcp(int argc, char **argv)
         { "dtype", required_argument, NULL, OPT_DTYPE },
         { "add-prefix", required_argument, NULL, OPT_ADD },
         { "replicate", required_argument, NULL, OPT_REPLICATE },
+        { "optim-skip", required_argument, NULL, OPT_OPTIM_SKIP },
         { "rules", required_argument, NULL, OPT_RULES },
         { "dry-run", no_argument, NULL, OPT_DRY },
         { "force", no_argument, NULL, OPT_FORCE },
         { "max-memory", required_argument, NULL, OPT_MAXMEM },
         { "threads", required_argument, NULL, OPT_THREADS },
         { "compress", required_argument, NULL, OPT_COMPRESS },
+        { "optim", required_argument, NULL, OPT_OPTIM },
+        { "optim-select", required_argument, NULL, OPT_OPTIM_SELECT },
+        { "layout", required_argument, NULL, OPT_LAYOUT },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -105,7 +122,7 @@ int cmd_full_to_dcp(int argc, char **argv)
         [OPT_RENAME - OPT_SELECT] = "rename",   [OPT_DROP - OPT_SELECT] = "drop",
         [OPT_CONV - OPT_SELECT] = "conv2d-to-linear", [OPT_TIE - OPT_SELECT] = "tie",
         [OPT_DTYPE - OPT_SELECT] = "dtype",     [OPT_ADD - OPT_SELECT] = "add-prefix",
-        [OPT_REPLICATE - OPT_SELECT] = "replicate",
+        [OPT_REPLICATE - OPT_SELECT] = "replicate", [OPT_OPTIM_SKIP - OPT_SELECT] = "optim-skip",
     };
     struct fc_full_to_dcp_opts o = { .replicate = 0, .shard = 0, .max_memory = (uint64_t)1 << 30,
                                      .compress = 0 };
@@ -140,6 +157,7 @@ int cmd_full_to_dcp(int argc, char **argv)
         case OPT_TIE:
         case OPT_ADD:
         case OPT_REPLICATE:
+        case OPT_OPTIM_SKIP:
             if (add_rule(&rules, &nrules, rule_ops[c - OPT_SELECT], optarg) < 0) {
                 fc_free(rules);
                 fputs("fsdpconv: full-to-dcp: out of memory\n", stderr);
@@ -155,6 +173,19 @@ int cmd_full_to_dcp(int argc, char **argv)
             if (o.max_memory < 4096) {
                 fprintf(stderr, "fsdpconv: full-to-dcp: invalid value for --max-memory: '%s' "
                         "(must be >= 4KiB)\n", optarg);
+                goto usage_fail;
+            }
+            break;
+        case OPT_OPTIM: o.optim = optarg; break;
+        case OPT_OPTIM_SELECT: o.optim_select = optarg; break;
+        case OPT_LAYOUT:
+            if (strcmp(optarg, "torchtitan") == 0) {
+                o.layout = 1;
+            } else if (strcmp(optarg, "app") == 0) {
+                o.layout = 2;
+            } else {
+                fprintf(stderr, "fsdpconv: full-to-dcp: invalid value for --layout: '%s' "
+                        "(expected torchtitan or app)\n", optarg);
                 goto usage_fail;
             }
             break;

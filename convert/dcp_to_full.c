@@ -221,7 +221,7 @@ static int fc_pickle_node(struct fc_buf *b, const struct fc_ts_export *x, const 
     if (n->spec >= 0) {
         const struct fc_xspec *s = &x->xr->specs[n->spec];
         if (s->kind == FC_ENTRY_VALUE)
-            return fc_pw_value(b, x->src->entries[s->entry].value);
+            return fc_pw_value(b, s->value != NULL ? s->value : s->src->entries[s->entry].value);
         char key[32];
         int64_t numel = 0;
         snprintf(key, sizeof(key), "%ld", x->storage_of[n->spec]);

@@ -79,6 +79,9 @@ struct fc_full_to_dcp_opts {
     int threads;
     int compress;                 /* -1: keep the input's (DCP), 0: none, 1..22: zstd level */
     int require_dcp;              /* reshard: the input must be a DCP checkpoint */
+    const char *optim;            /* --optim FILE: a full optimizer state dict, or NULL */
+    const char *optim_select;     /* --optim-select KEY inside it (or inside input) */
+    int layout;                   /* enum fc_layout of xform.h: 0 none, 1 torchtitan, 2 app */
     fc_progress_fn progress;
     void *progress_ctx;
 };

@@ -164,6 +164,7 @@ fail:
 /* Everything owned by one conversion, released in one place. */
 struct fc_job {
     struct fc_source *src;
+    struct fc_source *optim_src; /* --optim FILE, when it is not the input itself */
     struct fc_xform_rules rules;
     struct fc_xform_result xr;
     struct fc_plan_tensor_in *tin;
@@ -184,6 +185,7 @@ struct fc_job {
 static void fc_job_release(struct fc_job *j)
 {
     fc_source_free(j->src);
+    fc_source_free(j->optim_src);
     fc_xform_rules_release(&j->rules);
     fc_xform_result_release(&j->xr);
     fc_free(j->tin);
@@ -216,6 +218,20 @@ static int fc_plan_job(const struct fc_full_to_dcp_opts *o, struct fc_job *j)
         FC_TRY(fc_xform_rules_add(&j->rules, o->rules[i].op, o->rules[i].arg, where));
     }
     FC_TRY(fc_xform_apply(j->src, &j->rules, &j->xr));
+    if (o->optim != NULL || o->optim_select != NULL || o->layout != FC_LAYOUT_NONE) {
+        if (j->rules.add_prefix != NULL)
+            return fc_error_set(FC_EINVAL, "--layout and --optim set the key prefixes; drop "
+                                "--add-prefix");
+        const struct fc_source *os = NULL;
+        if (o->optim != NULL) {
+            FC_TRY(fc_source_open(&j->optim_src, o->optim));
+            os = j->optim_src;
+        } else if (o->optim_select != NULL) {
+            os = j->src;
+        }
+        FC_TRY(fc_xform_add_optimizer(&j->xr, &j->rules, os, o->optim_select,
+                                      (enum fc_layout)o->layout));
+    }
     const size_t n = j->xr.n;
     j->tin = fc_calloc(n + 1, sizeof(*j->tin));
     j->vin = fc_calloc(n + 1, sizeof(*j->vin));
@@ -235,7 +251,10 @@ static int fc_plan_job(const struct fc_full_to_dcp_opts *o, struct fc_job *j)
             fc_buf_init(&j->blobs[nv], (size_t)1 << 30);
             j->nvalues = nv + 1;
             /* DCP bytes items are carried verbatim; other sources' values are pickled. */
-            FC_TRY(fc_source_value_blob(j->src, &j->src->entries[s->entry], &j->blobs[nv]));
+            if (s->value != NULL)
+                FC_TRY(fc_torchsave_value_blob(&j->blobs[nv], s->value));
+            else
+                FC_TRY(fc_source_value_blob(s->src, &s->src->entries[s->entry], &j->blobs[nv]));
             j->vin[nv] = (struct fc_plan_value_in){ s->key, j->blobs[nv].len };
             j->spec_value[i] = (long)nv++;
             continue;

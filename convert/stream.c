@@ -33,6 +33,8 @@ int fc_stream_box(const struct fc_source *src, const struct fc_xspec *spec, cons
                   const int64_t *size, uint64_t budget, struct fc_slabs *slabs,
                   fc_stream_sink_fn sink, void *ctx)
 {
+    if (spec->src != NULL)
+        src = spec->src;
     const struct fc_entry *e = &src->entries[spec->entry];
     const size_t in_esz = fc_dtype_size(e->t.dtype), out_esz = fc_dtype_size(spec->dtype);
     const int ndim = spec->ndim;

@@ -97,6 +97,8 @@ int fc_xform_rules_add(struct fc_xform_rules *r, const char *op, const char *arg
         return fc_push_regex(&r->drops, &r->ndrops, arg, NULL, where);
     if (strcmp(op, "replicate") == 0)
         return fc_push_regex(&r->replicas, &r->nreplicas, arg, NULL, where);
+    if (strcmp(op, "optim-skip") == 0)
+        return fc_push_regex(&r->optim_skips, &r->noptim_skips, arg, NULL, where);
     if (strcmp(op, "rename") == 0) {
         char *pat, *repl;
         /* A replacement rarely contains '=', a key regex never needs one: split at the last. */
@@ -200,6 +202,7 @@ void fc_xform_rules_release(struct fc_xform_rules *r)
     fc_regex_rules_free(r->renames, r->nrenames);
     fc_regex_rules_free(r->drops, r->ndrops);
     fc_regex_rules_free(r->replicas, r->nreplicas);
+    fc_regex_rules_free(r->optim_skips, r->noptim_skips);
     for (size_t i = 0; i < r->nconv2d; i++)
         fc_free(r->conv2d[i]);
     fc_free(r->conv2d);
@@ -232,6 +235,15 @@ void fc_xform_result_release(struct fc_xform_result *out)
     for (size_t i = 0; i < out->nnotes; i++)
         fc_free(out->notes[i]);
     fc_free(out->notes);
+    for (size_t i = 0; i < out->nowned; i++) {
+        struct fc_pv *v = out->owned[i];
+        if (v->kind == FC_PV_STR)
+            fc_free((void *)(uintptr_t)v->u.str.s);
+        else if (v->kind == FC_PV_LIST)
+            fc_free(v->u.seq.items);
+        fc_free(v);
+    }
+    fc_free(out->owned);
     memset(out, 0, sizeof(*out));
 }
 
@@ -593,6 +605,7 @@ int fc_xform_apply(const struct fc_source *src, const struct fc_xform_rules *r,
         const struct fc_entry *e = &src->entries[i];
         struct fc_xspec *s = &out->specs[out->n];
         memset(s, 0, sizeof(*s));
+        s->src = src;
         s->alias_of = -1;
         s->kind = e->kind;
         s->entry = i;
@@ -678,4 +691,32 @@ int fc_xform_apply(const struct fc_source *src, const struct fc_xform_rules *r,
 fail:
     fc_xform_result_release(out);
     return rc;
+}
+
+int fc_xform_rename_key(const struct fc_xform_rules *r, const char *key, char **out)
+{
+    char *cur = NULL;
+    *out = NULL;
+    if (r->strip_prefix != NULL) {
+        const size_t pl = strlen(r->strip_prefix);
+        if (strncmp(key, r->strip_prefix, pl) == 0 && key[pl] != '\0') {
+            cur = fc_strdup(key + pl);
+            if (cur == NULL)
+                return fc_error_set(FC_ENOMEM, "out of memory");
+        }
+    }
+    for (size_t i = 0; i < r->nrenames; i++) {
+        char *next;
+        const int m = fc_regex_subst(&r->renames[i], cur != NULL ? cur : key, &next);
+        if (m < 0) {
+            fc_free(cur);
+            return m;
+        }
+        if (m == 1) {
+            fc_free(cur);
+            cur = next;
+        }
+    }
+    *out = cur;
+    return FC_OK;
 }

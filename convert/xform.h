@@ -51,6 +51,8 @@ struct fc_xform_rules {
     fc_dtype dtype;                 /* FC_DTYPE_INVALID: keep every dtype */
     struct fc_regex_rule *replicas; /* keys stored whole (buffers): --replicate */
     size_t nreplicas;
+    struct fc_regex_rule *optim_skips; /* model tensors that are no optimizer parameter */
+    size_t noptim_skips;
 };
 
 /*
@@ -73,6 +75,8 @@ int fc_xform_rules_load(struct fc_xform_rules *r, const char *path);
 void fc_xform_rules_release(struct fc_xform_rules *r);
 
 struct fc_xspec {
+    const struct fc_source *src; /* where the data comes from (the model or the optimizer file) */
+    const struct fc_pv *value;   /* a value built by a transform (optimizer params), or NULL */
     char *key;
     struct fc_path_elem *path; /* planner_data path; keys owned */
     size_t path_len;
@@ -89,6 +93,8 @@ struct fc_xspec {
 struct fc_xform_result {
     struct fc_xspec *specs;
     size_t n;
+    struct fc_pv **owned; /* values built by transforms, freed with the result */
+    size_t nowned;
     char **notes; /* informational lines for the user (e.g. conv2d left alone) */
     size_t nnotes;
 };
@@ -103,5 +109,43 @@ struct fc_xform_result {
 int fc_xform_apply(const struct fc_source *src, const struct fc_xform_rules *r,
                    struct fc_xform_result *out);
 void fc_xform_result_release(struct fc_xform_result *out);
+
+/*
+ * fc_xform_rename_key() - apply the rules' strip-prefix and renames to one
+ * key (used for optimizer FQNs, which name model keys).  *out is a new string,
+ * or NULL when the key is unchanged.  Returns FC_OK or FC_ENOMEM.
+ */
+int fc_xform_rename_key(const struct fc_xform_rules *r, const char *key, char **out);
+
+/* The checkpoint layouts of --layout (input-formats.md C.5). */
+enum fc_layout {
+    FC_LAYOUT_NONE,       /* keys as the transforms leave them */
+    FC_LAYOUT_TORCHTITAN, /* model.<fqn>, optimizer.state.<fqn>.<name>, optimizer.param_groups.<fqn>.<hp> */
+    FC_LAYOUT_APP         /* app.model.<fqn>, app.optim.state.<fqn>.<name>, app.optim.param_groups.<g>.<hp> */
+};
+
+/*
+ * fc_xform_add_optimizer() - turn a full optimizer state dict into the layout
+ * torch.distributed.checkpoint.state_dict.get_state_dict gives FSDP2, and
+ * prefix the model keys for `layout`.
+ *
+ * The optimizer comes from optim_src (a torch.save file; optim_select names
+ * its subtree, e.g. "optimizer", or NULL for the root).  Its "state" is keyed
+ * by FQN (FSDP1's full optim state dict; FQNs get the model's strip-prefix
+ * and renames) or by integer ids (torch.optim), which are mapped to model
+ * keys in parameter order: the model's floating tensors in order (a state
+ * dict lists each module's parameters before its buffers, so this is
+ * model.parameters() order once buffers are gone), skipping --replicate and
+ * --optim-skip matches (buffers, frozen parameters) and ties.  Each state tensor must have its parameter's
+ * shape (before conv2d-to-linear, whose permutation it then gets too); a
+ * mismatch is FC_EINVAL naming both keys.  State tensors keep their dtype;
+ * 0-d ones (step) are stored whole; the others are sharded like their
+ * parameter.  param_groups are written per group (app, with "params" as FQN
+ * lists) or per parameter (torchtitan's flattened form).  Returns FC_OK,
+ * FC_EINVAL, FC_ENOMEM.
+ */
+int fc_xform_add_optimizer(struct fc_xform_result *xr, const struct fc_xform_rules *rules,
+                           const struct fc_source *optim_src, const char *optim_select,
+                           enum fc_layout layout);
 
 #endif
