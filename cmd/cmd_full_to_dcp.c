@@ -22,7 +22,7 @@ static const char usage[] =
     "                            [--rules <file>] [--dry-run] [--force] [--max-memory <size>]\n"
     "                            [--threads <n>] [--compress zstd[:<level>]] [--optim <file>]\n"
     "                            [--optim-select <key>] [--optim-skip <re>]...\n"
-    "                            [--layout (torchtitan|app)] <input>\n"
+    "                            [--layout (torchtitan|app)] [--engine (cpu|cuda)] <input>\n"
     "\n"
     "    <input>                  torch.save file, safetensors file, index.json, or a directory\n"
     "    -o, --output <dir>       DCP directory to create (written atomically)\n"
@@ -52,6 +52,8 @@ static const char usage[] =
     "                             parameters, float buffers) when state is keyed by ids\n"
     "    --layout <l>             top-level keys: torchtitan (model., optimizer.) or app\n"
     "                             (app.model., app.optim.); default torchtitan with --optim\n"
+    "    --engine <e>             kernels on cpu or cuda (default: cuda when built with CUDA\n"
+    "                             and a GPU is visible, else cpu)\n"
     "    -h, --help               show this help\n";
 
 enum {
@@ -72,6 +74,7 @@ enum {
     OPT_FORCE,
     OPT_MAXMEM,
     OPT_THREADS,
+    OPT_ENGINE,
     OPT_COMPRESS,
     OPT_OPTIM,
     OPT_OPTIM_SELECT,
@@ -110,6 +113,7 @@ int cmd_full_to_dcp(int argc, char **argv)
         { "force", no_argument, NULL, OPT_FORCE },
         { "max-memory", required_argument, NULL, OPT_MAXMEM },
         { "threads", required_argument, NULL, OPT_THREADS },
+        { "engine", required_argument, NULL, OPT_ENGINE },
         { "compress", required_argument, NULL, OPT_COMPRESS },
         { "optim", required_argument, NULL, OPT_OPTIM },
         { "optim-select", required_argument, NULL, OPT_OPTIM_SELECT },
@@ -191,6 +195,10 @@ int cmd_full_to_dcp(int argc, char **argv)
             break;
         case OPT_COMPRESS:
             if (fc_opt_compress("full-to-dcp", "--compress", optarg, &o.compress) < 0)
+                goto usage_fail;
+            break;
+        case OPT_ENGINE:
+            if (fc_opt_engine("full-to-dcp", "--engine", optarg, &o.engine) < 0)
                 goto usage_fail;
             break;
         case OPT_THREADS:

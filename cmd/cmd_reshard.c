@@ -18,7 +18,7 @@ static const char usage[] =
     "usage: fsdpconv reshard -o <dir> (--world-size <n> | --mesh replicate=<r>,shard=<s>)\n"
     "                        [--dtype <dtype>] [--replicate <re>]... [--compress zstd[:<level>]]\n"
     "                        [--decompress] [--dry-run] [--force] [--max-memory <size>]\n"
-    "                        [--threads <n>] <checkpoint-dir>\n"
+    "                        [--threads <n>] [--engine (cpu|cuda)] <checkpoint-dir>\n"
     "\n"
     "    <checkpoint-dir>         a DCP directory (written by fsdpconv or by PyTorch)\n"
     "    -o, --output <dir>       DCP directory to create (written atomically)\n"
@@ -34,6 +34,8 @@ static const char usage[] =
     "    --force                  replace an existing output directory\n"
     "    --max-memory <size>      cap on data buffers (default 1GiB)\n"
     "    --threads <n>            parallel writers (default: number of CPUs, at most 8)\n"
+    "    --engine <e>             kernels on cpu or cuda (default: cuda when built with CUDA\n"
+    "                             and a GPU is visible, else cpu)\n"
     "    -h, --help               show this help\n";
 
 enum {
@@ -46,7 +48,8 @@ enum {
     OPT_DRY,
     OPT_FORCE,
     OPT_MAXMEM,
-    OPT_THREADS
+    OPT_THREADS,
+    OPT_ENGINE
 };
 
 int cmd_reshard(int argc, char **argv)
@@ -63,6 +66,7 @@ int cmd_reshard(int argc, char **argv)
         { "force", no_argument, NULL, OPT_FORCE },
         { "max-memory", required_argument, NULL, OPT_MAXMEM },
         { "threads", required_argument, NULL, OPT_THREADS },
+        { "engine", required_argument, NULL, OPT_ENGINE },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -106,6 +110,10 @@ int cmd_reshard(int argc, char **argv)
         case OPT_FORCE: o.force = 1; break;
         case OPT_MAXMEM:
             if (fc_opt_size("reshard", "--max-memory", optarg, &o.max_memory) < 0)
+                goto usage_fail;
+            break;
+        case OPT_ENGINE:
+            if (fc_opt_engine("reshard", "--engine", optarg, &o.engine) < 0)
                 goto usage_fail;
             break;
         case OPT_THREADS:

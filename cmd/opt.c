@@ -116,3 +116,16 @@ int fc_opt_compress(const char *cmd, const char *opt, const char *s, int *level)
     *level = (int)v;
     return 0;
 }
+
+int fc_opt_engine(const char *cmd, const char *opt, const char *s, int *engine)
+{
+    if (strcmp(s, "auto") == 0)
+        *engine = 0;
+    else if (strcmp(s, "cpu") == 0)
+        *engine = 1;
+    else if (strcmp(s, "cuda") == 0)
+        *engine = 2;
+    else
+        return fc_opt_bad(cmd, opt, s, "expected cpu, cuda or auto");
+    return 0;
+}

@@ -22,4 +22,7 @@ int fc_opt_mesh(const char *cmd, const char *opt, const char *s, int *replicate,
 /* "zstd" or "zstd:<level>" (1..22; default 3) -> *level. */
 int fc_opt_compress(const char *cmd, const char *opt, const char *s, int *level);
 
+/* "cpu", "cuda" or "auto" -> 1, 2, 0 (enum fc_engine). */
+int fc_opt_engine(const char *cmd, const char *opt, const char *s, int *engine);
+
 #endif

@@ -252,6 +252,7 @@ int fc_exec_run(const struct fc_exec *ex)
     }
     for (int i = 0; i < nthreads; i++) {
         ws[i].sh = &sh;
+        ws[i].slabs.engine = (fc_engine)ex->engine;
         fc_buf_init(&ws[i].hdr, (size_t)1 << 30);
         if (pthread_create(&tids[i], NULL, fc_worker_main, &ws[i]) != 0) {
             rc = fc_error_set(FC_ERROR, "cannot start a worker thread");

@@ -40,6 +40,7 @@ struct fc_exec {
     void *progress_ctx;
     int compress_level;           /* > 0: each item is one zstd frame (torch's stream.zstd/1) */
     struct fc_extent *extents;    /* per plan item, filled by fc_exec_run (may be NULL) */
+    int engine;                   /* resolved fc_engine: FC_ENGINE_CPU or FC_ENGINE_CUDA */
 };
 
 /* Returns FC_OK, FC_EIO (with the file named), FC_ECORRUPT (source), FC_ENOMEM. */

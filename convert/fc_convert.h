@@ -82,6 +82,7 @@ struct fc_full_to_dcp_opts {
     const char *optim;            /* --optim FILE: a full optimizer state dict, or NULL */
     const char *optim_select;     /* --optim-select KEY inside it (or inside input) */
     int layout;                   /* enum fc_layout of xform.h: 0 none, 1 torchtitan, 2 app */
+    int engine;                   /* enum fc_engine: 0 auto, 1 cpu, 2 cuda */
     fc_progress_fn progress;
     void *progress_ctx;
 };

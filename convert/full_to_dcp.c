@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "exec.h"
+#include "fc_kernels.h"
 #include "fc_alloc.h"
 #include "fc_convert.h"
 #include "fc_dcp.h"
@@ -351,8 +352,11 @@ int fc_full_to_dcp(const struct fc_full_to_dcp_opts *o, struct fc_full_to_dcp_re
 {
     struct fc_job j;
     int rc;
+    fc_engine engine;
     memset(&j, 0, sizeof(j));
     memset(res, 0, sizeof(*res));
+    /* --engine cuda without a usable GPU fails before anything is read or written. */
+    FC_TRY(fc_engine_resolve((fc_engine)o->engine, &engine));
     FC_TRY_GOTO(fc_plan_job(o, &j), rc, done);
     FC_TRY_GOTO(fc_copy_notes(&j.xr, res), rc, done);
     res->nfiles = j.plan->nfiles;
@@ -423,6 +427,7 @@ int fc_full_to_dcp(const struct fc_full_to_dcp_opts *o, struct fc_full_to_dcp_re
         .progress_ctx = o->progress_ctx,
         .compress_level = level,
         .extents = j.extents,
+        .engine = engine,
     };
     FC_TRY_GOTO(fc_exec_run(&ex), rc, done);
     FC_TRY_GOTO(fc_commit(o, &j, exists), rc, done);

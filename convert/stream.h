@@ -16,10 +16,21 @@
 #include "fc_source.h"
 #include "xform.h"
 
-/* Slab buffers, reused across calls; release with fc_slabs_release(). */
+#include "fc_kernels.h"
+
+/*
+ * Slab buffers, reused across calls; release with fc_slabs_release().  Set
+ * `engine` to FC_ENGINE_CUDA (resolved, see fc_engine_resolve()) to run the
+ * permute and cast kernels on the GPU: the slab is copied to the device, the
+ * kernels run there on this struct's stream, and the result comes back.
+ * Slabs that need no op never touch the GPU.  One struct per thread.
+ */
 struct fc_slabs {
     unsigned char *in, *mid, *out;
     size_t cap_in, cap_mid, cap_out;
+    fc_engine engine;
+    void *stream;
+    struct fc_dev_buf d_in, d_mid, d_out;
 };
 
 void fc_slabs_release(struct fc_slabs *s);
