@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <time.h>
 
+#include "fc_convert.h"
 #include "fc_error.h"
 
 int fc_cli_verbosity;
@@ -77,3 +78,37 @@ void fc_cli_progress_draw(void *ctx, uint64_t done, uint64_t total)
         fputc('\n', stderr);
 }
 
+
+int fc_cli_mp_start(long nproc, struct fc_comm **comm, int *worker_exit)
+{
+    int rc;
+    *comm = NULL;
+    *worker_exit = -1;
+    if (nproc > 1)
+        rc = fc_comm_fork(comm, (int)nproc);
+    else
+        rc = fc_comm_env(comm);
+    if (rc < 0)
+        return fc_cli_report(rc);
+    if (*comm != NULL && fc_comm_rank(*comm) != 0) {
+        /* A worker: write what rank 0 sends, then leave with the job's outcome. */
+        rc = fc_comm_serve(*comm);
+        if (rc < 0)
+            fprintf(stderr, "fsdpconv: rank %d: %s\n", fc_comm_rank(*comm), fc_error_last());
+        fc_comm_free(*comm);
+        *comm = NULL;
+        *worker_exit = rc < 0 ? FC_EXIT_FAILURE : FC_EXIT_OK;
+    }
+    return FC_EXIT_OK;
+}
+
+int fc_cli_mp_end(struct fc_comm *comm, int status)
+{
+    if (comm == NULL)
+        return status;
+    fc_comm_done(comm, status == FC_EXIT_OK);
+    const int rc = fc_comm_free(comm);
+    if (rc < 0 && status == FC_EXIT_OK)
+        return fc_cli_report(rc);
+    return status;
+}

@@ -33,6 +33,19 @@ int fc_cli_usage_error(const char *cmd, const char *usage, const char *fmt, ...)
 /* Print a diagnostic line to stderr unless -q. */
 void fc_cli_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/*
+ * Multi-process jobs.  fc_cli_mp_start() forks `--nproc` workers (nproc > 1)
+ * or joins a launcher job (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT).  In a
+ * worker it serves rank 0 until the job ends and sets *worker_exit to the
+ * status the worker must exit with; in rank 0 (or a single process) it sets
+ * *comm (NULL when alone) and *worker_exit = -1.  Returns 0, or an exit
+ * status when the job could not start.  fc_cli_mp_end() tells the workers
+ * the outcome, reaps forked ones and returns the final status.
+ */
+struct fc_comm;
+int fc_cli_mp_start(long nproc, struct fc_comm **comm, int *worker_exit);
+int fc_cli_mp_end(struct fc_comm *comm, int status);
+
 /* Progress bar on stderr (bytes, rate, ETA); start must be set with CLOCK_MONOTONIC. */
 struct fc_cli_progress {
     struct timespec start;

@@ -22,7 +22,7 @@ static const char usage[] =
     "                            [--rules <file>] [--dry-run] [--force] [--max-memory <size>]\n"
     "                            [--threads <n>] [--compress zstd[:<level>]] [--optim <file>]\n"
     "                            [--optim-select <key>] [--optim-skip <re>]...\n"
-    "                            [--layout (torchtitan|app)] [--engine (cpu|cuda)] <input>\n"
+    "                            [--layout (torchtitan|app)] [--engine (cpu|cuda)] [--nproc <p>] <input>\n"
     "\n"
     "    <input>                  torch.save file, safetensors file, index.json, or a directory\n"
     "    -o, --output <dir>       DCP directory to create (written atomically)\n"
@@ -52,6 +52,8 @@ static const char usage[] =
     "                             parameters, float buffers) when state is keyed by ids\n"
     "    --layout <l>             top-level keys: torchtitan (model., optimizer.) or app\n"
     "                             (app.model., app.optim.); default torchtitan with --optim\n"
+    "    --nproc <p>              worker processes (one per local GPU): rank 0 reads and\n"
+    "                             transforms, every worker writes the rank files it owns\n"
     "    --engine <e>             kernels on cpu or cuda (default: cuda when built with CUDA\n"
     "                             and a GPU is visible, else cpu)\n"
     "    -h, --help               show this help\n";
@@ -75,6 +77,7 @@ enum {
     OPT_MAXMEM,
     OPT_THREADS,
     OPT_ENGINE,
+    OPT_NPROC,
     OPT_COMPRESS,
     OPT_OPTIM,
     OPT_OPTIM_SELECT,
@@ -114,6 +117,7 @@ int cmd_full_to_dcp(int argc, char **argv)
         { "max-memory", required_argument, NULL, OPT_MAXMEM },
         { "threads", required_argument, NULL, OPT_THREADS },
         { "engine", required_argument, NULL, OPT_ENGINE },
+        { "nproc", required_argument, NULL, OPT_NPROC },
         { "compress", required_argument, NULL, OPT_COMPRESS },
         { "optim", required_argument, NULL, OPT_OPTIM },
         { "optim-select", required_argument, NULL, OPT_OPTIM_SELECT },
@@ -133,7 +137,7 @@ int cmd_full_to_dcp(int argc, char **argv)
     struct fc_full_to_dcp_result res;
     struct fc_rule_arg *rules = NULL;
     size_t nrules = 0;
-    long world = 0, threads = 0;
+    long world = 0, threads = 0, nproc = 1;
     fc_dtype dtype;
     int c, status;
     optind = 0;
@@ -197,6 +201,10 @@ int cmd_full_to_dcp(int argc, char **argv)
             if (fc_opt_compress("full-to-dcp", "--compress", optarg, &o.compress) < 0)
                 goto usage_fail;
             break;
+        case OPT_NPROC:
+            if (fc_opt_int("full-to-dcp", "--nproc", optarg, 1, 4096, &nproc) < 0)
+                goto usage_fail;
+            break;
         case OPT_ENGINE:
             if (fc_opt_engine("full-to-dcp", "--engine", optarg, &o.engine) < 0)
                 goto usage_fail;
@@ -246,12 +254,22 @@ int cmd_full_to_dcp(int argc, char **argv)
         o.progress = fc_cli_progress_draw;
         o.progress_ctx = &prog;
     }
+    struct fc_comm *comm = NULL;
+    int worker_exit = -1;
+    if (!o.dry_run) {
+        status = fc_cli_mp_start(nproc, &comm, &worker_exit);
+        if (status != FC_EXIT_OK || worker_exit >= 0) {
+            fc_free(rules);
+            return worker_exit >= 0 ? worker_exit : status;
+        }
+    }
+    o.comm = comm;
     const int rc = fc_full_to_dcp(&o, &res);
     fc_free(rules);
     if (rc < 0) {
         if (prog.active)
             fputc('\n', stderr);
-        return fc_cli_report(rc);
+        return fc_cli_mp_end(comm, fc_cli_report(rc));
     }
     for (size_t i = 0; i < res.nnotes; i++)
         fc_cli_note("full-to-dcp: %s", res.notes[i]);
@@ -263,7 +281,7 @@ int cmd_full_to_dcp(int argc, char **argv)
     }
     fc_full_to_dcp_result_release(&res);
     status = fflush(stdout) == 0 ? FC_EXIT_OK : FC_EXIT_FAILURE;
-    return status;
+    return fc_cli_mp_end(comm, status);
 usage_fail:
     fc_free(rules);
     fputs(usage, stderr);

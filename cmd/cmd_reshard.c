@@ -18,7 +18,7 @@ static const char usage[] =
     "usage: fsdpconv reshard -o <dir> (--world-size <n> | --mesh replicate=<r>,shard=<s>)\n"
     "                        [--dtype <dtype>] [--replicate <re>]... [--compress zstd[:<level>]]\n"
     "                        [--decompress] [--dry-run] [--force] [--max-memory <size>]\n"
-    "                        [--threads <n>] [--engine (cpu|cuda)] <checkpoint-dir>\n"
+    "                        [--threads <n>] [--engine (cpu|cuda)] [--nproc <p>] <checkpoint-dir>\n"
     "\n"
     "    <checkpoint-dir>         a DCP directory (written by fsdpconv or by PyTorch)\n"
     "    -o, --output <dir>       DCP directory to create (written atomically)\n"
@@ -34,6 +34,8 @@ static const char usage[] =
     "    --force                  replace an existing output directory\n"
     "    --max-memory <size>      cap on data buffers (default 1GiB)\n"
     "    --threads <n>            parallel writers (default: number of CPUs, at most 8)\n"
+    "    --nproc <p>              worker processes (one per local GPU): rank 0 reads and\n"
+    "                             transforms, every worker writes the rank files it owns\n"
     "    --engine <e>             kernels on cpu or cuda (default: cuda when built with CUDA\n"
     "                             and a GPU is visible, else cpu)\n"
     "    -h, --help               show this help\n";
@@ -49,7 +51,8 @@ enum {
     OPT_FORCE,
     OPT_MAXMEM,
     OPT_THREADS,
-    OPT_ENGINE
+    OPT_ENGINE,
+    OPT_NPROC
 };
 
 int cmd_reshard(int argc, char **argv)
@@ -67,6 +70,7 @@ int cmd_reshard(int argc, char **argv)
         { "max-memory", required_argument, NULL, OPT_MAXMEM },
         { "threads", required_argument, NULL, OPT_THREADS },
         { "engine", required_argument, NULL, OPT_ENGINE },
+        { "nproc", required_argument, NULL, OPT_NPROC },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -75,7 +79,7 @@ int cmd_reshard(int argc, char **argv)
     struct fc_full_to_dcp_result res;
     struct fc_rule_arg rules[64];
     size_t nrules = 0;
-    long world = 0, threads = 0;
+    long world = 0, threads = 0, nproc = 1;
     fc_dtype dtype;
     int c;
     optind = 0;
@@ -110,6 +114,10 @@ int cmd_reshard(int argc, char **argv)
         case OPT_FORCE: o.force = 1; break;
         case OPT_MAXMEM:
             if (fc_opt_size("reshard", "--max-memory", optarg, &o.max_memory) < 0)
+                goto usage_fail;
+            break;
+        case OPT_NPROC:
+            if (fc_opt_int("reshard", "--nproc", optarg, 1, 4096, &nproc) < 0)
                 goto usage_fail;
             break;
         case OPT_ENGINE:
@@ -157,16 +165,24 @@ int cmd_reshard(int argc, char **argv)
         o.progress = fc_cli_progress_draw;
         o.progress_ctx = &prog;
     }
+    struct fc_comm *comm = NULL;
+    int worker_exit = -1;
+    if (!o.dry_run) {
+        const int status = fc_cli_mp_start(nproc, &comm, &worker_exit);
+        if (status != FC_EXIT_OK || worker_exit >= 0)
+            return worker_exit >= 0 ? worker_exit : status;
+    }
+    o.comm = comm;
     const int rc = fc_full_to_dcp(&o, &res);
     if (rc < 0)
-        return fc_cli_report(rc);
+        return fc_cli_mp_end(comm, fc_cli_report(rc));
     if (o.dry_run)
         fputs(res.plan_text, stdout);
     else if (fc_cli_verbosity > 0)
         fc_cli_note("reshard: wrote %s: %zu tensors, %zu values, %zu files, %" PRIu64 " bytes",
                     o.output, res.ntensors, res.nvalues, res.nfiles, res.bytes_written);
     fc_full_to_dcp_result_release(&res);
-    return fflush(stdout) == 0 ? FC_EXIT_OK : FC_EXIT_FAILURE;
+    return fc_cli_mp_end(comm, fflush(stdout) == 0 ? FC_EXIT_OK : FC_EXIT_FAILURE);
 usage_fail:
     fputs(usage, stderr);
     return FC_EXIT_USAGE;

@@ -18,6 +18,7 @@
 #include "fc_io.h"
 #include "fc_torchsave.h"
 #include "fc_zip.h"
+#include "comm.h"
 #include "stream.h"
 
 #include <zstd.h>
@@ -45,12 +46,23 @@ struct fc_sink {
     ZSTD_CStream *zs; /* NULL: no compression */
     unsigned char *zbuf;
     size_t zcap;
+    struct fc_comm *comm; /* non-NULL: the file belongs to worker `peer` */
+    int peer;
+    uint32_t file;
 };
+
+/* Bytes at the file's current end: written here, or sent to the worker that owns the file. */
+static int fc_sink_emit(struct fc_sink *k, const void *p, size_t n)
+{
+    if (k->comm != NULL)
+        return fc_comm_write(k->comm, k->peer, k->file, k->pos, p, n);
+    return fc_pwrite_full(k->fd, p, n, k->pos, k->path);
+}
 
 static int fc_sink_put(struct fc_sink *k, const void *p, size_t n)
 {
     if (k->zs == NULL) {
-        FC_TRY(fc_pwrite_full(k->fd, p, n, k->pos, k->path));
+        FC_TRY(fc_sink_emit(k, p, n));
         k->pos += n;
         return FC_OK;
     }
@@ -60,7 +72,7 @@ static int fc_sink_put(struct fc_sink *k, const void *p, size_t n)
         const size_t r = ZSTD_compressStream2(k->zs, &out, &in, ZSTD_e_continue);
         if (ZSTD_isError(r))
             return fc_error_set(FC_ERROR, "%s: zstd: %s", k->path, ZSTD_getErrorName(r));
-        FC_TRY(fc_pwrite_full(k->fd, k->zbuf, out.pos, k->pos, k->path));
+        FC_TRY(fc_sink_emit(k, k->zbuf, out.pos));
         k->pos += out.pos;
     }
     return FC_OK;
@@ -77,7 +89,7 @@ static int fc_sink_end_item(struct fc_sink *k)
         const size_t r = ZSTD_compressStream2(k->zs, &out, &in, ZSTD_e_end);
         if (ZSTD_isError(r))
             return fc_error_set(FC_ERROR, "%s: zstd: %s", k->path, ZSTD_getErrorName(r));
-        FC_TRY(fc_pwrite_full(k->fd, k->zbuf, out.pos, k->pos, k->path));
+        FC_TRY(fc_sink_emit(k, k->zbuf, out.pos));
         k->pos += out.pos;
         if (r == 0)
             return FC_OK;
@@ -150,14 +162,25 @@ static int fc_write_file(struct fc_worker *w, size_t fi)
     const struct fc_exec *ex = w->sh->ex;
     const struct fc_plan_file *f = &ex->plan->files[fi];
     char *path = fc_path_join(ex->dir, f->name);
-    struct fc_sink k = { -1, path, 0, NULL, NULL, 0 };
+    struct fc_sink k = { -1, path, 0, NULL, NULL, 0, NULL, 0, (uint32_t)fi };
+    const int owner = fc_comm_owner(ex->comm, f->rank);
+    int locked = 0;
     int rc = FC_OK;
     if (path == NULL)
         return fc_error_set(FC_ENOMEM, "out of memory");
-    k.fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (k.fd < 0) {
-        rc = fc_error_set(FC_EIO, "%s: cannot create: %s", path, strerror(errno));
-        goto done;
+    if (owner != 0) {
+        /* The worker owning this rank file writes it; one file at a time per worker. */
+        k.comm = ex->comm;
+        k.peer = owner;
+        pthread_mutex_lock(&ex->comm->locks[owner]);
+        locked = 1;
+        FC_TRY_GOTO(fc_comm_open(ex->comm, owner, k.file, path), rc, done);
+    } else {
+        k.fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (k.fd < 0) {
+            rc = fc_error_set(FC_EIO, "%s: cannot create: %s", path, strerror(errno));
+            goto done;
+        }
     }
     if (ex->compress_level > 0) {
         k.zs = ZSTD_createCStream();
@@ -192,11 +215,15 @@ static int fc_write_file(struct fc_worker *w, size_t fi)
         if (w->sh->rc < 0)
             break;
     }
-    if (fsync(k.fd) != 0) {
+    if (k.comm != NULL) {
+        FC_TRY_GOTO(fc_comm_close(k.comm, k.peer, k.file), rc, done);
+    } else if (fsync(k.fd) != 0) {
         rc = fc_error_set(FC_EIO, "%s: fsync failed: %s", path, strerror(errno));
         goto done;
     }
 done:
+    if (locked)
+        pthread_mutex_unlock(&ex->comm->locks[owner]);
     if (k.fd >= 0 && close(k.fd) != 0 && rc == FC_OK)
         rc = fc_error_set(FC_EIO, "%s: close failed: %s", path, strerror(errno));
     ZSTD_freeCStream(k.zs);
@@ -253,6 +280,7 @@ int fc_exec_run(const struct fc_exec *ex)
     for (int i = 0; i < nthreads; i++) {
         ws[i].sh = &sh;
         ws[i].slabs.engine = (fc_engine)ex->engine;
+        ws[i].slabs.device = ex->device;
         fc_buf_init(&ws[i].hdr, (size_t)1 << 30);
         if (pthread_create(&tids[i], NULL, fc_worker_main, &ws[i]) != 0) {
             rc = fc_error_set(FC_ERROR, "cannot start a worker thread");

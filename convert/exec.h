@@ -21,6 +21,8 @@
 #include "plan.h"
 #include "xform.h"
 
+struct fc_comm;
+
 /* Where an item actually landed (differs from the plan only when compressing). */
 struct fc_extent {
     uint64_t offset;
@@ -41,6 +43,8 @@ struct fc_exec {
     int compress_level;           /* > 0: each item is one zstd frame (torch's stream.zstd/1) */
     struct fc_extent *extents;    /* per plan item, filled by fc_exec_run (may be NULL) */
     int engine;                   /* resolved fc_engine: FC_ENGINE_CPU or FC_ENGINE_CUDA */
+    int device;                   /* CUDA device (LOCAL_RANK, default 0) */
+    struct fc_comm *comm;         /* multi-process: files of other ranks go to their owner */
 };
 
 /* Returns FC_OK, FC_EIO (with the file named), FC_ECORRUPT (source), FC_ENOMEM. */

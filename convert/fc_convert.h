@@ -23,6 +23,7 @@ struct fc_inspect_opts {
 };
 
 struct fc_dcp_meta;
+struct fc_comm;
 
 struct fc_inspect_result {
     /* Exactly one of src (full checkpoint) and dcp (DCP directory) is set. */
@@ -83,6 +84,7 @@ struct fc_full_to_dcp_opts {
     const char *optim_select;     /* --optim-select KEY inside it (or inside input) */
     int layout;                   /* enum fc_layout of xform.h: 0 none, 1 torchtitan, 2 app */
     int engine;                   /* enum fc_engine: 0 auto, 1 cpu, 2 cuda */
+    struct fc_comm *comm;         /* multi-process job (rank 0's view), or NULL */
     fc_progress_fn progress;
     void *progress_ctx;
 };
@@ -114,6 +116,42 @@ struct fc_full_to_dcp_result {
  */
 int fc_full_to_dcp(const struct fc_full_to_dcp_opts *opts, struct fc_full_to_dcp_result *res);
 void fc_full_to_dcp_result_release(struct fc_full_to_dcp_result *res);
+
+/* ---- multi-process jobs (convert/comm.h has the protocol) ---- */
+
+/*
+ * fc_comm_fork() - `--nproc P`: fork P - 1 worker processes connected to
+ * this one (rank 0) by socketpairs.  Returns in every process; check
+ * fc_comm_rank().  Returns FC_OK, FC_EIO, FC_ENOMEM.
+ */
+int fc_comm_fork(struct fc_comm **out, int nproc);
+
+/*
+ * fc_comm_env() - join a job started by torchrun/srun-style launchers (RANK,
+ * WORLD_SIZE, MASTER_ADDR, MASTER_PORT) over TCP: rank 0 listens, the others
+ * connect (60 s).  *out is NULL when WORLD_SIZE is unset or 1.  Every rank
+ * must see the output directory at the same path (a shared filesystem).
+ * Returns FC_OK, FC_EINVAL (bad variables), FC_EIO.
+ */
+int fc_comm_env(struct fc_comm **out);
+
+int fc_comm_rank(const struct fc_comm *c);
+int fc_comm_size(const struct fc_comm *c);
+
+/*
+ * fc_comm_serve() - a worker's whole life: write the files rank 0 sends until
+ * the job ends.  FC_OK when the job succeeded everywhere, else an error.
+ */
+int fc_comm_serve(struct fc_comm *c);
+
+/* fc_comm_done() - rank 0 tells every worker the outcome (they exit 0 or 1). */
+void fc_comm_done(struct fc_comm *c, int ok);
+
+/*
+ * fc_comm_free() - close the connections; a forked rank 0 also waits for its
+ * workers and returns FC_ERROR when one of them failed.  Accepts NULL.
+ */
+int fc_comm_free(struct fc_comm *c);
 
 /* ---- dcp-to-full ---- */
 

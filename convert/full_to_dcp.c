@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "comm.h"
 #include "exec.h"
 #include "fc_kernels.h"
 #include "fc_alloc.h"
@@ -33,6 +34,15 @@ void fc_full_to_dcp_result_release(struct fc_full_to_dcp_result *res)
         fc_free(res->notes[i]);
     fc_free(res->notes);
     memset(res, 0, sizeof(*res));
+}
+
+/* The GPU of this process: LOCAL_RANK as torchrun sets it, else 0. */
+static int fc_local_rank(void)
+{
+    const char *s = getenv("LOCAL_RANK");
+    char *end = NULL;
+    const long v = s != NULL ? strtol(s, &end, 10) : 0;
+    return s != NULL && *end == '\0' && v >= 0 && v < 1024 ? (int)v : 0;
 }
 
 static int fc_blob_size(void *ctx, fc_dtype dtype, const int64_t *sizes, int ndim,
@@ -428,8 +438,13 @@ int fc_full_to_dcp(const struct fc_full_to_dcp_opts *o, struct fc_full_to_dcp_re
         .compress_level = level,
         .extents = j.extents,
         .engine = engine,
+        .device = fc_local_rank(),
+        .comm = o->comm,
     };
     FC_TRY_GOTO(fc_exec_run(&ex), rc, done);
+    /* Every worker has fsynced its files before .metadata makes the checkpoint exist. */
+    if (o->comm != NULL)
+        FC_TRY_GOTO(fc_comm_finish(o->comm), rc, done);
     FC_TRY_GOTO(fc_commit(o, &j, exists), rc, done);
     res->bytes_written = j.plan->total_bytes;
     if (j.extents != NULL) {

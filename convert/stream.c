@@ -11,6 +11,7 @@
 void fc_slabs_release(struct fc_slabs *s)
 {
     const fc_engine engine = s->engine;
+    const int device = s->device;
     fc_free(s->in);
     fc_free(s->mid);
     fc_free(s->out);
@@ -21,6 +22,7 @@ void fc_slabs_release(struct fc_slabs *s)
         fc_cuda_stream_free(s->stream);
     memset(s, 0, sizeof(*s));
     s->engine = engine;
+    s->device = device;
 }
 
 static int fc_slab_reserve(unsigned char **p, size_t *cap, size_t need)
@@ -53,8 +55,11 @@ static int fc_slab_ops_cuda(struct fc_slabs *slabs, const struct fc_xspec *spec,
 {
     const size_t in_esz = fc_dtype_size(e->t.dtype), out_esz = fc_dtype_size(spec->dtype);
     const size_t in_bytes = (size_t)nelem * in_esz, out_bytes = (size_t)nelem * out_esz;
-    if (slabs->stream == NULL)
+    if (slabs->stream == NULL) {
+        /* The current device is per thread: set it before the first CUDA call here. */
+        FC_TRY(fc_cuda_set_device(slabs->device));
         FC_TRY(fc_cuda_stream_new(&slabs->stream));
+    }
     FC_TRY(fc_dev_reserve(&slabs->d_in, in_bytes));
     FC_TRY(fc_dev_buf_upload(&slabs->d_in, 0, slabs->in, in_bytes, slabs->stream));
     struct fc_dev_buf *cur = &slabs->d_in;
