@@ -1780,7 +1780,7 @@ static int fc_op_string(struct fc_vm *vm, enum fc_pv_kind kind, size_t lenbytes,
 static int fc_vm_collect(struct fc_vm *vm, size_t start, enum fc_pv_kind kind)
 {
     const size_t n = vm->sp - start;
-    struct fc_pv *v = fc_vm_seq_from(vm, kind, vm->stack + start, n);
+    struct fc_pv *v = fc_vm_seq_from(vm, kind, n > 0 ? vm->stack + start : NULL, n);
     if (v == NULL)
         return FC_ENOMEM;
     vm->sp = start;
@@ -2220,10 +2220,26 @@ static int fc_vm_finish(struct fc_vm *vm, struct fc_pv *root)
         }
         struct fc_pv *c = fc_pv_child(f->v, f->next);
         if (c == NULL) {
-            if (f->v->kind == FC_PV_DICT) {
+            if (f->v->kind == FC_PV_DICT && f->v->u.dict.n > 1) {
                 rc = fc_dict_merge_keys(vm, f->v);
                 if (rc < 0)
                     goto done;
+                /* merged-away keys and values no longer count */
+                f->h = 1;
+                for (size_t i = 0;; i++) {
+                    const struct fc_pv *k = fc_pv_child(f->v, i);
+                    if (k == NULL)
+                        break;
+                    if (f->h < k->height + 1)
+                        f->h = k->height + 1;
+                }
+            }
+            if (f->h > FC_PICKLE_MAX_NESTING) {
+                /* a long path through shared subtrees the DFS did not enter again */
+                vm->op_off = f->v->offset;
+                rc = fc_vm_err(vm, FC_EFORMAT, "containers nested deeper than %d levels",
+                               FC_PICKLE_MAX_NESTING);
+                goto done;
             }
             f->v->height = f->h;
             if (depth == 0)
@@ -2866,8 +2882,17 @@ int fc_pw_global(struct fc_buf *b, const char *module, const char *name)
     if (module[0] == '\0' || name[0] == '\0' || strchr(module, '\n') != NULL ||
         strchr(name, '\n') != NULL)
         return fc_error_set(FC_EINVAL, "pickle writer: invalid global name");
-    /* Python's fix_imports for protocol < 3. */
-    if (strcmp(module, "builtins") == 0)
+    /*
+     * Python's fix_imports for protocol < 3, except for the names the reader
+     * would map to something else (__builtin__.long is builtins.int).
+     */
+    static const char *const py2_names[] = {"xrange",  "reduce", "intern",    "unichr",
+                                            "unicode", "long",   "basestring"};
+    int py2_name = 0;
+    for (size_t i = 0; i < FC_COUNT(py2_names); i++)
+        if (strcmp(name, py2_names[i]) == 0)
+            py2_name = 1;
+    if (strcmp(module, "builtins") == 0 && !py2_name)
         module = "__builtin__";
     else if (strcmp(module, "copyreg") == 0)
         module = "copy_reg";

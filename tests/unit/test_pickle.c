@@ -1210,6 +1210,43 @@ static void test_pickle_enforces_mark_and_nesting_limits(void **state)
     }
 }
 
+static void test_pickle_bounds_depth_through_shared_subtrees(void **state)
+{
+    (void)state;
+    /* t0 = (0,); t(i+1) = (t(i), t(i)) through the memo: 600 levels of shared tuples, then
+       a list nesting 600 deep whose innermost item is t600: a path of 1201 nodes. */
+    struct fc_buf b = FC_BUF_INIT(1 << 20);
+    assert_fc_ok(fc_buf_append(&b, "\x80\x02K\x00\x85r\x00\x00\x00\x00", 10));
+    for (uint32_t i = 0; i < 600; i++) {
+        unsigned char g[12] = { 'j', 0, 0, 0, 0, 'j', 0, 0, 0, 0, 0x86, 'r' };
+        memcpy(g + 1, &i, 4);
+        memcpy(g + 6, &i, 4);
+        const uint32_t next = i + 1;
+        assert_fc_ok(fc_buf_append(&b, g, sizeof(g)));
+        assert_fc_ok(fc_buf_append(&b, &next, 4));
+        assert_fc_ok(fc_buf_putc(&b, '0'));
+    }
+    /* (t600, [[...[t600]...]]): the DFS enters t600 first, by the short path */
+    const uint32_t last = 600;
+    assert_fc_ok(fc_buf_putc(&b, 'j'));
+    assert_fc_ok(fc_buf_append(&b, &last, 4));
+    for (int i = 0; i < 600; i++)
+        assert_fc_ok(fc_buf_putc(&b, ']'));
+    assert_fc_ok(fc_buf_putc(&b, 'j'));
+    assert_fc_ok(fc_buf_append(&b, &last, 4));
+    for (int i = 0; i < 600; i++)
+        assert_fc_ok(fc_buf_putc(&b, 'a'));
+    assert_fc_ok(fc_buf_append(&b, "\x86.", 2));
+    load_fails((const char *)b.data, b.len, SY, FC_EFORMAT, "nested deeper than 1000 levels");
+    fc_buf_release(&b);
+    /* a merged dict key does not count towards the height: {'a': [[1]], 'a': 2} */
+    static const char merged[] = "\x80\x02}(X\x01\x00\x00\x00" "a]]K\x01" "aaX\x01\x00\x00\x00" "aK\x02u.";
+    struct fc_pickle *p = load_ok((const unsigned char *)merged, sizeof(merged) - 1, WO);
+    assert_string_equal(repr_of(fc_pickle_root(p)), "{'a': 2}");
+    assert_int_equal(fc_pickle_root(p)->height, 2);
+    fc_pickle_free(p);
+}
+
 static void test_pickle_limits_the_memo(void **state)
 {
     (void)state;
@@ -1528,6 +1565,7 @@ int main(void)
         cmocka_unit_test(test_pickle_rejects_opcodes_outside_the_profile),
         cmocka_unit_test(test_pickle_rejects_malformed_streams),
         cmocka_unit_test(test_pickle_enforces_mark_and_nesting_limits),
+        cmocka_unit_test(test_pickle_bounds_depth_through_shared_subtrees),
         cmocka_unit_test(test_pickle_limits_the_memo),
         cmocka_unit_test(test_pickle_refuses_unconvertible_tensors),
         cmocka_unit_test(test_pickle_checks_tensor_view_arguments),
