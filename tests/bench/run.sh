@@ -4,7 +4,8 @@
 # env:   BENCH_GB    model size in GiB (default 2; fractions allowed, < 0.75 uses H=1024)
 #        BENCH_DIR   scratch directory (default: mktemp -d under /tmp, removed at the end;
 #                    a given BENCH_DIR is kept, and its model is reused when BENCH_GB matches)
-#        BENCH_REPS  runs per conversion case, best reported (default 2)
+#        BENCH_REPS  interleaved rounds of the conversion cases, best reported (default 3)
+#        BENCH_LOAD_REPS  interleaved rounds of the 4-rank load cases (default 2)
 #        BENCH_INSPECT_REPS  runs per inspect case (default 3)
 # Needs about 6 x BENCH_GB GiB free in BENCH_DIR and 3 x BENCH_GB GiB of RAM. Drops the page
 # cache before every measured run when it can (root); otherwise measures warm (see measure.py).
