@@ -9,8 +9,15 @@
  *                           (opcodes and global allowlist, input-formats.md
  *                           A.4/A.8).  The torch rebuild helpers are interpreted
  *                           here into FC_PV_TENSOR nodes; OrderedDict(), set(),
- *                           _codecs.encode(), torch.Size() into plain values.
- *                           Anything else: FC_EFORMAT naming the opcode or
+ *                           _codecs.encode(), torch.Size() into plain values
+ *                           (Counter(d) into a plain dict); torch.device(...)
+ *                           is checked ((str[, int])) and kept as a CALL so it
+ *                           re-pickles as a device.  Other allowlisted callables
+ *                           (complex, _get_layout) stay CALL/OBJECT nodes.
+ *                           Allowlisted tensor kinds we cannot convert
+ *                           (quantized, sparse, nested, meta, wrapper
+ *                           subclasses, conj/neg views, bare storages) and
+ *                           anything else: FC_EFORMAT naming the opcode or
  *                           global and its byte offset.
  *   FC_PICKLE_SYMBOLIC      the wider opcode set of a DCP .metadata file
  *                           (protocols 2-5, FRAME, STACK_GLOBAL, MEMOIZE, ...;
@@ -21,7 +28,10 @@
  *
  * Ownership: every node of a tree lives in the struct fc_pickle arena that
  * produced it; nodes may be shared (the memo stores references), so the tree
- * is a DAG.  Free everything at once with fc_pickle_free().
+ * is a DAG.  Free everything at once with fc_pickle_free().  The arena
+ * allocates each node with only the union member its kind uses, so never copy
+ * a whole struct fc_pv (copy the fields you need).  Strings (STR) are valid
+ * UTF-8, except that lone surrogates pass as in Python's surrogatepass.
  *
  * Both profiles also turn the stdlib value constructors into plain values:
  * collections.OrderedDict() -> DICT (ordered), builtins.set/frozenset(list) ->
@@ -191,7 +201,7 @@ int fc_pw_str(struct fc_buf *b, const char *s, size_t len); /* BINUNICODE; UTF-8
 int fc_pw_long_bytes(struct fc_buf *b, const unsigned char *le, size_t n);
 /* _codecs.encode(<bytes decoded as latin1>, 'latin1') REDUCE, as Python writes bytes */
 int fc_pw_bytes(struct fc_buf *b, const void *p, size_t len);
-/* GLOBAL "c module\nname\n"; FC_EINVAL if a name is empty or holds '\n' or NUL */
+/* GLOBAL "c module\nname\n"; FC_EINVAL if a name is empty or holds '\n' */
 int fc_pw_global(struct fc_buf *b, const char *module, const char *name);
 int fc_pw_empty_tuple(struct fc_buf *b);
 int fc_pw_tuple(struct fc_buf *b);          /* MARK ... TUPLE */
@@ -215,8 +225,12 @@ int fc_pw_binpersid(struct fc_buf *b);
  * not handled here (FC_EINVAL).  Lists and dicts go out in batches of at most
  * 1000 items (APPEND/SETITEM for a single one), tuples of 1-3 items as
  * TUPLE1-3, sets as builtins.set(list), an OrderedDict as OrderedDict() +
- * SETITEMS + (state BUILD).  Writes only the value: callers add fc_pw_proto()
- * and fc_pw_stop().  The same tree always gives the same bytes.  Returns
+ * SETITEMS + (state BUILD), b'' as _codecs.encode('', 'latin1') (Python
+ * writes builtins.bytes(), which torch's weights-only unpickler refuses).
+ * Without a memo, shared subtrees are written once per reference, so the
+ * output of a loaded DAG can be much larger than its input: give b a cap.
+ * Writes only the value: callers add fc_pw_proto() and fc_pw_stop().  The
+ * same tree always gives the same bytes.  Returns
  * FC_OK, FC_ENOMEM, or FC_EINVAL (a tensor, a string over 4 GiB, a global
  * name with a newline, nesting deeper than FC_PICKLE_MAX_NESTING).
  */
