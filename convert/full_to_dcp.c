@@ -73,8 +73,11 @@ static int fc_remove_stale_partials(const char *out)
     int rc = FC_OK;
     DIR *d = opendir(dir);
     if (d == NULL) {
+        /* dir points into copy: report before freeing it. */
+        rc = fc_error_set(FC_EIO, "%s: cannot open the output's directory: %s", dir,
+                          strerror(errno));
         fc_free(copy);
-        return fc_error_set(FC_EIO, "%s: cannot open directory: %s", dir, strerror(errno));
+        return rc;
     }
     const struct dirent *de;
     while ((de = readdir(d)) != NULL) {

@@ -645,7 +645,10 @@ int fc_xform_apply(const struct fc_source *src, const struct fc_xform_rules *r,
         for (size_t i = 0; i < out->n; i++) {
             struct fc_xspec *s = &out->specs[i];
             const struct fc_dtype_info *info = fc_dtype_info(s->dtype);
-            if (s->kind == FC_ENTRY_TENSOR && info != NULL && info->is_floating)
+            /* Optimizer step counters stay exact: bf16 cannot count past 256. */
+            const char *last = strrchr(s->key, '.');
+            const int is_step = s->ndim == 0 && strcmp(last != NULL ? last + 1 : s->key, "step") == 0;
+            if (s->kind == FC_ENTRY_TENSOR && info != NULL && info->is_floating && !is_step)
                 s->dtype = r->dtype;
         }
     }
