@@ -284,10 +284,9 @@ struct fc_vm {
     size_t *marks;
     size_t nmarks;
     size_t marks_alloc;
-    uint32_t *memo_keys;
-    struct fc_pv **memo_vals; /* NULL: empty slot */
-    size_t memo_cap;          /* power of two, or 0 */
-    size_t memo_n;
+    struct fc_pv **memo; /* indexed by memo key; NULL: not set */
+    size_t memo_alloc;
+    size_t memo_n; /* entries set (MEMOIZE's next key, as len(memo) in Python) */
     struct fc_pv *root;
 };
 
@@ -558,64 +557,41 @@ static int fc_vm_pop_mark(struct fc_vm *vm, size_t *start)
     return FC_OK;
 }
 
-static size_t fc_memo_slot(const struct fc_vm *vm, uint32_t key)
+/*
+ * The memo is an array indexed by the memo key.  Python numbers memo entries
+ * 0, 1, 2, ... (len(memo)), so keys beyond the entry limit can only come from
+ * a hostile or foreign writer; refusing them keeps put/get O(1) with no hash
+ * to attack.
+ */
+static int fc_vm_memo_put(struct fc_vm *vm, uint64_t key, struct fc_pv *v)
 {
-    size_t i = (size_t)((key * 2654435761u) & (vm->memo_cap - 1));
-    while (vm->memo_vals[i] != NULL && vm->memo_keys[i] != key)
-        i = (i + 1) & (vm->memo_cap - 1);
-    return i;
-}
-
-static int fc_vm_memo_put(struct fc_vm *vm, uint64_t key64, struct fc_pv *v)
-{
-    if (key64 > UINT32_MAX)
-        return fc_vm_err(vm, FC_ECORRUPT, "memo index %" PRIu64 " out of range", key64);
-    const uint32_t key = (uint32_t)key64;
-    if (vm->memo_cap == 0 || (vm->memo_n + 1) * 2 > vm->memo_cap) {
-        const size_t ncap = vm->memo_cap == 0 ? 256 : vm->memo_cap * 2;
-        uint32_t *keys = fc_calloc(ncap, sizeof(*keys));
-        struct fc_pv **vals = fc_calloc(ncap, sizeof(*vals));
-        if (keys == NULL || vals == NULL) {
-            fc_free(keys);
-            fc_free(vals);
+    if (key >= FC_PICKLE_MAX_MEMO)
+        return fc_vm_err(vm, FC_ECORRUPT, "memo index %" PRIu64 " out of range (limit %zu)", key,
+                         (size_t)FC_PICKLE_MAX_MEMO);
+    if (key >= vm->memo_alloc) {
+        size_t na = vm->memo_alloc < 256 ? 256 : vm->memo_alloc;
+        while (na <= key)
+            na *= 2;
+        if (na > FC_PICKLE_MAX_MEMO)
+            na = FC_PICKLE_MAX_MEMO;
+        struct fc_pv **m = fc_reallocarray(vm->memo, na, sizeof(*m));
+        if (m == NULL)
             return fc_vm_err(vm, FC_ENOMEM, "out of memory growing the memo");
-        }
-        uint32_t *okeys = vm->memo_keys;
-        struct fc_pv **ovals = vm->memo_vals;
-        const size_t ocap = vm->memo_cap;
-        vm->memo_keys = keys;
-        vm->memo_vals = vals;
-        vm->memo_cap = ncap;
-        for (size_t i = 0; i < ocap; i++) {
-            if (ovals[i] != NULL) {
-                const size_t s = fc_memo_slot(vm, okeys[i]);
-                keys[s] = okeys[i];
-                vals[s] = ovals[i];
-            }
-        }
-        fc_free(okeys);
-        fc_free(ovals);
+        memset(m + vm->memo_alloc, 0, (na - vm->memo_alloc) * sizeof(*m));
+        vm->memo = m;
+        vm->memo_alloc = na;
     }
-    const size_t s = fc_memo_slot(vm, key);
-    if (vm->memo_vals[s] == NULL) {
-        if (vm->memo_n >= FC_PICKLE_MAX_MEMO)
-            return fc_vm_err(vm, FC_ECORRUPT, "more than %zu memo entries",
-                             (size_t)FC_PICKLE_MAX_MEMO);
+    if (vm->memo[key] == NULL)
         vm->memo_n++;
-        vm->memo_keys[s] = key;
-    }
-    vm->memo_vals[s] = v;
+    vm->memo[key] = v;
     return FC_OK;
 }
 
 static int fc_vm_memo_get(struct fc_vm *vm, uint64_t key, struct fc_pv **out)
 {
-    if (key <= UINT32_MAX && vm->memo_cap > 0) {
-        const size_t s = fc_memo_slot(vm, (uint32_t)key);
-        if (vm->memo_vals[s] != NULL) {
-            *out = vm->memo_vals[s];
-            return FC_OK;
-        }
+    if (key < vm->memo_alloc && vm->memo[key] != NULL) {
+        *out = vm->memo[key];
+        return FC_OK;
     }
     return fc_vm_err(vm, FC_ECORRUPT, "memo index %" PRIu64 " is not set", key);
 }
@@ -1008,7 +984,15 @@ static enum fc_sym fc_sym_symbolic(const struct fc_pv *g)
 /* Join module.name into buf (truncated names cannot be allowlisted). */
 static void fc_global_full(const struct fc_pv *g, char *buf, size_t cap)
 {
-    snprintf(buf, cap, "%s.%s", g->u.global.module, g->u.global.name);
+    /* snprintf "%s.%s", without its cost on every REDUCE */
+    const size_t ml = strlen(g->u.global.module), nl = strlen(g->u.global.name);
+    size_t k = ml < cap - 1 ? ml : cap - 1;
+    memcpy(buf, g->u.global.module, k);
+    if (k < cap - 1)
+        buf[k++] = '.';
+    const size_t nk = nl < cap - 1 - k ? nl : cap - 1 - k;
+    memcpy(buf + k, g->u.global.name, nk);
+    buf[k + nk] = '\0';
 }
 
 static enum fc_sym fc_sym_of(const struct fc_pv *g, const struct fc_sym_entry **entry)
@@ -2281,8 +2265,7 @@ static void fc_vm_release(struct fc_vm *vm)
 {
     fc_free(vm->stack);
     fc_free(vm->marks);
-    fc_free(vm->memo_keys);
-    fc_free(vm->memo_vals);
+    fc_free(vm->memo);
 }
 
 int fc_pickle_load(struct fc_pickle **out, const unsigned char *data, size_t len,

@@ -1130,6 +1130,8 @@ static void test_pickle_rejects_malformed_streams(void **state)
     FAILS("\x80\x02h\x05.", WO, FC_ECORRUPT, "offset 2: memo index 5 is not set");
     FAILS("\x80\x02j\x00\x00\x00\x80.", WO, FC_ECORRUPT, "memo index 2147483648 is not set");
     FAILS("\x80\x02q\x00.", WO, FC_ECORRUPT, "stack underflow: BINPUT needs 1 item, 0 there");
+    FAILS("\x80\x02Nr\xff\xff\xff\xff.", WO, FC_ECORRUPT,
+          "memo index 4294967295 out of range (limit 1048576)");
     FAILS("\x80\x02]a.", WO, FC_ECORRUPT, "stack underflow: APPEND needs 2 items, 1 there");
     FAILS("\x80\x02K\x01(K\x02\x86.", WO, FC_ECORRUPT, "TUPLE2 needs 2 items, 1 there");
     FAILS("\x80\x02K\x01(s.", WO, FC_ECORRUPT, "SETITEM needs 3 items, 0 there");
@@ -1265,7 +1267,8 @@ static void test_pickle_limits_the_memo(void **state)
         d[k++] = (unsigned char)(i >> 24);
     }
     d[k++] = '.';
-    load_fails((const char *)d, k, WO, FC_ECORRUPT, "more than 1048576 memo entries");
+    load_fails((const char *)d, k, WO, FC_ECORRUPT,
+               "offset 5242883: memo index 1048576 out of range (limit 1048576)");
     /* re-putting an index does not count twice */
     memset(d + k - 5, 0, 4);
     struct fc_pickle *p = load_ok(d, k, WO);
