@@ -208,10 +208,10 @@ test: deps venv
 test-unit: $(UNIT_BIN)
 	@sh tests/run_unit.sh $(UNIT_BIN)
 
-test-cli: fsdpconv
+test-cli: $(BIN)
 	@sh tests/cli/run.sh "$(CURDIR)/$(BIN)"
 
-test-interop: fsdpconv
+test-interop: $(BIN)
 	@sh tests/interop/run.sh "$(CURDIR)/$(BIN)" "$(PYTHON)"
 
 test-gpu: $(GPU_BIN)
@@ -235,7 +235,7 @@ ubsan:
 valgrind: $(UNIT_BIN)
 	@for t in $(UNIT_BIN); do valgrind -q --error-exitcode=9 --leak-check=full $$t || exit 1; done
 
-bench: fsdpconv
+bench: $(BIN)
 	@sh tests/bench/run.sh "$(CURDIR)/$(BIN)" "$(PYTHON)"
 
 fixtures: venv
