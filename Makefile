@@ -93,20 +93,22 @@ LDFLAGS += -fsanitize=$(SANITIZE)
 endif
 
 LIB_SRC := $(sort $(wildcard lib/*.c))
-CONVERT_SRC := $(sort $(filter-out convert/comm_nccl.c,$(wildcard convert/*.c)))
+CONVERT_SRC := $(sort $(filter-out convert/comm_nccl.c convert/comm_nccl_stub.c,$(wildcard convert/*.c)))
 KERNEL_SRC := $(sort $(filter-out kernels/cuda_stub.c,$(wildcard kernels/*.c)))
 CUDA_SRC :=
 ifeq ($(CUDA),1)
-FC_CPPFLAGS += -DFC_HAVE_CUDA -I$(CUDA_HOME)/include
+FC_CPPFLAGS += -DFC_HAVE_CUDA -isystem $(CUDA_HOME)/include
 CUDA_SRC := $(sort $(wildcard kernels/*.cu))
 FC_LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart -lstdc++
 else
 KERNEL_SRC += $(wildcard kernels/cuda_stub.c)
 endif
 ifeq ($(NCCL),1)
-FC_CPPFLAGS += -DFC_HAVE_NCCL -I$(NCCL_HOME)/include
+FC_CPPFLAGS += -DFC_HAVE_NCCL -isystem $(NCCL_HOME)/include
 CONVERT_SRC += $(wildcard convert/comm_nccl.c)
 FC_LDLIBS += -L$(NCCL_HOME)/lib64 -L$(NCCL_HOME)/lib -lnccl
+else
+CONVERT_SRC += $(wildcard convert/comm_nccl_stub.c)
 endif
 CMD_SRC := $(sort $(wildcard cmd/*.c))
 

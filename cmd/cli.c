@@ -79,7 +79,7 @@ void fc_cli_progress_draw(void *ctx, uint64_t done, uint64_t total)
 }
 
 
-int fc_cli_mp_start(long nproc, struct fc_comm **comm, int *worker_exit)
+int fc_cli_mp_start(long nproc, int engine, struct fc_comm **comm, int *worker_exit)
 {
     int rc;
     *comm = NULL;
@@ -88,8 +88,21 @@ int fc_cli_mp_start(long nproc, struct fc_comm **comm, int *worker_exit)
         rc = fc_comm_fork(comm, (int)nproc);
     else
         rc = fc_comm_env(comm);
-    if (rc < 0)
+    if (rc == FC_OK)
+        rc = fc_comm_start_nccl(*comm, engine);
+    if (rc < 0) {
+        if (*comm != NULL && fc_comm_rank(*comm) != 0) {
+            fprintf(stderr, "fsdpconv: rank %d: %s\n", fc_comm_rank(*comm), fc_error_last());
+            fc_comm_free(*comm);
+            *comm = NULL;
+            *worker_exit = FC_EXIT_FAILURE;
+            return FC_EXIT_OK;
+        }
+        fc_comm_done(*comm, 0);
+        fc_comm_free(*comm);
+        *comm = NULL;
         return fc_cli_report(rc);
+    }
     if (*comm != NULL && fc_comm_rank(*comm) != 0) {
         /* A worker: write what rank 0 sends, then leave with the job's outcome. */
         rc = fc_comm_serve(*comm);

@@ -43,7 +43,7 @@ void fc_cli_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * the outcome, reaps forked ones and returns the final status.
  */
 struct fc_comm;
-int fc_cli_mp_start(long nproc, struct fc_comm **comm, int *worker_exit);
+int fc_cli_mp_start(long nproc, int engine, struct fc_comm **comm, int *worker_exit);
 int fc_cli_mp_end(struct fc_comm *comm, int status);
 
 /* Progress bar on stderr (bytes, rate, ETA); start must be set with CLOCK_MONOTONIC. */

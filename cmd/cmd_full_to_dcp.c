@@ -257,7 +257,7 @@ int cmd_full_to_dcp(int argc, char **argv)
     struct fc_comm *comm = NULL;
     int worker_exit = -1;
     if (!o.dry_run) {
-        status = fc_cli_mp_start(nproc, &comm, &worker_exit);
+        status = fc_cli_mp_start(nproc, o.engine, &comm, &worker_exit);
         if (status != FC_EXIT_OK || worker_exit >= 0) {
             fc_free(rules);
             return worker_exit >= 0 ? worker_exit : status;

@@ -168,7 +168,7 @@ int cmd_reshard(int argc, char **argv)
     struct fc_comm *comm = NULL;
     int worker_exit = -1;
     if (!o.dry_run) {
-        const int status = fc_cli_mp_start(nproc, &comm, &worker_exit);
+        const int status = fc_cli_mp_start(nproc, o.engine, &comm, &worker_exit);
         if (status != FC_EXIT_OK || worker_exit >= 0)
             return worker_exit >= 0 ? worker_exit : status;
     }

@@ -34,6 +34,7 @@ struct fc_comm {
     pthread_mutex_t *locks; /* rank 0: one per peer, held for a whole file */
     int forked;             /* fc_comm_fork(): rank 0 reaps its children */
     int *pids;
+    void *nccl;             /* the NCCL data path when in use (comm_nccl.c), else NULL */
 };
 
 
@@ -55,6 +56,21 @@ int fc_comm_close(struct fc_comm *c, int peer, uint32_t file);
 
 /* END to every worker and wait for every ack (all files durable). */
 int fc_comm_finish(struct fc_comm *c);
+
+/* Raw bytes over the socket to/from a peer (bootstrap of the NCCL data path). */
+int fc_comm_send_raw(struct fc_comm *c, int peer, const void *p, size_t n);
+int fc_comm_recv_raw(struct fc_comm *c, int peer, void *p, size_t n);
+
+/*
+ * The NCCL data path (comm_nccl.c with NCCL=1, comm_nccl_stub.c otherwise):
+ * WRITE payloads go GPU to GPU, control stays on the sockets.
+ * fc_comm_nccl_init() is collective: every rank calls it on its device.
+ */
+int fc_comm_nccl_available(void);
+int fc_comm_nccl_init(struct fc_comm *c, int device);
+void fc_comm_nccl_free(struct fc_comm *c);
+int fc_comm_nccl_send(struct fc_comm *c, int peer, const void *p, size_t n);
+int fc_comm_nccl_recv(struct fc_comm *c, size_t n, const void **out);
 
 
 

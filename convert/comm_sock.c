@@ -25,8 +25,9 @@
 #include "fc_endian.h"
 #include "fc_error.h"
 #include "fc_io.h"
+#include "fc_kernels.h"
 
-enum { MSG_OPEN = 1, MSG_WRITE, MSG_CLOSE, MSG_END, MSG_DONE, MSG_ACK };
+enum { MSG_OPEN = 1, MSG_WRITE, MSG_CLOSE, MSG_END, MSG_DONE, MSG_ACK, MSG_WRITE_NCCL };
 
 #define FC_COMM_HDR 21 /* u8 type, u32 file, u64 offset, u64 length */
 #define FC_COMM_MAX_PATH 4096
@@ -143,6 +144,7 @@ int fc_comm_free(struct fc_comm *c)
     int rc = FC_OK;
     if (c == NULL)
         return FC_OK;
+    fc_comm_nccl_free(c);
     for (int i = 0; i < c->size; i++) {
         if (c->fds[i] >= 0)
             close(c->fds[i]);
@@ -333,7 +335,26 @@ int fc_comm_open(struct fc_comm *c, int peer, uint32_t file, const char *path)
 int fc_comm_write(struct fc_comm *c, int peer, uint32_t file, uint64_t offset, const void *p,
                   size_t n)
 {
-    return fc_send_msg(c->fds[peer], MSG_WRITE, file, offset, p, n);
+    if (c->nccl == NULL)
+        return fc_send_msg(c->fds[peer], MSG_WRITE, file, offset, p, n);
+    /* Header on the socket (it carries the length), payload over NCCL. */
+    unsigned char h[FC_COMM_HDR];
+    h[0] = MSG_WRITE_NCCL;
+    fc_write_le32(h + 1, file);
+    fc_write_le64(h + 5, offset);
+    fc_write_le64(h + 13, n);
+    FC_TRY(fc_send_all(c->fds[peer], h, sizeof(h)));
+    return fc_comm_nccl_send(c, peer, p, n);
+}
+
+int fc_comm_send_raw(struct fc_comm *c, int peer, const void *p, size_t n)
+{
+    return fc_send_all(c->fds[peer], p, n);
+}
+
+int fc_comm_recv_raw(struct fc_comm *c, int peer, void *p, size_t n)
+{
+    return fc_recv_all(c->fds[peer], p, n);
 }
 
 int fc_comm_close(struct fc_comm *c, int peer, uint32_t file)
@@ -353,6 +374,8 @@ int fc_comm_finish(struct fc_comm *c)
 
 void fc_comm_done(struct fc_comm *c, int ok)
 {
+    if (c == NULL)
+        return;
     for (int p = 1; p < c->size; p++)
         if (c->fds[p] >= 0)
             (void)fc_send_msg(c->fds[p], MSG_DONE, 0, ok ? 0 : 1, NULL, 0);
@@ -385,7 +408,7 @@ int fc_comm_serve(struct fc_comm *c)
             rc = fc_error_set(FC_EIO, "rank %d: oversized message from rank 0", c->rank);
             goto done;
         }
-        if (n > cap) {
+        if (n > cap && type != MSG_WRITE_NCCL) {
             unsigned char *b = fc_reallocarray(buf, (size_t)n, 1);
             if (b == NULL) {
                 rc = fc_error_set(FC_ENOMEM, "rank %d: out of memory", c->rank);
@@ -394,8 +417,15 @@ int fc_comm_serve(struct fc_comm *c)
             buf = b;
             cap = (size_t)n;
         }
-        if (n > 0)
+        const unsigned char *payload = buf;
+        if (type == MSG_WRITE_NCCL) {
+            const void *dp;
+            FC_TRY_GOTO(fc_comm_nccl_recv(c, (size_t)n, &dp), rc, done);
+            payload = dp;
+            type = MSG_WRITE;
+        } else if (n > 0) {
             FC_TRY_GOTO(fc_recv_all(fd, buf, (size_t)n), rc, done);
+        }
         struct fc_open_file *of = NULL;
         for (size_t i = 0; i < nfiles; i++)
             if (files[i].id == file && files[i].fd >= 0)
@@ -430,7 +460,7 @@ int fc_comm_serve(struct fc_comm *c)
                 step = fc_error_set(FC_EIO, "rank %d: WRITE to a file that is not open",
                                     c->rank);
             else if (failed == FC_OK)
-                step = fc_pwrite_full(of->fd, buf, (size_t)n, off, of->path);
+                step = fc_pwrite_full(of->fd, payload, (size_t)n, off, of->path);
             break;
         case MSG_CLOSE:
             if (of != NULL) {
@@ -488,4 +518,19 @@ int fc_comm_rank(const struct fc_comm *c)
 int fc_comm_size(const struct fc_comm *c)
 {
     return c == NULL ? 1 : c->size;
+}
+
+int fc_comm_start_nccl(struct fc_comm *c, int engine)
+{
+    int ndev = 0;
+    /* Every rank takes the same decision from the same command line and build. */
+    if (c == NULL || c->size <= 1 || engine == FC_ENGINE_CPU || !fc_comm_nccl_available() ||
+        fc_cuda_device_count(&ndev) < 0 || ndev <= 0)
+        return FC_OK;
+    const char *lr = getenv("LOCAL_RANK");
+    char *end = NULL;
+    long device = lr != NULL ? strtol(lr, &end, 10) : c->rank % ndev;
+    if (lr != NULL && (*end != '\0' || device < 0))
+        device = c->rank % ndev;
+    return fc_comm_nccl_init(c, (int)(device % ndev));
 }

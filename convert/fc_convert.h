@@ -135,6 +135,15 @@ int fc_comm_fork(struct fc_comm **out, int nproc);
  */
 int fc_comm_env(struct fc_comm **out);
 
+/*
+ * fc_comm_start_nccl() - collective, after fc_comm_fork/env: move the data
+ * path to NCCL (GPU to GPU; LOCAL_RANK or rank mod devices picks the GPU)
+ * when NCCL was built in, a GPU is visible and engine is not cpu (enum
+ * fc_engine: 0 auto, 1 cpu, 2 cuda).  Otherwise a no-op: the sockets carry
+ * everything.  Returns FC_OK, FC_ECUDA, FC_ENCCL.
+ */
+int fc_comm_start_nccl(struct fc_comm *c, int engine);
+
 int fc_comm_rank(const struct fc_comm *c);
 int fc_comm_size(const struct fc_comm *c);
 

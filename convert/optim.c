@@ -246,7 +246,7 @@ int fc_xform_add_optimizer(struct fc_xform_result *xr, const struct fc_xform_rul
                 int_keyed = 1;
                 if (id->u.i < 0 || (size_t)id->u.i >= nparams) {
                     rc = fc_error_set(FC_EINVAL, "%s: parameter id %lld but the model has %zu "
-                                      "parameters (mark buffers with --replicate)", osrc->path,
+                                      "candidate tensors", osrc->path,
                                       (long long)id->u.i, nparams);
                     goto done;
                 }
@@ -337,7 +337,7 @@ int fc_xform_add_optimizer(struct fc_xform_result *xr, const struct fc_xform_rul
                     memcmp(pe->t.shape, e->t.shape, sizeof(int64_t) * (size_t)e->t.ndim) != 0) {
                     rc = fc_error_set(FC_EINVAL, "%s: optimizer state '%s' does not have the "
                                       "shape of parameter '%s' (wrong parameter order? mark "
-                                      "buffers with --replicate)", osrc->path, e->key, fqn);
+                                      "frozen parameters and float buffers with --optim-skip)", osrc->path, e->key, fqn);
                     goto state_fail;
                 }
                 s->conv2d = ps->conv2d;
@@ -353,6 +353,14 @@ int fc_xform_add_optimizer(struct fc_xform_result *xr, const struct fc_xform_rul
             goto done;
     }
 
+    /* Every candidate must be claimed, or the order is off somewhere and keys would be mislabelled. */
+    if (int_keyed == 1 && total_ids != nparams) {
+        rc = fc_error_set(FC_EINVAL, "%s: the optimizer has %zu parameters but the model has %zu "
+                          "candidate tensors (the first unclaimed is '%s'); mark frozen parameters "
+                          "and float buffers with --optim-skip", osrc->path, total_ids, nparams,
+                          total_ids < nparams ? xr->specs[order[total_ids]].key : "?");
+        goto done;
+    }
     /* param_groups: per group (app) or flattened per parameter (torchtitan). */
     for (size_t g = 0, slot = 0; g < ngroups; g++) {
         const struct fc_pv *p = groups[g].params->value;
