@@ -8,6 +8,7 @@
 #include "fc_alloc.h"
 #include "fc_buf.h"
 #include "fc_error.h"
+#include "fc_strmap.h"
 #include "xform.h"
 
 #define FC_OPTIM_KEY_CAP ((size_t)1 << 20)
@@ -107,12 +108,10 @@ struct fc_group {
     size_t nhps;
 };
 
-static long fc_find_model(const struct fc_xform_result *xr, size_t nmodel, const char *key)
+static long fc_find_model(const struct fc_strmap *model_keys, const char *key)
 {
-    for (size_t i = 0; i < nmodel; i++)
-        if (xr->specs[i].kind == FC_ENTRY_TENSOR && strcmp(xr->specs[i].key, key) == 0)
-            return (long)i;
-    return -1;
+    size_t i;
+    return fc_strmap_get(model_keys, key, &i) ? (long)i : -1;
 }
 
 int fc_xform_add_optimizer(struct fc_xform_result *xr, const struct fc_xform_rules *rules,
@@ -126,6 +125,9 @@ int fc_xform_add_optimizer(struct fc_xform_result *xr, const struct fc_xform_rul
     long *param_of_id = NULL; /* int-keyed state: id -> model spec */
     size_t nparams = 0;
     long *order = NULL;
+    struct fc_strmap model_keys = FC_STRMAP_INIT, ids = FC_STRMAP_INIT;
+    char **idstrs = NULL;
+    size_t nidstrs = 0;
     int rc = FC_OK;
     char tmp[32], tmp2[32];
 
@@ -255,7 +257,15 @@ int fc_xform_add_optimizer(struct fc_xform_result *xr, const struct fc_xform_rul
                 int_keyed = 0;
                 char *renamed;
                 FC_TRY_GOTO(fc_xform_rename_key(rules, id->u.str.s, &renamed), rc, done);
-                spec = fc_find_model(xr, nmodel, renamed != NULL ? renamed : id->u.str.s);
+                if (model_keys.n == 0)
+                    for (size_t m = 0; m < nmodel; m++)
+                        if (xr->specs[m].kind == FC_ENTRY_TENSOR &&
+                            fc_strmap_put(&model_keys, xr->specs[m].key, m, NULL) < 0) {
+                            fc_free(renamed);
+                            rc = fc_error_set(FC_ENOMEM, "out of memory");
+                            goto done;
+                        }
+                spec = fc_find_model(&model_keys, renamed != NULL ? renamed : id->u.str.s);
                 fc_free(renamed);
                 if (spec < 0) {
                     rc = fc_error_set(FC_EINVAL, "%s: the optimizer has state for '%s' but the "
@@ -268,6 +278,28 @@ int fc_xform_add_optimizer(struct fc_xform_result *xr, const struct fc_xform_rul
                 goto done;
             }
             param_of_id[slot] = spec;
+        }
+    }
+    /* State entries name their parameter by id or FQN text: index that text once. */
+    idstrs = fc_calloc(total_ids + 1, sizeof(*idstrs));
+    if (idstrs == NULL) {
+        rc = fc_error_set(FC_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (size_t g = 0, slot = 0; g < ngroups; g++) {
+        const struct fc_pv *p = groups[g].params->value;
+        for (size_t q = 0; q < p->u.seq.n; q++, slot++) {
+            const struct fc_pv *id = p->u.seq.items[q];
+            char ids_buf[32];
+            if (id->kind == FC_PV_INT)
+                snprintf(ids_buf, sizeof(ids_buf), "%lld", (long long)id->u.i);
+            idstrs[nidstrs] = fc_strdup(id->kind == FC_PV_STR ? id->u.str.s : ids_buf);
+            if (idstrs[nidstrs] == NULL) {
+                rc = fc_error_set(FC_ENOMEM, "out of memory");
+                goto done;
+            }
+            FC_TRY_GOTO(fc_strmap_put(&ids, idstrs[nidstrs], slot, NULL), rc, done);
+            nidstrs++;
         }
     }
     /* Now that the model keys are final, prefix them. */
@@ -283,20 +315,9 @@ int fc_xform_add_optimizer(struct fc_xform_result *xr, const struct fc_xform_rul
         const size_t k = state_skip[i];
         const char *sid = fc_elem_str(&e->path[k + 1], tmp2, sizeof(tmp2));
         long spec = -1;
-        for (size_t g = 0, slot = 0; g < ngroups && spec < 0; g++) {
-            const struct fc_pv *p = groups[g].params->value;
-            for (size_t q = 0; q < p->u.seq.n; q++, slot++) {
-                const struct fc_pv *id = p->u.seq.items[q];
-                char ids[32];
-                const char *idstr = id->kind == FC_PV_STR ? id->u.str.s : ids;
-                if (id->kind == FC_PV_INT)
-                    snprintf(ids, sizeof(ids), "%lld", (long long)id->u.i);
-                if (strcmp(idstr, sid) == 0) {
-                    spec = param_of_id[slot];
-                    break;
-                }
-            }
-        }
+        size_t slot;
+        if (fc_strmap_get(&ids, sid, &slot))
+            spec = param_of_id[slot];
         if (spec < 0) {
             rc = fc_error_set(FC_EINVAL, "%s: optimizer state '%s' belongs to no parameter group",
                               osrc->path, e->key);
@@ -434,14 +455,24 @@ int fc_xform_add_optimizer(struct fc_xform_result *xr, const struct fc_xform_rul
         slot += p->u.seq.n;
     }
     /* Two keys for one name would make DCP refuse the checkpoint; say so now. */
-    for (size_t i = nmodel; i < xr->n; i++)
-        for (size_t j = 0; j < i; j++)
-            if (strcmp(xr->specs[i].key, xr->specs[j].key) == 0) {
+    {
+        struct fc_strmap all = FC_STRMAP_INIT;
+        for (size_t i = 0; i < xr->n && rc == FC_OK; i++) {
+            const int put = fc_strmap_put(&all, xr->specs[i].key, i, NULL);
+            if (put < 0)
+                rc = put;
+            else if (put == 1)
                 rc = fc_error_set(FC_EINVAL, "--optim: two entries become '%s'",
                                   xr->specs[i].key);
-                goto done;
-            }
+        }
+        fc_strmap_release(&all);
+    }
 done:
+    fc_strmap_release(&model_keys);
+    fc_strmap_release(&ids);
+    for (size_t i = 0; i < nidstrs; i++)
+        fc_free(idstrs[i]);
+    fc_free(idstrs);
     for (size_t g = 0; g < ngroups; g++)
         fc_free(groups[g].hps);
     fc_free(groups);

@@ -10,6 +10,7 @@
 #include "fc_alloc.h"
 #include "fc_buf.h"
 #include "fc_error.h"
+#include "fc_strmap.h"
 
 #define FC_XFORM_KEY_CAP ((size_t)1 << 20)
 #define FC_RULES_FILE_CAP ((size_t)1 << 20)
@@ -342,45 +343,62 @@ static long fc_spec_find(const struct fc_xform_result *out, const char *key)
     return -1;
 }
 
-static void fc_spec_remove(struct fc_xform_result *out, size_t i)
-{
-    fc_xspec_clear(&out->specs[i]);
-    memmove(&out->specs[i], &out->specs[i + 1], (out->n - i - 1) * sizeof(out->specs[0]));
-    out->n--;
-    for (size_t j = 0; j < out->n; j++) {
-        if (out->specs[j].alias_of == (long)i)
-            out->specs[j].alias_of = -1;
-        else if (out->specs[j].alias_of > (long)i)
-            out->specs[j].alias_of--;
-    }
-}
 
 static int fc_check_unique(const struct fc_xform_result *out, const char *step)
 {
-    for (size_t i = 0; i < out->n; i++)
-        for (size_t j = i + 1; j < out->n; j++)
-            if (strcmp(out->specs[i].key, out->specs[j].key) == 0)
-                return fc_error_set(FC_EINVAL, "%s: two keys become '%s'", step,
-                                    out->specs[i].key);
-    return FC_OK;
+    struct fc_strmap seen = FC_STRMAP_INIT;
+    int rc = FC_OK;
+    for (size_t i = 0; i < out->n && rc == FC_OK; i++) {
+        const int put = fc_strmap_put(&seen, out->specs[i].key, i, NULL);
+        if (put < 0)
+            rc = put;
+        else if (put == 1)
+            rc = fc_error_set(FC_EINVAL, "%s: two keys become '%s'", step, out->specs[i].key);
+    }
+    fc_strmap_release(&seen);
+    return rc;
+}
+
+/*
+ * Keep the specs whose keep[] flag is set, in order, in one pass (select and
+ * drop can remove most of 100k keys; removing one by one would be quadratic).
+ * Runs before any alias exists, so no alias_of needs fixing.
+ */
+static void fc_specs_compact(struct fc_xform_result *out, const unsigned char *keep)
+{
+    size_t w = 0;
+    for (size_t i = 0; i < out->n; i++) {
+        if (keep[i])
+            out->specs[w++] = out->specs[i];
+        else
+            fc_xspec_clear(&out->specs[i]);
+    }
+    out->n = w;
 }
 
 static int fc_step_select(struct fc_xform_result *out, const char *sel)
 {
     const size_t sl = strlen(sel);
     size_t kept = 0;
-    for (size_t i = out->n; i-- > 0;) {
+    unsigned char *keep = fc_calloc(out->n + 1, 1);
+    if (keep == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    for (size_t i = 0; i < out->n; i++) {
         const char *k = out->specs[i].key;
-        if (strncmp(k, sel, sl) == 0 && k[sl] == '.') {
-            char *nk = fc_strdup(k + sl + 1);
-            if (nk == NULL)
-                return fc_error_set(FC_ENOMEM, "out of memory");
-            FC_TRY(fc_xspec_rekey(&out->specs[i], nk));
-            kept++;
-        } else {
-            fc_spec_remove(out, i);
+        if (strncmp(k, sel, sl) != 0 || k[sl] != '.')
+            continue;
+        char *nk = fc_strdup(k + sl + 1);
+        const int rc = nk == NULL ? fc_error_set(FC_ENOMEM, "out of memory")
+                                  : fc_xspec_rekey(&out->specs[i], nk);
+        if (rc < 0) {
+            fc_free(keep);
+            return rc;
         }
+        keep[i] = 1;
+        kept++;
     }
+    fc_specs_compact(out, keep);
+    fc_free(keep);
     if (kept == 0)
         return fc_error_set(FC_EINVAL, "--select '%s': the input has no subtree of that name",
                             sel);
@@ -466,12 +484,15 @@ static int fc_step_rename(struct fc_xform_result *out, const struct fc_regex_rul
 static int fc_step_drop(struct fc_xform_result *out, const struct fc_regex_rule *rule)
 {
     size_t hits = 0;
-    for (size_t i = out->n; i-- > 0;) {
-        if (regexec(&rule->re, out->specs[i].key, 0, NULL, 0) == 0) {
-            fc_spec_remove(out, i);
-            hits++;
-        }
+    unsigned char *keep = fc_calloc(out->n + 1, 1);
+    if (keep == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    for (size_t i = 0; i < out->n; i++) {
+        keep[i] = regexec(&rule->re, out->specs[i].key, 0, NULL, 0) != 0;
+        hits += !keep[i];
     }
+    fc_specs_compact(out, keep);
+    fc_free(keep);
     if (hits == 0)
         return fc_error_set(FC_EINVAL, "--drop '%s': no key matches", rule->pattern);
     return FC_OK;

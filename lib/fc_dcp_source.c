@@ -360,6 +360,7 @@ int fc_source_open_dcp(struct fc_source **out, const char *dir)
             impl->nchunks[i]++;
         }
     }
+    FC_TRY_GOTO(fc_source_index_keys(src), rc, fail);
     *out = src;
     return FC_OK;
 fail:

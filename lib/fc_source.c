@@ -60,6 +60,7 @@ void fc_source_free(struct fc_source *src)
     for (size_t i = 0; i < src->nfiles; i++)
         fc_file_close(&src->files[i]);
     fc_free(src->files);
+    fc_strmap_release(&src->key_index);
     if (src->impl_free != NULL)
         src->impl_free(src->impl);
     fc_free((void *)(uintptr_t)src->path);
@@ -127,7 +128,9 @@ static int fc_source_add_entry(struct fc_source *src, struct fc_entry *e)
     src->entries[src->nentries++] = *e;
     if (e->kind == FC_ENTRY_TENSOR)
         src->storages[e->storage].nrefs++;
-    return FC_OK;
+    /* Keys must stay findable while the source grows (duplicate checks). */
+    const int put = fc_strmap_put(&src->key_index, e->key, src->nentries - 1, NULL);
+    return put < 0 ? put : FC_OK;
 }
 
 /* ---- flattening (dcp-format.md 3.6) ---- */
@@ -302,17 +305,10 @@ static int fc_source_add_safetensors(struct fc_source *src, const char *path,
     impl->st = st;
     FC_TRY(fc_safetensors_open(&impl->st[impl->nst], &src->files[file]));
     const struct fc_safetensors *s = impl->st[impl->nst++];
+    (void)idx;
+    (void)idx_file;
     for (size_t i = 0; i < fc_safetensors_count(s); i++) {
         const struct fc_st_tensor *t = fc_safetensors_at(s, i);
-        if (idx != NULL) {
-            /* A tensor the index maps to another shard is a broken index. */
-            for (size_t k = 0; k < idx->nkeys; k++)
-                if (strcmp(idx->keys[k], t->name) == 0 && idx->key_file[k] != idx_file)
-                    return fc_error_set(FC_ECORRUPT,
-                                        "%s: tensor '%s' is in this shard but the index maps it "
-                                        "to %s",
-                                        path, t->name, idx->files[idx->key_file[k]]);
-        }
         if (fc_source_find(src, t->name) >= 0)
             return fc_error_set(FC_ECORRUPT, "%s: tensor '%s' appears in more than one shard",
                                 path, t->name);
@@ -379,7 +375,9 @@ static int fc_source_open_index(struct fc_source *src, const char *index_path)
             goto done;
     }
     for (size_t k = 0; k < idx.nkeys; k++) {
-        if (fc_source_find(src, idx.keys[k]) < 0) {
+        const long e = fc_source_find(src, idx.keys[k]);
+        /* Shard i was opened as file i of the source. */
+        if (e < 0 || src->storages[src->entries[e].storage].file != idx.key_file[k]) {
             rc = fc_error_set(FC_ECORRUPT, "%s: index maps '%s' to %s, which does not hold it",
                               index_path, idx.keys[k], idx.files[idx.key_file[k]]);
             goto done;
@@ -544,13 +542,23 @@ int fc_source_open(struct fc_source **out, const char *path)
     return FC_OK;
 }
 
+int fc_source_index_keys(struct fc_source *src)
+{
+    fc_strmap_release(&src->key_index);
+    for (size_t i = 0; i < src->nentries; i++) {
+        const int put = fc_strmap_put(&src->key_index, src->entries[i].key, i, NULL);
+        FC_TRY(put);
+        if (put == 1)
+            return fc_error_set(FC_ECORRUPT, "%s: duplicated key '%s'", src->path,
+                                src->entries[i].key);
+    }
+    return FC_OK;
+}
+
 long fc_source_find(const struct fc_source *src, const char *key)
 {
-    /* Linear: sources are listed once; callers that need many lookups build their own index. */
-    for (size_t i = 0; i < src->nentries; i++)
-        if (strcmp(src->entries[i].key, key) == 0)
-            return (long)i;
-    return -1;
+    size_t i;
+    return fc_strmap_get(&src->key_index, key, &i) ? (long)i : -1;
 }
 
 uint64_t fc_entry_nbytes(const struct fc_entry *e)

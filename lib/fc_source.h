@@ -26,6 +26,7 @@
 #include "fc_buf.h"
 #include "fc_io.h"
 #include "fc_pickle.h"
+#include "fc_strmap.h"
 #include "fc_tensor.h"
 
 enum fc_entry_kind { FC_ENTRY_TENSOR, FC_ENTRY_VALUE };
@@ -71,6 +72,7 @@ struct fc_source {
                     const int64_t *size, void *dst);
     /* The stored torch.save blob of a value entry (DCP bytes items), or NULL: re-pickle. */
     int (*value_blob)(const struct fc_source *src, const struct fc_entry *e, struct fc_buf *out);
+    struct fc_strmap key_index; /* key -> entry index, for fc_source_find() */
 };
 
 /*
@@ -110,7 +112,13 @@ int fc_source_is_compressed(const struct fc_source *src);
 struct fc_dcp_meta;
 int fc_dcp_meta_load_dir(struct fc_dcp_meta **out, const char *dir);
 
-/* Index of the entry with this key, or -1. */
+/*
+ * fc_source_index_keys() - (re)build the key index over every entry; sources
+ * call it when they are complete.  FC_ECORRUPT on a duplicate key.
+ */
+int fc_source_index_keys(struct fc_source *src);
+
+/* Index of the entry with this key, or -1 (O(1)). */
 long fc_source_find(const struct fc_source *src, const char *key);
 
 /*
