@@ -125,7 +125,7 @@ FUZZ_BIN := $(patsubst tests/fuzz/%.c,$(B)/fuzz/%,$(FUZZ_SRC))
 GPU_SRC := $(sort $(wildcard tests/gpu/test_*.c))
 GPU_BIN := $(patsubst tests/gpu/%.c,$(B)/gpu/%,$(GPU_SRC))
 
-.PHONY: all deps venv demo test test-unit test-cli test-interop test-gpu fuzz fuzz-regress \
+.PHONY: all deps venv demo test test-unit test-cli test-interop test-gpu bench-gpu fuzz fuzz-regress \
         asan ubsan valgrind check check-deps check-banned man-lint format format-check \
         install clean bench fixtures config-summary
 .DEFAULT_GOAL := all
@@ -182,6 +182,11 @@ $(B)/fuzz/%: tests/fuzz/%.c tests/fuzz/driver.c $(LIBFC)
 	$(Q)$(CC) $(FC_CPPFLAGS) $(PKG_CFLAGS) $(FC_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< \
 	  tests/fuzz/driver.c $(LIBFC) $(FC_LDLIBS)
 
+$(B)/gpu/bench_%: tests/gpu/bench_%.c $(LIBFC)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(FC_CPPFLAGS) $(PKG_CFLAGS) $(FC_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIBFC) \
+	  $(FC_LDLIBS)
+
 $(B)/gpu/%: tests/gpu/%.c tests/unit/fc_test.h $(LIBFC)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(FC_CPPFLAGS) -Itests/unit $(PKG_CFLAGS) $(CMOCKA_CFLAGS) $(FC_CFLAGS) $(CFLAGS) \
@@ -236,6 +241,11 @@ ubsan:
 
 valgrind: $(UNIT_BIN)
 	@for t in $(UNIT_BIN); do valgrind -q --error-exitcode=9 --leak-check=full $$t || exit 1; done
+
+# GPU benchmarks (CUDA=1): kernel throughput vs a device copy, and end-to-end engines.
+bench-gpu: $(BIN) $(B)/gpu/bench_kernels_cuda
+	@$(B)/gpu/bench_kernels_cuda
+	@sh tests/bench/bench_gpu.sh "$(CURDIR)/$(BIN)" "$(PYTHON)"
 
 bench: $(BIN)
 	@sh tests/bench/run.sh "$(CURDIR)/$(BIN)" "$(PYTHON)"

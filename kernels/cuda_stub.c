@@ -88,6 +88,18 @@ int fc_pinned_buf_alloc(struct fc_pinned_buf *buf, size_t nbytes)
     return fc_no_cuda("pinned_buf_alloc");
 }
 
+int fc_dev_buf_copy(struct fc_dev_buf *dst, size_t dst_offset, const struct fc_dev_buf *src,
+                    size_t src_offset, size_t nbytes, void *stream)
+{
+    (void)dst;
+    (void)dst_offset;
+    (void)src;
+    (void)src_offset;
+    (void)nbytes;
+    (void)stream;
+    return fc_no_cuda("dev_buf_copy");
+}
+
 void fc_pinned_buf_free(struct fc_pinned_buf *buf)
 {
     if (buf != NULL) {

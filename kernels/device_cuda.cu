@@ -137,6 +137,19 @@ extern "C" int fc_dev_buf_download(void *dst, const struct fc_dev_buf *src, size
     return FC_OK;
 }
 
+extern "C" int fc_dev_buf_copy(struct fc_dev_buf *dst, size_t dst_offset,
+                               const struct fc_dev_buf *src, size_t src_offset, size_t nbytes,
+                               void *stream)
+{
+    FC_TRY(fc_dev_range("dev_buf_copy", dst, dst_offset, nbytes));
+    FC_TRY(fc_dev_range("dev_buf_copy", src, src_offset, nbytes));
+    if (nbytes == 0)
+        return FC_OK;
+    FC_CUDA_TRY(cudaMemcpyAsync((char *)dst->ptr + dst_offset, (const char *)src->ptr + src_offset,
+                                nbytes, cudaMemcpyDeviceToDevice, fc_cuda_stream(stream)));
+    return FC_OK;
+}
+
 extern "C" int fc_pinned_buf_alloc(struct fc_pinned_buf *buf, size_t nbytes)
 {
     void *p = NULL;

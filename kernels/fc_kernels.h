@@ -223,6 +223,10 @@ int fc_dev_buf_upload(struct fc_dev_buf *dst, size_t offset, const void *src, si
 int fc_dev_buf_download(void *dst, const struct fc_dev_buf *src, size_t offset, size_t nbytes,
                         void *stream);
 
+/* Device-to-device copy on a stream (the yardstick of the kernel benchmarks). */
+int fc_dev_buf_copy(struct fc_dev_buf *dst, size_t dst_offset, const struct fc_dev_buf *src,
+                    size_t src_offset, size_t nbytes, void *stream);
+
 /*
  * struct fc_pinned_buf - page-locked host memory (cudaMallocHost), owned by
  * whoever holds the struct; release only with fc_pinned_buf_free(), never
