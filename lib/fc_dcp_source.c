@@ -10,6 +10,7 @@
  * box is asked for.
  */
 #include <dirent.h>
+#include <stdint.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -41,6 +42,7 @@ struct fc_dcp_blob_loc {
 
 struct fc_dcp_source_impl {
     struct fc_dcp_meta *meta;
+    int64_t **maxend;              /* per entry: running max of chunk dim-0 ends, chunks sorted */
     struct fc_dcp_blob_loc *value_loc; /* per entry: the bytes item's blob (values only) */
     long scratch_file;                 /* index of the temp file holding decompressed items, or -1 */
     uint64_t scratch_size;
@@ -63,6 +65,9 @@ static void fc_dcp_source_impl_free(void *p)
         fc_free(impl->chunks[i]);
     fc_free(impl->chunks);
     fc_free(impl->nchunks);
+    for (size_t i = 0; impl->maxend != NULL && i < impl->nentries; i++)
+        fc_free(impl->maxend[i]);
+    fc_free(impl->maxend);
     fc_free(impl->value_loc);
     fc_dcp_meta_free(impl->meta);
     fc_free(impl);
@@ -236,6 +241,35 @@ static int fc_dcp_read_box(const struct fc_source *src, const struct fc_entry *e
 static int fc_dcp_value_blob(const struct fc_source *src, const struct fc_entry *e,
                              struct fc_buf *out);
 
+static int fc_cmp_chunk_dim0(const void *a, const void *b)
+{
+    const struct fc_dcp_chunk_ref *x = a, *y = b;
+    return x->offsets[0] < y->offsets[0] ? -1 : x->offsets[0] > y->offsets[0];
+}
+
+/*
+ * Sort an entry's chunks by dim-0 start and record the running maximum of
+ * their dim-0 ends, so a box read finds its first overlapping chunk by binary
+ * search instead of scanning every chunk (resharding thousands of chunks).
+ */
+static int fc_dcp_index_chunks(struct fc_dcp_source_impl *impl, size_t i, int ndim)
+{
+    const size_t n = impl->nchunks[i];
+    if (ndim == 0 || n == 0)
+        return FC_OK;
+    qsort(impl->chunks[i], n, sizeof(*impl->chunks[i]), fc_cmp_chunk_dim0);
+    impl->maxend[i] = fc_calloc(n, sizeof(**impl->maxend));
+    if (impl->maxend[i] == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    int64_t m = INT64_MIN;
+    for (size_t c = 0; c < n; c++) {
+        const int64_t end = impl->chunks[i][c].offsets[0] + impl->chunks[i][c].desc.shape[0];
+        m = end > m ? end : m;
+        impl->maxend[i][c] = m;
+    }
+    return FC_OK;
+}
+
 int fc_source_open_dcp(struct fc_source **out, const char *dir)
 {
     struct fc_source *src = fc_calloc(1, sizeof(*src));
@@ -270,10 +304,11 @@ int fc_source_open_dcp(struct fc_source **out, const char *dir)
     impl->chunks = fc_calloc(m->nentries + 1, sizeof(*impl->chunks));
     impl->nchunks = fc_calloc(m->nentries + 1, sizeof(*impl->nchunks));
     impl->value_loc = fc_calloc(m->nentries + 1, sizeof(*impl->value_loc));
+    impl->maxend = fc_calloc(m->nentries + 1, sizeof(*impl->maxend));
     impl->scratch_file = -1;
     src->entries = fc_calloc(m->nentries + 1, sizeof(*src->entries));
     if (impl->blobs == NULL || impl->chunks == NULL || impl->nchunks == NULL ||
-        impl->value_loc == NULL || src->entries == NULL) {
+        impl->value_loc == NULL || impl->maxend == NULL || src->entries == NULL) {
         rc = fc_error_set(FC_ENOMEM, "out of memory");
         goto fail;
     }
@@ -359,6 +394,7 @@ int fc_source_open_dcp(struct fc_source **out, const char *dir)
             ref->offsets = dc->offsets;
             impl->nchunks[i]++;
         }
+        FC_TRY_GOTO(fc_dcp_index_chunks(impl, i, de->ndim), rc, fail);
     }
     FC_TRY_GOTO(fc_source_index_keys(src), rc, fail);
     *out = src;
@@ -408,8 +444,23 @@ static int fc_dcp_read_box(const struct fc_source *src, const struct fc_entry *e
     }
     if (want == 0)
         return FC_OK;
-    for (size_t c = 0; c < impl->nchunks[ei]; c++) {
+    /* First chunk whose dim-0 end (running max) passes the box start; stop past its end. */
+    size_t first = 0;
+    if (ndim > 0 && impl->maxend[ei] != NULL) {
+        size_t lo = 0, hi = impl->nchunks[ei];
+        while (lo < hi) {
+            const size_t mid = lo + (hi - lo) / 2;
+            if (impl->maxend[ei][mid] <= off[0])
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        first = lo;
+    }
+    for (size_t c = first; c < impl->nchunks[ei]; c++) {
         const struct fc_dcp_chunk_ref *ref = &impl->chunks[ei][c];
+        if (ndim > 0 && ref->offsets[0] >= off[0] + size[0])
+            break;
         int64_t lo[FC_MAX_DIMS], len[FC_MAX_DIMS], doff[FC_MAX_DIMS];
         int64_t n = 1;
         for (int d = 0; d < ndim; d++) {
