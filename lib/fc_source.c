@@ -95,6 +95,8 @@ static int fc_source_add_file(struct fc_source *src, const char *path, size_t *i
     struct fc_file *f = &src->files[src->nfiles];
     *f = (struct fc_file)FC_FILE_INIT;
     FC_TRY(fc_file_open_read(f, path));
+    /* Conversions read each input front to back: ask for aggressive readahead. */
+    fc_file_advise_sequential(f, 0, f->size);
     *index_out = src->nfiles++;
     return FC_OK;
 }
