@@ -2,6 +2,7 @@
 # Build every fuzz target with clang + libFuzzer + ASan/UBSan and run each for
 # FUZZ_SECONDS (default 60) over its corpus.  New crashes land in
 # build/libfuzzer/crash-*; minimise and commit them to tests/fuzz/corpus/<target>/.
+# Inputs libFuzzer finds interesting are kept in build/libfuzzer/corpus_<target>/.
 set -eu
 secs="${FUZZ_SECONDS:-60}"
 out=build/libfuzzer
@@ -14,6 +15,8 @@ for f in tests/fuzz/fuzz_*.c; do
     # shellcheck disable=SC2086
     clang $flags -o "$out/$name" "$f" $srcs $libs
     corpus="tests/fuzz/corpus/${name#fuzz_}"
-    mkdir -p "$corpus"
-    "$out/$name" -max_total_time="$secs" -artifact_prefix="$out/" "$corpus" fixtures || exit 1
+    # New inputs go to a scratch corpus first in the list; the committed seeds stay as they are.
+    mkdir -p "$corpus" "$out/corpus_${name#fuzz_}"
+    "$out/$name" -max_total_time="$secs" -artifact_prefix="$out/" "$out/corpus_${name#fuzz_}" \
+        "$corpus" fixtures || exit 1
 done
