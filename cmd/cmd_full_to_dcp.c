@@ -3,10 +3,8 @@
  */
 #define _GNU_SOURCE
 #include <getopt.h>
-#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cli.h"
 #include "commands.h"
@@ -134,7 +132,6 @@ int cmd_full_to_dcp(int argc, char **argv)
     };
     struct fc_full_to_dcp_opts o = { .replicate = 0, .shard = 0, .max_memory = (uint64_t)1 << 30,
                                      .compress = 0 };
-    struct fc_full_to_dcp_result res;
     struct fc_rule_arg *rules = NULL;
     size_t nrules = 0;
     long world = 0, threads = 0, nproc = 1;
@@ -178,11 +175,6 @@ int cmd_full_to_dcp(int argc, char **argv)
         case OPT_MAXMEM:
             if (fc_opt_size("full-to-dcp", "--max-memory", optarg, &o.max_memory) < 0)
                 goto usage_fail;
-            if (o.max_memory < 4096) {
-                fprintf(stderr, "fsdpconv: full-to-dcp: invalid value for --max-memory: '%s' "
-                        "(must be >= 4KiB)\n", optarg);
-                goto usage_fail;
-            }
             break;
         case OPT_OPTIM: o.optim = optarg; break;
         case OPT_OPTIM_SELECT: o.optim_select = optarg; break;
@@ -225,63 +217,12 @@ int cmd_full_to_dcp(int argc, char **argv)
         return fc_cli_usage_error("full-to-dcp", usage,
                                   argc - optind == 0 ? "missing <input>" : "too many arguments");
     }
-    if (o.output == NULL && !o.dry_run) {
-        fc_free(rules);
-        return fc_cli_usage_error("full-to-dcp", usage, "missing -o <dir>");
-    }
-    if ((world > 0) == (o.shard > 0)) {
-        fc_free(rules);
-        return fc_cli_usage_error("full-to-dcp", usage,
-                                  "give exactly one of --world-size and --mesh");
-    }
-    if (world > 0) {
-        o.replicate = 1;
-        o.shard = (int)world;
-    }
-    if (threads == 0) {
-        const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = ncpu < 1 ? 1 : ncpu > 8 ? 8 : ncpu;
-    }
-    o.threads = (int)threads;
     o.input = argv[optind];
-    if (o.output == NULL)
-        o.output = "(dry-run)";
     o.rules = rules;
     o.nrules = nrules;
-    struct fc_cli_progress prog = { .active = 0 };
-    if (!o.dry_run && fc_cli_verbosity >= 0 && isatty(STDERR_FILENO)) {
-        clock_gettime(CLOCK_MONOTONIC, &prog.start);
-        o.progress = fc_cli_progress_draw;
-        o.progress_ctx = &prog;
-    }
-    struct fc_comm *comm = NULL;
-    int worker_exit = -1;
-    if (!o.dry_run) {
-        status = fc_cli_mp_start(nproc, o.engine, &comm, &worker_exit);
-        if (status != FC_EXIT_OK || worker_exit >= 0) {
-            fc_free(rules);
-            return worker_exit >= 0 ? worker_exit : status;
-        }
-    }
-    o.comm = comm;
-    const int rc = fc_full_to_dcp(&o, &res);
+    status = fc_cli_run_convert("full-to-dcp", usage, &o, world, threads, nproc);
     fc_free(rules);
-    if (rc < 0) {
-        if (prog.active)
-            fputc('\n', stderr);
-        return fc_cli_mp_end(comm, fc_cli_report(rc));
-    }
-    for (size_t i = 0; i < res.nnotes; i++)
-        fc_cli_note("full-to-dcp: %s", res.notes[i]);
-    if (o.dry_run) {
-        fputs(res.plan_text, stdout);
-    } else if (fc_cli_verbosity > 0) {
-        fc_cli_note("full-to-dcp: wrote %s: %zu tensors, %zu values, %zu files, %" PRIu64
-                    " bytes", o.output, res.ntensors, res.nvalues, res.nfiles, res.bytes_written);
-    }
-    fc_full_to_dcp_result_release(&res);
-    status = fflush(stdout) == 0 ? FC_EXIT_OK : FC_EXIT_FAILURE;
-    return fc_cli_mp_end(comm, status);
+    return status;
 usage_fail:
     fc_free(rules);
     fputs(usage, stderr);

@@ -4,10 +4,8 @@
  */
 #define _GNU_SOURCE
 #include <getopt.h>
-#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cli.h"
 #include "commands.h"
@@ -76,7 +74,6 @@ int cmd_reshard(int argc, char **argv)
     };
     struct fc_full_to_dcp_opts o = { .max_memory = (uint64_t)1 << 30, .compress = -1,
                                      .require_dcp = 1 };
-    struct fc_full_to_dcp_result res;
     struct fc_rule_arg rules[64];
     size_t nrules = 0;
     long world = 0, threads = 0, nproc = 1;
@@ -138,51 +135,10 @@ int cmd_reshard(int argc, char **argv)
         return fc_cli_usage_error("reshard", usage,
                                   argc - optind == 0 ? "missing <checkpoint-dir>"
                                                      : "too many arguments");
-    if (o.output == NULL && !o.dry_run)
-        return fc_cli_usage_error("reshard", usage, "missing -o <dir>");
-    if ((world > 0) == (o.shard > 0))
-        return fc_cli_usage_error("reshard", usage, "give exactly one of --world-size and --mesh");
-    if (o.max_memory < 4096) {
-        fputs("fsdpconv: reshard: invalid value for --max-memory (must be >= 4KiB)\n", stderr);
-        goto usage_fail;
-    }
-    if (world > 0) {
-        o.replicate = 1;
-        o.shard = (int)world;
-    }
-    if (threads == 0) {
-        const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = ncpu < 1 ? 1 : ncpu > 8 ? 8 : ncpu;
-    }
-    o.threads = (int)threads;
     o.input = argv[optind];
-    o.output = o.output != NULL ? o.output : "(dry-run)";
     o.rules = rules;
     o.nrules = nrules;
-    struct fc_cli_progress prog = { .active = 0 };
-    if (!o.dry_run && fc_cli_verbosity >= 0 && isatty(STDERR_FILENO)) {
-        clock_gettime(CLOCK_MONOTONIC, &prog.start);
-        o.progress = fc_cli_progress_draw;
-        o.progress_ctx = &prog;
-    }
-    struct fc_comm *comm = NULL;
-    int worker_exit = -1;
-    if (!o.dry_run) {
-        const int status = fc_cli_mp_start(nproc, o.engine, &comm, &worker_exit);
-        if (status != FC_EXIT_OK || worker_exit >= 0)
-            return worker_exit >= 0 ? worker_exit : status;
-    }
-    o.comm = comm;
-    const int rc = fc_full_to_dcp(&o, &res);
-    if (rc < 0)
-        return fc_cli_mp_end(comm, fc_cli_report(rc));
-    if (o.dry_run)
-        fputs(res.plan_text, stdout);
-    else if (fc_cli_verbosity > 0)
-        fc_cli_note("reshard: wrote %s: %zu tensors, %zu values, %zu files, %" PRIu64 " bytes",
-                    o.output, res.ntensors, res.nvalues, res.nfiles, res.bytes_written);
-    fc_full_to_dcp_result_release(&res);
-    return fc_cli_mp_end(comm, fflush(stdout) == 0 ? FC_EXIT_OK : FC_EXIT_FAILURE);
+    return fc_cli_run_convert("reshard", usage, &o, world, threads, nproc);
 usage_fail:
     fputs(usage, stderr);
     return FC_EXIT_USAGE;

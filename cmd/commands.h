@@ -16,6 +16,16 @@ int cmd_dcp_to_full(int argc, char **argv);
 int cmd_diff(int argc, char **argv);
 int cmd_help(int argc, char **argv);
 
+/*
+ * fc_cli_run_convert() - job.c: finish the options of full-to-dcp/reshard
+ * (world size or mesh, threads, progress) and run fc_full_to_dcp() as rank
+ * 0 of a multi-process job or alone; returns the exit status.  A worker
+ * process of the job returns here only when the job is over.
+ */
+struct fc_full_to_dcp_opts;
+int fc_cli_run_convert(const char *cmd, const char *usage, struct fc_full_to_dcp_opts *o,
+                       long world, long threads, long nproc);
+
 /* From main.c: run `<name> --help`, or print the command list. */
 int fc_main_help_for(const char *name);
 void fc_main_print_usage(FILE *f);
