@@ -157,12 +157,21 @@ static int fc_dcp_inflate(struct fc_source *src, struct fc_dcp_source_impl *impl
         goto done;
     }
     ZSTD_initDStream(ds);
-    while (pos < st->length) {
-        const size_t n = st->length - pos < in_cap ? (size_t)(st->length - pos) : in_cap;
-        FC_TRY_GOTO(fc_file_pread(f, in, n, st->offset + pos), rc, done);
-        pos += n;
-        ZSTD_inBuffer ib = { in, n, 0 };
-        while (ib.pos < ib.size) {
+    /*
+     * Feed the item in slices; once it is all in, keep calling with no input
+     * while the decoder fills whole output buffers (it may still hold data).
+     */
+    for (;;) {
+        ZSTD_inBuffer ib = { in, 0, 0 };
+        if (pos < st->length) {
+            ib.size = st->length - pos < in_cap ? (size_t)(st->length - pos) : in_cap;
+            FC_TRY_GOTO(fc_file_pread(f, in, ib.size, st->offset + pos), rc, done);
+            pos += ib.size;
+        } else if (last == 0) {
+            break;
+        }
+        size_t produced;
+        do {
             ZSTD_outBuffer ob = { out, out_cap, 0 };
             last = ZSTD_decompressStream(ds, &ob, &ib);
             if (ZSTD_isError(last)) {
@@ -173,23 +182,10 @@ static int fc_dcp_inflate(struct fc_source *src, struct fc_dcp_source_impl *impl
                                        "(scratch file)"),
                         rc, done);
             written += ob.pos;
-        }
-    }
-    /* Flush what the decoder still holds (only while a frame is unfinished). */
-    while (last != 0) {
-        ZSTD_inBuffer ib = { in, 0, 0 };
-        ZSTD_outBuffer ob = { out, out_cap, 0 };
-        last = ZSTD_decompressStream(ds, &ob, &ib);
-        if (ZSTD_isError(last)) {
-            rc = fc_error_set(FC_ECORRUPT, "%s: zstd: %s", what, ZSTD_getErrorName(last));
-            goto done;
-        }
-        FC_TRY_GOTO(fc_pwrite_full(scratch->fd, out, ob.pos, impl->scratch_size + written,
-                                   "(scratch file)"),
-                    rc, done);
-        written += ob.pos;
-        if (ob.pos < out_cap)
-            break;
+            produced = ob.pos;
+        } while (ib.pos < ib.size || produced == out_cap);
+        if (pos >= st->length && produced < out_cap)
+            break; /* all input consumed and the decoder has nothing left to give */
     }
     if (last != 0 || st->length == 0) {
         rc = fc_error_set(FC_ECORRUPT, "%s: zstd stream is truncated", what);
