@@ -201,8 +201,20 @@ def report_dcp_to_full(dirpath, p):
         for case in ("fsdpconv_pt", "fsdpconv_safetensors"):
             r = recs.get(case)
             if r is not None:
-                p("Without torch's import time, %s is %.2fx faster (%.2f s vs %.2f s)."
+                p("Against only the call and the fsync (no interpreter start, no torch import), "
+                  "%s is %.2fx faster (%.2f s vs %.2f s)."
                   % (case, inproc / r["wall_s"], r["wall_s"], inproc))
+    cp = load(os.path.join(dirpath, "reshard_results.jsonl")).get("cp_r_fsync@%s" % fmt_gb(gb))
+    if cp is not None and y is not None:
+        p("")
+        p("Copy floor (cp -r + fsync of the same DCP, from bench_reshard.sh in this BENCH_DIR): "
+          "%.2f s; dcp_to_torch_save takes %.2fx that, so a %.0fx speed-up needs an export that "
+          "takes at most %.2fx the copy's time."
+          % (cp["wall_s"], y["wall_s"] / cp["wall_s"], 5.0, y["wall_s"] / cp["wall_s"] / 5.0))
+        for case in ("fsdpconv_pt", "fsdpconv_safetensors"):
+            r = recs.get(case)
+            if r is not None:
+                p("%s takes %.2fx the copy floor." % (case, r["wall_s"] / cp["wall_s"]))
     vpath = os.path.join(dirpath, "dcp_to_full_verify.jsonl")
     if os.path.exists(vpath):
         p("")
