@@ -56,4 +56,8 @@ sh "$here/bench_inspect.sh" "$bin" "$py" "$dir"
 sh "$here/bench_full_to_dcp.sh" "$bin" "$py" "$dir"
 echo
 "$py" "$here/report.py" "$dir" "$bin"
+# reshard (vs cp -r) and dcp-to-full (vs dcp_to_torch_save) reuse the same model.
+echo
+BENCH_DIR="$dir/reshard" sh "$here/bench_reshard.sh" "$bin" "$py"
+BENCH_DIR="$dir/reshard" sh "$here/bench_dcp_to_full.sh" "$bin" "$py"
 echo "bench: done in $(( $(date +%s) - start )) s"
