@@ -238,13 +238,9 @@ static int fc_inspect_dcp(const struct fc_inspect_opts *opts, struct fc_inspect_
                           const regex_t *re)
 {
     struct fc_buf rep = FC_BUF_INIT((size_t)64 << 20);
-    char *mpath = fc_path_join(opts->path, ".metadata");
     int rc = FC_OK;
-    if (mpath == NULL)
-        return fc_error_set(FC_ENOMEM, "out of memory");
-    rc = fc_dcp_meta_load(&r->dcp, mpath);
-    fc_free(mpath);
-    FC_TRY(rc);
+    /* .metadata, or the rank-local __{r}.metadata files of a save without collectives. */
+    FC_TRY(fc_dcp_meta_load_dir(&r->dcp, opts->path));
     r->format = "dcp";
     FC_TRY_GOTO(fc_inspect_list_files(opts->path, r), rc, done);
     if (fc_dcp_check(r->dcp, &rep) < 0) {
@@ -293,6 +289,25 @@ done:
     return rc;
 }
 
+/* A DCP directory: .metadata, rank-local __{r}.metadata, or .distcp files (then incomplete). */
+static int fc_dir_looks_like_dcp(const char *dir)
+{
+    DIR *d = opendir(dir);
+    int yes = 0;
+    const struct dirent *de;
+    if (d == NULL)
+        return 0;
+    while (!yes && (de = readdir(d)) != NULL) {
+        const size_t n = strlen(de->d_name);
+        yes = strcmp(de->d_name, ".metadata") == 0 ||
+              (n > 7 && strcmp(de->d_name + n - 7, ".distcp") == 0) ||
+              (n > 11 && strncmp(de->d_name, "__", 2) == 0 &&
+               strcmp(de->d_name + n - 9, ".metadata") == 0);
+    }
+    closedir(d);
+    return yes;
+}
+
 int fc_inspect(const struct fc_inspect_opts *opts, struct fc_inspect_result *r)
 {
     regex_t re;
@@ -305,18 +320,9 @@ int fc_inspect(const struct fc_inspect_opts *opts, struct fc_inspect_result *r)
                                 opts->key_regex);
         have_re = 1;
     }
-    {
-        char *mpath = fc_path_join(opts->path, ".metadata");
-        if (mpath == NULL) {
-            rc = fc_error_set(FC_ENOMEM, "out of memory");
-            goto done;
-        }
-        const int is_dcp = fc_path_is_dir(opts->path) == 1 && access(mpath, F_OK) == 0;
-        fc_free(mpath);
-        if (is_dcp) {
-            rc = fc_inspect_dcp(opts, r, have_re ? &re : NULL);
-            goto done;
-        }
+    if (fc_path_is_dir(opts->path) == 1 && fc_dir_looks_like_dcp(opts->path)) {
+        rc = fc_inspect_dcp(opts, r, have_re ? &re : NULL);
+        goto done;
     }
     FC_TRY_GOTO(fc_source_open(&r->src, opts->path), rc, done);
     r->format = r->src->format;
