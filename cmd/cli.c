@@ -51,7 +51,6 @@ void fc_cli_note(const char *fmt, ...)
     fputc('\n', stderr);
 }
 
-
 static double fc_cli_elapsed(const struct timespec *a)
 {
     struct timespec b;
@@ -77,7 +76,6 @@ void fc_cli_progress_draw(void *ctx, uint64_t done, uint64_t total)
     if (done >= total)
         fputc('\n', stderr);
 }
-
 
 int fc_cli_mp_start(long nproc, int engine, struct fc_comm **comm, int *worker_exit)
 {

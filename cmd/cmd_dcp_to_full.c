@@ -38,18 +38,18 @@ enum { OPT_FORMAT = 256, OPT_SHARD, OPT_DTYPE, OPT_SELECT, OPT_STRIP, OPT_FORCE,
 int cmd_dcp_to_full(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        { "output", required_argument, NULL, 'o' },
-        { "format", required_argument, NULL, OPT_FORMAT },
-        { "max-shard-size", required_argument, NULL, OPT_SHARD },
-        { "dtype", required_argument, NULL, OPT_DTYPE },
-        { "select", required_argument, NULL, OPT_SELECT },
-        { "strip-prefix", required_argument, NULL, OPT_STRIP },
-        { "force", no_argument, NULL, OPT_FORCE },
-        { "max-memory", required_argument, NULL, OPT_MAXMEM },
-        { "help", no_argument, NULL, 'h' },
-        { NULL, 0, NULL, 0 },
+        {"output", required_argument, NULL, 'o'},
+        {"format", required_argument, NULL, OPT_FORMAT},
+        {"max-shard-size", required_argument, NULL, OPT_SHARD},
+        {"dtype", required_argument, NULL, OPT_DTYPE},
+        {"select", required_argument, NULL, OPT_SELECT},
+        {"strip-prefix", required_argument, NULL, OPT_STRIP},
+        {"force", no_argument, NULL, OPT_FORCE},
+        {"max-memory", required_argument, NULL, OPT_MAXMEM},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
-    struct fc_dcp_to_full_opts o = { .max_memory = (uint64_t)1 << 30 };
+    struct fc_dcp_to_full_opts o = {.max_memory = (uint64_t)1 << 30};
     struct fc_dcp_to_full_result res;
     struct fc_rule_arg rules[16]; /* three single-valued flags; repeats are refused later */
     size_t nrules = 0;
@@ -66,8 +66,10 @@ int cmd_dcp_to_full(int argc, char **argv)
             } else if (strcmp(optarg, "torch") == 0) {
                 o.format = FC_EXPORT_TORCH;
             } else {
-                fprintf(stderr, "fsdpconv: dcp-to-full: invalid value for --format: '%s' "
-                        "(expected safetensors or torch)\n", optarg);
+                fprintf(stderr,
+                        "fsdpconv: dcp-to-full: invalid value for --format: '%s' "
+                        "(expected safetensors or torch)\n",
+                        optarg);
                 goto usage_fail;
             }
             break;
@@ -88,10 +90,10 @@ int cmd_dcp_to_full(int argc, char **argv)
         case OPT_STRIP:
             if (nrules == sizeof(rules) / sizeof(rules[0]))
                 return fc_cli_usage_error("dcp-to-full", usage, "too many options");
-            rules[nrules++] = (struct fc_rule_arg){ c == OPT_DTYPE    ? "dtype"
-                                                    : c == OPT_SELECT ? "select"
-                                                                      : "strip-prefix",
-                                                    optarg };
+            rules[nrules++] = (struct fc_rule_arg){c == OPT_DTYPE    ? "dtype"
+                                                   : c == OPT_SELECT ? "select"
+                                                                     : "strip-prefix",
+                                                   optarg};
             break;
         case OPT_FORCE: o.force = 1; break;
         case OPT_MAXMEM:
@@ -100,8 +102,8 @@ int cmd_dcp_to_full(int argc, char **argv)
             break;
         case 'h': fputs(usage, stdout); return FC_EXIT_OK;
         default:
-            return fc_cli_usage_error("dcp-to-full", usage,
-                                      "unknown option or missing value: '%s'", argv[optind - 1]);
+            return fc_cli_usage_error("dcp-to-full", usage, "unknown option or missing value: '%s'",
+                                      argv[optind - 1]);
         }
     }
     if (argc - optind != 1)
@@ -117,7 +119,7 @@ int cmd_dcp_to_full(int argc, char **argv)
     o.input = argv[optind];
     o.rules = rules;
     o.nrules = nrules;
-    struct fc_cli_progress prog = { .active = 0 };
+    struct fc_cli_progress prog = {.active = 0};
     if (fc_cli_verbosity >= 0 && isatty(STDERR_FILENO)) {
         clock_gettime(CLOCK_MONOTONIC, &prog.start);
         o.progress = fc_cli_progress_draw;
@@ -128,10 +130,11 @@ int cmd_dcp_to_full(int argc, char **argv)
         return fc_cli_report(rc);
     if (res.nvalues_dropped > 0)
         fc_cli_note("dcp-to-full: %zu non-tensor values are not stored (safetensors holds "
-                    "tensors only; use a .pt output to keep them)", res.nvalues_dropped);
+                    "tensors only; use a .pt output to keep them)",
+                    res.nvalues_dropped);
     if (fc_cli_verbosity > 0)
-        fc_cli_note("dcp-to-full: wrote %s: %zu tensors in %zu files, %" PRIu64 " bytes",
-                    o.output, res.ntensors, res.nfiles, res.bytes_written);
+        fc_cli_note("dcp-to-full: wrote %s: %zu tensors in %zu files, %" PRIu64 " bytes", o.output,
+                    res.ntensors, res.nfiles, res.bytes_written);
     return FC_EXIT_OK;
 usage_fail:
     fputs(usage, stderr);

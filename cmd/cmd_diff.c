@@ -30,9 +30,8 @@ static const char usage[] =
 enum { OPT_JSON = 256, OPT_KEY, OPT_MAXMEM };
 
 static const char *const kind_names[] = {
-    [FC_DIFF_ONLY_A] = "only_in_a",   [FC_DIFF_ONLY_B] = "only_in_b",
-    [FC_DIFF_KIND] = "kind",          [FC_DIFF_DTYPE] = "dtype",
-    [FC_DIFF_SHAPE] = "shape",        [FC_DIFF_TENSOR_DATA] = "data",
+    [FC_DIFF_ONLY_A] = "only_in_a", [FC_DIFF_ONLY_B] = "only_in_b", [FC_DIFF_KIND] = "kind",
+    [FC_DIFF_DTYPE] = "dtype",      [FC_DIFF_SHAPE] = "shape",      [FC_DIFF_TENSOR_DATA] = "data",
     [FC_DIFF_VALUE] = "value",
 };
 
@@ -62,7 +61,7 @@ static void print_json(const struct fc_diff_opts *o, const struct fc_diff_result
             json_object_set_new(x, "ndiff", json_integer((json_int_t)it->ndiff));
             json_object_set_new(x, "numel", json_integer((json_int_t)it->numel));
             json_object_set_new(x, "max_abs_diff",
-                                isnan(it->max_abs_diff) ? json_null()
+                                isnan(it->max_abs_diff)   ? json_null()
                                 : isinf(it->max_abs_diff) ? json_string("inf")
                                                           : json_real(it->max_abs_diff));
         }
@@ -90,13 +89,13 @@ static void print_table(const struct fc_diff_result *r)
 int cmd_diff(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        { "json", no_argument, NULL, OPT_JSON },
-        { "key", required_argument, NULL, OPT_KEY },
-        { "max-memory", required_argument, NULL, OPT_MAXMEM },
-        { "help", no_argument, NULL, 'h' },
-        { NULL, 0, NULL, 0 },
+        {"json", no_argument, NULL, OPT_JSON},
+        {"key", required_argument, NULL, OPT_KEY},
+        {"max-memory", required_argument, NULL, OPT_MAXMEM},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
-    struct fc_diff_opts o = { .max_memory = (uint64_t)1 << 30 };
+    struct fc_diff_opts o = {.max_memory = (uint64_t)1 << 30};
     struct fc_diff_result r;
     int json = 0, c;
     optind = 0;

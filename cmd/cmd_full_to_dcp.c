@@ -15,12 +15,14 @@
 static const char usage[] =
     "usage: fsdpconv full-to-dcp -o <dir> (--world-size <n> | --mesh replicate=<r>,shard=<s>)\n"
     "                            [--select <key>] [--strip-prefix <p>] [--rename <re>=<repl>]...\n"
-    "                            [--drop <re>]... [--conv2d-to-linear <key>]... [--tie <dst>=<src>]...\n"
+    "                            [--drop <re>]... [--conv2d-to-linear <key>]... [--tie "
+    "<dst>=<src>]...\n"
     "                            [--dtype <dtype>] [--add-prefix <p>] [--replicate <re>]...\n"
     "                            [--rules <file>] [--dry-run] [--force] [--max-memory <size>]\n"
     "                            [--threads <n>] [--compress zstd[:<level>]] [--optim <file>]\n"
     "                            [--optim-select <key>] [--optim-skip <re>]...\n"
-    "                            [--layout (torchtitan|app)] [--engine (cpu|cuda)] [--nproc <p>] <input>\n"
+    "                            [--layout (torchtitan|app)] [--engine (cpu|cuda)] [--nproc <p>] "
+    "<input>\n"
     "\n"
     "    <input>                  torch.save file, safetensors file, index.json, or a directory\n"
     "    -o, --output <dir>       DCP directory to create (written atomically)\n"
@@ -45,7 +47,8 @@ static const char usage[] =
     "                             zstd-compress every item (torch's stream.zstd/1 extension)\n"
     "    --optim <file>           a full optimizer state dict (FSDP1 FQN-keyed or torch.optim\n"
     "                             id-keyed) converted to get_state_dict's FSDP2 layout\n"
-    "    --optim-select <key>     the optimizer's subtree in <file> or in <input> (e.g. optimizer)\n"
+    "    --optim-select <key>     the optimizer's subtree in <file> or in <input> (e.g. "
+    "optimizer)\n"
     "    --optim-skip <re>        model tensors that are not optimizer parameters (frozen\n"
     "                             parameters, float buffers) when state is keyed by ids\n"
     "    --layout <l>             top-level keys: torchtitan (model., optimizer.) or app\n"
@@ -87,7 +90,7 @@ static int add_rule(struct fc_rule_arg **rules, size_t *n, const char *op, const
     struct fc_rule_arg *r = fc_reallocarray(*rules, *n + 1, sizeof(**rules));
     if (r == NULL)
         return -1;
-    r[*n] = (struct fc_rule_arg){ op, arg };
+    r[*n] = (struct fc_rule_arg){op, arg};
     *rules = r;
     (*n)++;
     return 0;
@@ -96,42 +99,42 @@ static int add_rule(struct fc_rule_arg **rules, size_t *n, const char *op, const
 int cmd_full_to_dcp(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        { "output", required_argument, NULL, 'o' },
-        { "world-size", required_argument, NULL, OPT_WORLD },
-        { "mesh", required_argument, NULL, OPT_MESH },
-        { "select", required_argument, NULL, OPT_SELECT },
-        { "strip-prefix", required_argument, NULL, OPT_STRIP },
-        { "rename", required_argument, NULL, OPT_RENAME },
-        { "drop", required_argument, NULL, OPT_DROP },
-        { "conv2d-to-linear", required_argument, NULL, OPT_CONV },
-        { "tie", required_argument, NULL, OPT_TIE },
-        { "dtype", required_argument, NULL, OPT_DTYPE },
-        { "add-prefix", required_argument, NULL, OPT_ADD },
-        { "replicate", required_argument, NULL, OPT_REPLICATE },
-        { "optim-skip", required_argument, NULL, OPT_OPTIM_SKIP },
-        { "rules", required_argument, NULL, OPT_RULES },
-        { "dry-run", no_argument, NULL, OPT_DRY },
-        { "force", no_argument, NULL, OPT_FORCE },
-        { "max-memory", required_argument, NULL, OPT_MAXMEM },
-        { "threads", required_argument, NULL, OPT_THREADS },
-        { "engine", required_argument, NULL, OPT_ENGINE },
-        { "nproc", required_argument, NULL, OPT_NPROC },
-        { "compress", required_argument, NULL, OPT_COMPRESS },
-        { "optim", required_argument, NULL, OPT_OPTIM },
-        { "optim-select", required_argument, NULL, OPT_OPTIM_SELECT },
-        { "layout", required_argument, NULL, OPT_LAYOUT },
-        { "help", no_argument, NULL, 'h' },
-        { NULL, 0, NULL, 0 },
+        {"output", required_argument, NULL, 'o'},
+        {"world-size", required_argument, NULL, OPT_WORLD},
+        {"mesh", required_argument, NULL, OPT_MESH},
+        {"select", required_argument, NULL, OPT_SELECT},
+        {"strip-prefix", required_argument, NULL, OPT_STRIP},
+        {"rename", required_argument, NULL, OPT_RENAME},
+        {"drop", required_argument, NULL, OPT_DROP},
+        {"conv2d-to-linear", required_argument, NULL, OPT_CONV},
+        {"tie", required_argument, NULL, OPT_TIE},
+        {"dtype", required_argument, NULL, OPT_DTYPE},
+        {"add-prefix", required_argument, NULL, OPT_ADD},
+        {"replicate", required_argument, NULL, OPT_REPLICATE},
+        {"optim-skip", required_argument, NULL, OPT_OPTIM_SKIP},
+        {"rules", required_argument, NULL, OPT_RULES},
+        {"dry-run", no_argument, NULL, OPT_DRY},
+        {"force", no_argument, NULL, OPT_FORCE},
+        {"max-memory", required_argument, NULL, OPT_MAXMEM},
+        {"threads", required_argument, NULL, OPT_THREADS},
+        {"engine", required_argument, NULL, OPT_ENGINE},
+        {"nproc", required_argument, NULL, OPT_NPROC},
+        {"compress", required_argument, NULL, OPT_COMPRESS},
+        {"optim", required_argument, NULL, OPT_OPTIM},
+        {"optim-select", required_argument, NULL, OPT_OPTIM_SELECT},
+        {"layout", required_argument, NULL, OPT_LAYOUT},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     static const char *const rule_ops[] = {
-        [OPT_SELECT - OPT_SELECT] = "select",   [OPT_STRIP - OPT_SELECT] = "strip-prefix",
-        [OPT_RENAME - OPT_SELECT] = "rename",   [OPT_DROP - OPT_SELECT] = "drop",
+        [OPT_SELECT - OPT_SELECT] = "select",         [OPT_STRIP - OPT_SELECT] = "strip-prefix",
+        [OPT_RENAME - OPT_SELECT] = "rename",         [OPT_DROP - OPT_SELECT] = "drop",
         [OPT_CONV - OPT_SELECT] = "conv2d-to-linear", [OPT_TIE - OPT_SELECT] = "tie",
-        [OPT_DTYPE - OPT_SELECT] = "dtype",     [OPT_ADD - OPT_SELECT] = "add-prefix",
-        [OPT_REPLICATE - OPT_SELECT] = "replicate", [OPT_OPTIM_SKIP - OPT_SELECT] = "optim-skip",
+        [OPT_DTYPE - OPT_SELECT] = "dtype",           [OPT_ADD - OPT_SELECT] = "add-prefix",
+        [OPT_REPLICATE - OPT_SELECT] = "replicate",   [OPT_OPTIM_SKIP - OPT_SELECT] = "optim-skip",
     };
-    struct fc_full_to_dcp_opts o = { .replicate = 0, .shard = 0, .max_memory = (uint64_t)1 << 30,
-                                     .compress = 0 };
+    struct fc_full_to_dcp_opts o = {
+        .replicate = 0, .shard = 0, .max_memory = (uint64_t)1 << 30, .compress = 0};
     struct fc_rule_arg *rules = NULL;
     size_t nrules = 0;
     long world = 0, threads = 0, nproc = 1;
@@ -184,8 +187,10 @@ int cmd_full_to_dcp(int argc, char **argv)
             } else if (strcmp(optarg, "app") == 0) {
                 o.layout = 2;
             } else {
-                fprintf(stderr, "fsdpconv: full-to-dcp: invalid value for --layout: '%s' "
-                        "(expected torchtitan or app)\n", optarg);
+                fprintf(stderr,
+                        "fsdpconv: full-to-dcp: invalid value for --layout: '%s' "
+                        "(expected torchtitan or app)\n",
+                        optarg);
                 goto usage_fail;
             }
             break;
@@ -205,11 +210,14 @@ int cmd_full_to_dcp(int argc, char **argv)
             if (fc_opt_int("full-to-dcp", "--threads", optarg, 1, 256, &threads) < 0)
                 goto usage_fail;
             break;
-        case 'h': fc_free(rules); fputs(usage, stdout); return FC_EXIT_OK;
+        case 'h':
+            fc_free(rules);
+            fputs(usage, stdout);
+            return FC_EXIT_OK;
         default:
             fc_free(rules);
-            return fc_cli_usage_error("full-to-dcp", usage,
-                                      "unknown option or missing value: '%s'", argv[optind - 1]);
+            return fc_cli_usage_error("full-to-dcp", usage, "unknown option or missing value: '%s'",
+                                      argv[optind - 1]);
         }
     }
     if (argc - optind != 1) {

@@ -220,7 +220,8 @@ static int print_json_dcp(const struct fc_inspect_opts *o, const struct fc_inspe
     int rc = FC_OK;
     json_object_set_new(root, "format", json_string("dcp"));
     json_object_set_new(root, "path", json_string(o->path));
-    json_object_set_new(root, "version", m->version != NULL ? json_string(m->version) : json_null());
+    json_object_set_new(root, "version",
+                        m->version != NULL ? json_string(m->version) : json_null());
     for (size_t k = 0; k < r->nselected; k++) {
         const size_t i = r->selected[k];
         const struct fc_dcp_entry *e = &m->entries[i];
@@ -320,9 +321,8 @@ static int print_table_dcp(const struct fc_inspect_opts *o, const struct fc_insp
             FC_TRY(fc_shape_string(&ob, ch->offsets, e->ndim));
             FC_TRY(fc_shape_string(&sb, ch->sizes, e->ndim));
             printf("    offsets %s  sizes %s  %s  [%" PRIu64 ", +%" PRIu64 ")%s%s\n",
-                   (char *)ob.data, (char *)sb.data, ch->storage.relative_path,
-                   ch->storage.offset, ch->storage.length,
-                   ch->storage.ntransforms > 0 ? "  " : "",
+                   (char *)ob.data, (char *)sb.data, ch->storage.relative_path, ch->storage.offset,
+                   ch->storage.length, ch->storage.ntransforms > 0 ? "  " : "",
                    ch->storage.ntransforms > 0 ? ch->storage.transforms[0] : "");
             fc_buf_release(&ob);
             fc_buf_release(&sb);
@@ -339,9 +339,9 @@ static int print_table_dcp(const struct fc_inspect_opts *o, const struct fc_insp
         struct fc_buf b = FC_BUF_INIT(4096);
         if (v != NULL)
             FC_TRY(fc_repr_string(&b, v));
-        printf("%s%s  %s  %s  [%" PRIu64 ", +%" PRIu64 ")\n", nv++ == 0 ? "\nVALUES\n" : "",
-               e->fqn, v != NULL ? (char *)b.data : "(bytes)", e->storage.relative_path,
-               e->storage.offset, e->storage.length);
+        printf("%s%s  %s  %s  [%" PRIu64 ", +%" PRIu64 ")\n", nv++ == 0 ? "\nVALUES\n" : "", e->fqn,
+               v != NULL ? (char *)b.data : "(bytes)", e->storage.relative_path, e->storage.offset,
+               e->storage.length);
         fc_buf_release(&b);
     }
     printf("\nFILES\n");
@@ -358,14 +358,14 @@ static int print_table_dcp(const struct fc_inspect_opts *o, const struct fc_insp
 int cmd_inspect(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        { "json", no_argument, NULL, OPT_JSON },
-        { "key", required_argument, NULL, OPT_KEY },
-        { "checksum", no_argument, NULL, OPT_CHECKSUM },
-        { "verify", no_argument, NULL, OPT_VERIFY },
-        { "help", no_argument, NULL, 'h' },
-        { NULL, 0, NULL, 0 },
+        {"json", no_argument, NULL, OPT_JSON},
+        {"key", required_argument, NULL, OPT_KEY},
+        {"checksum", no_argument, NULL, OPT_CHECKSUM},
+        {"verify", no_argument, NULL, OPT_VERIFY},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
-    struct fc_inspect_opts o = { .path = NULL };
+    struct fc_inspect_opts o = {.path = NULL};
     struct fc_inspect_result r;
     int json = 0, c;
     optind = 0;
@@ -383,8 +383,8 @@ int cmd_inspect(int argc, char **argv)
         }
     }
     if (argc - optind != 1)
-        return fc_cli_usage_error("inspect", usage, argc - optind == 0 ? "missing <path>"
-                                                                       : "too many arguments");
+        return fc_cli_usage_error("inspect", usage,
+                                  argc - optind == 0 ? "missing <path>" : "too many arguments");
     o.path = argv[optind];
     int rc = fc_inspect(&o, &r);
     if (rc < 0)
@@ -394,8 +394,10 @@ int cmd_inspect(int argc, char **argv)
     else
         rc = json ? print_json(&o, &r) : print_table(&o, &r);
     if (rc == FC_OK && r.coverage_problems > 0)
-        rc = fc_error_set(FC_ECORRUPT, "%s: %zu coverage problems (gaps, overlaps or missing "
-                          "bytes)", o.path, r.coverage_problems);
+        rc = fc_error_set(FC_ECORRUPT,
+                          "%s: %zu coverage problems (gaps, overlaps or missing "
+                          "bytes)",
+                          o.path, r.coverage_problems);
     fc_inspect_result_release(&r);
     if (rc == FC_OK && fflush(stdout) != 0)
         rc = fc_error_set(FC_EIO, "writing to stdout failed");

@@ -56,24 +56,24 @@ enum {
 int cmd_reshard(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        { "output", required_argument, NULL, 'o' },
-        { "world-size", required_argument, NULL, OPT_WORLD },
-        { "mesh", required_argument, NULL, OPT_MESH },
-        { "dtype", required_argument, NULL, OPT_DTYPE },
-        { "replicate", required_argument, NULL, OPT_REPLICATE },
-        { "compress", required_argument, NULL, OPT_COMPRESS },
-        { "decompress", no_argument, NULL, OPT_DECOMPRESS },
-        { "dry-run", no_argument, NULL, OPT_DRY },
-        { "force", no_argument, NULL, OPT_FORCE },
-        { "max-memory", required_argument, NULL, OPT_MAXMEM },
-        { "threads", required_argument, NULL, OPT_THREADS },
-        { "engine", required_argument, NULL, OPT_ENGINE },
-        { "nproc", required_argument, NULL, OPT_NPROC },
-        { "help", no_argument, NULL, 'h' },
-        { NULL, 0, NULL, 0 },
+        {"output", required_argument, NULL, 'o'},
+        {"world-size", required_argument, NULL, OPT_WORLD},
+        {"mesh", required_argument, NULL, OPT_MESH},
+        {"dtype", required_argument, NULL, OPT_DTYPE},
+        {"replicate", required_argument, NULL, OPT_REPLICATE},
+        {"compress", required_argument, NULL, OPT_COMPRESS},
+        {"decompress", no_argument, NULL, OPT_DECOMPRESS},
+        {"dry-run", no_argument, NULL, OPT_DRY},
+        {"force", no_argument, NULL, OPT_FORCE},
+        {"max-memory", required_argument, NULL, OPT_MAXMEM},
+        {"threads", required_argument, NULL, OPT_THREADS},
+        {"engine", required_argument, NULL, OPT_ENGINE},
+        {"nproc", required_argument, NULL, OPT_NPROC},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
-    struct fc_full_to_dcp_opts o = { .max_memory = (uint64_t)1 << 30, .compress = -1,
-                                     .require_dcp = 1 };
+    struct fc_full_to_dcp_opts o = {
+        .max_memory = (uint64_t)1 << 30, .compress = -1, .require_dcp = 1};
     struct fc_rule_arg rules[64];
     size_t nrules = 0;
     long world = 0, threads = 0, nproc = 1;
@@ -99,8 +99,7 @@ int cmd_reshard(int argc, char **argv)
         case OPT_REPLICATE:
             if (nrules == sizeof(rules) / sizeof(rules[0]))
                 return fc_cli_usage_error("reshard", usage, "too many rules");
-            rules[nrules++] = (struct fc_rule_arg){ c == OPT_DTYPE ? "dtype" : "replicate",
-                                                    optarg };
+            rules[nrules++] = (struct fc_rule_arg){c == OPT_DTYPE ? "dtype" : "replicate", optarg};
             break;
         case OPT_COMPRESS:
             if (fc_opt_compress("reshard", "--compress", optarg, &o.compress) < 0)

@@ -33,7 +33,7 @@ int fc_cli_run_convert(const char *cmd, const char *usage, struct fc_full_to_dcp
     o->threads = (int)threads;
     if (o->output == NULL)
         o->output = "(dry-run)";
-    struct fc_cli_progress prog = { .active = 0 };
+    struct fc_cli_progress prog = {.active = 0};
     if (!o->dry_run && fc_cli_verbosity >= 0 && isatty(STDERR_FILENO)) {
         clock_gettime(CLOCK_MONOTONIC, &prog.start);
         o->progress = fc_cli_progress_draw;

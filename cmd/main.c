@@ -18,18 +18,17 @@ struct fc_cmd {
 };
 
 static const struct fc_cmd commands[] = {
-    { "full-to-dcp", cmd_full_to_dcp, "split a full checkpoint into a sharded DCP directory" },
-    { "reshard", cmd_reshard, "re-cut a DCP checkpoint for another world size or mesh" },
-    { "dcp-to-full", cmd_dcp_to_full, "export a DCP checkpoint to safetensors or torch.save" },
-    { "diff", cmd_diff, "compare two checkpoints key by key" },
-    { "inspect", cmd_inspect, "list tensors, dtypes, shapes, storages and DCP chunks" },
-    { "help", cmd_help, "show help for a command" },
+    {"full-to-dcp", cmd_full_to_dcp, "split a full checkpoint into a sharded DCP directory"},
+    {"reshard", cmd_reshard, "re-cut a DCP checkpoint for another world size or mesh"},
+    {"dcp-to-full", cmd_dcp_to_full, "export a DCP checkpoint to safetensors or torch.save"},
+    {"diff", cmd_diff, "compare two checkpoints key by key"},
+    {"inspect", cmd_inspect, "list tensors, dtypes, shapes, storages and DCP chunks"},
+    {"help", cmd_help, "show help for a command"},
 };
 
-static const char usage[] =
-    "usage: fsdpconv [-v | -q] [--version] [-h] <command> [<args>]\n"
-    "\n"
-    "Commands:\n";
+static const char usage[] = "usage: fsdpconv [-v | -q] [--version] [-h] <command> [<args>]\n"
+                            "\n"
+                            "Commands:\n";
 
 static void print_usage(FILE *f)
 {
@@ -44,7 +43,7 @@ int fc_main_help_for(const char *name)
 {
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
         if (strcmp(commands[i].name, name) == 0) {
-            char *argv[] = { (char *)(uintptr_t)commands[i].name, "--help", NULL };
+            char *argv[] = {(char *)(uintptr_t)commands[i].name, "--help", NULL};
             return commands[i].fn(2, argv);
         }
     }
@@ -61,11 +60,11 @@ void fc_main_print_usage(FILE *f)
 int main(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        { "verbose", no_argument, NULL, 'v' },
-        { "quiet", no_argument, NULL, 'q' },
-        { "version", no_argument, NULL, 'V' },
-        { "help", no_argument, NULL, 'h' },
-        { NULL, 0, NULL, 0 },
+        {"verbose", no_argument, NULL, 'v'},
+        {"quiet", no_argument, NULL, 'q'},
+        {"version", no_argument, NULL, 'V'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     int c;
     /* A file-size limit (ulimit -f) must fail the write, not kill us before cleanup. */

@@ -39,10 +39,26 @@ int fc_opt_size(const char *cmd, const char *opt, const char *s, uint64_t *out)
     double mul = 1;
     switch (*end) {
     case '\0': break;
-    case 'k': case 'K': mul = 1024.0; end++; break;
-    case 'm': case 'M': mul = 1024.0 * 1024; end++; break;
-    case 'g': case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
-    case 't': case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
+    case 'k':
+    case 'K':
+        mul = 1024.0;
+        end++;
+        break;
+    case 'm':
+    case 'M':
+        mul = 1024.0 * 1024;
+        end++;
+        break;
+    case 'g':
+    case 'G':
+        mul = 1024.0 * 1024 * 1024;
+        end++;
+        break;
+    case 't':
+    case 'T':
+        mul = 1024.0 * 1024 * 1024 * 1024;
+        end++;
+        break;
     default: return fc_opt_bad(cmd, opt, s, "unknown size suffix");
     }
     if (strcmp(end, "iB") == 0 || strcmp(end, "B") == 0 || strcmp(end, "b") == 0)

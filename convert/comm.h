@@ -34,9 +34,8 @@ struct fc_comm {
     pthread_mutex_t *locks; /* rank 0: one per peer, held for a whole file */
     int forked;             /* fc_comm_fork(): rank 0 reaps its children */
     int *pids;
-    void *nccl;             /* the NCCL data path when in use (comm_nccl.c), else NULL */
+    void *nccl; /* the NCCL data path when in use (comm_nccl.c), else NULL */
 };
-
 
 /* Owner rank of rank-file r. */
 static inline int fc_comm_owner(const struct fc_comm *c, int file_rank)
@@ -71,7 +70,5 @@ int fc_comm_nccl_init(struct fc_comm *c, int device);
 void fc_comm_nccl_free(struct fc_comm *c);
 int fc_comm_nccl_send(struct fc_comm *c, int peer, const void *p, size_t n);
 int fc_comm_nccl_recv(struct fc_comm *c, size_t n, const void **out);
-
-
 
 #endif

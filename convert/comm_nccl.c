@@ -36,7 +36,7 @@ struct fc_nccl {
         const cudaError_t e_ = (call);                                                             \
         if (e_ != cudaSuccess) {                                                                   \
             (void)cudaGetLastError();                                                              \
-            return fc_error_set(FC_ECUDA, "%s: %s", #call, cudaGetErrorString(e_));              \
+            return fc_error_set(FC_ECUDA, "%s: %s", #call, cudaGetErrorString(e_));                \
         }                                                                                          \
     } while (0)
 
@@ -44,7 +44,7 @@ struct fc_nccl {
     do {                                                                                           \
         const ncclResult_t r_ = (call);                                                            \
         if (r_ != ncclSuccess)                                                                     \
-            return fc_error_set(FC_ENCCL, "%s: %s (%s)", #call, ncclGetErrorString(r_),           \
+            return fc_error_set(FC_ENCCL, "%s: %s (%s)", #call, ncclGetErrorString(r_),            \
                                 ncclGetLastError(NULL));                                           \
     } while (0)
 
@@ -132,7 +132,8 @@ int fc_comm_nccl_send(struct fc_comm *c, int peer, const void *p, size_t n)
     return rc;
 }
 
-/* Worker: ncclRecv from rank 0 into the device, then to host memory *out (valid until the next call). */
+/* Worker: ncclRecv from rank 0 into the device, then to host memory *out (valid until the next
+ * call). */
 int fc_comm_nccl_recv(struct fc_comm *c, size_t n, const void **out)
 {
     struct fc_nccl *nc = c->nccl;

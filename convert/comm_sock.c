@@ -29,8 +29,8 @@
 
 enum { MSG_OPEN = 1, MSG_WRITE, MSG_CLOSE, MSG_END, MSG_DONE, MSG_ACK, MSG_WRITE_NCCL };
 
-#define FC_COMM_HDR 21 /* u8 type, u32 file, u64 offset, u64 length */
-#define FC_COMM_MAX_PATH 4096
+#define FC_COMM_HDR             21 /* u8 type, u32 file, u64 offset, u64 length */
+#define FC_COMM_MAX_PATH        4096
 #define FC_COMM_CONNECT_SECONDS 60
 
 static int fc_send_all(int fd, const void *p, size_t n)
@@ -41,8 +41,10 @@ static int fc_send_all(int fd, const void *p, size_t n)
         if (k < 0) {
             if (errno == EINTR)
                 continue;
-            return fc_error_set(FC_EIO, "multi-process transport: send failed: %s (a peer "
-                                "exited?)", strerror(errno));
+            return fc_error_set(FC_EIO,
+                                "multi-process transport: send failed: %s (a peer "
+                                "exited?)",
+                                strerror(errno));
         }
         q += k;
         n -= (size_t)k;
@@ -224,8 +226,10 @@ static int fc_env_int(const char *name, long min, long max, long *out)
     errno = 0;
     const long v = strtol(s, &end, 10);
     if (*end != '\0' || errno != 0 || v < min || v > max)
-        return fc_error_set(FC_EINVAL, "environment variable %s='%s' is not an integer in "
-                            "[%ld, %ld]", name, s, min, max);
+        return fc_error_set(FC_EINVAL,
+                            "environment variable %s='%s' is not an integer in "
+                            "[%ld, %ld]",
+                            name, s, min, max);
     *out = v;
     return FC_OK;
 }
@@ -272,7 +276,7 @@ int fc_comm_env(struct fc_comm **out)
             goto done;
         }
         for (long got = 1; got < size;) {
-            struct pollfd pfd = { ls, POLLIN, 0 };
+            struct pollfd pfd = {ls, POLLIN, 0};
             const int left = (int)(deadline - time(NULL));
             if (left <= 0 || poll(&pfd, 1, left * 1000) <= 0) {
                 rc = fc_error_set(FC_EIO, "rank 0: only %ld of %ld ranks connected within %d s",
@@ -303,11 +307,13 @@ int fc_comm_env(struct fc_comm **out)
                 close(fd);
             fd = -1;
             if (time(NULL) >= deadline) {
-                rc = fc_error_set(FC_EIO, "rank %ld: cannot connect to rank 0 at %s:%ld within "
-                                  "%d s", rank, addr, port, FC_COMM_CONNECT_SECONDS);
+                rc = fc_error_set(FC_EIO,
+                                  "rank %ld: cannot connect to rank 0 at %s:%ld within "
+                                  "%d s",
+                                  rank, addr, port, FC_COMM_CONNECT_SECONDS);
                 goto done;
             }
-            const struct timespec ts = { 0, 100 * 1000 * 1000 };
+            const struct timespec ts = {0, 100 * 1000 * 1000};
             nanosleep(&ts, NULL);
         }
         unsigned char rb[4];
@@ -445,10 +451,10 @@ int fc_comm_serve(struct fc_comm *c)
             files = f;
             f[nfiles].id = file;
             f[nfiles].path = fc_strndup((const char *)buf, (size_t)n);
-            f[nfiles].fd = f[nfiles].path == NULL
-                               ? -1
-                               : open(f[nfiles].path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
-                                      0644);
+            f[nfiles].fd =
+                f[nfiles].path == NULL
+                    ? -1
+                    : open(f[nfiles].path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
             if (f[nfiles].fd < 0)
                 step = fc_error_set(FC_EIO, "%s: cannot create: %s",
                                     f[nfiles].path ? f[nfiles].path : "?", strerror(errno));
@@ -457,19 +463,16 @@ int fc_comm_serve(struct fc_comm *c)
         }
         case MSG_WRITE:
             if (failed == FC_OK && of == NULL)
-                step = fc_error_set(FC_EIO, "rank %d: WRITE to a file that is not open",
-                                    c->rank);
+                step = fc_error_set(FC_EIO, "rank %d: WRITE to a file that is not open", c->rank);
             else if (failed == FC_OK)
                 step = fc_pwrite_full(of->fd, payload, (size_t)n, off, of->path);
             break;
         case MSG_CLOSE:
             if (of != NULL) {
                 if (failed == FC_OK && fsync(of->fd) != 0)
-                    step = fc_error_set(FC_EIO, "%s: fsync failed: %s", of->path,
-                                        strerror(errno));
+                    step = fc_error_set(FC_EIO, "%s: fsync failed: %s", of->path, strerror(errno));
                 if (close(of->fd) != 0 && step == FC_OK && failed == FC_OK)
-                    step = fc_error_set(FC_EIO, "%s: close failed: %s", of->path,
-                                        strerror(errno));
+                    step = fc_error_set(FC_EIO, "%s: close failed: %s", of->path, strerror(errno));
                 of->fd = -1;
             }
             /* fall through - CLOSE and END are acknowledged with the status so far */

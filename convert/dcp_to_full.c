@@ -85,7 +85,7 @@ static int fc_write_safetensors(const struct fc_source *src, const struct fc_xfo
 {
     struct fc_st_tensor *ts = fc_calloc(n + 1, sizeof(*ts));
     struct fc_buf hdr = FC_BUF_INIT((size_t)1 << 30);
-    static const char *const meta[] = { "format", "pt" };
+    static const char *const meta[] = {"format", "pt"};
     int rc = FC_OK;
     o->fd = -1;
     if (ts == NULL)
@@ -106,9 +106,8 @@ static int fc_write_safetensors(const struct fc_source *src, const struct fc_xfo
     o->pos = hdr.len;
     for (size_t i = 0; i < n; i++) {
         const struct fc_xspec *s = &xr->specs[idx[i]];
-        const int64_t zero[FC_MAX_DIMS] = { 0 };
-        FC_TRY_GOTO(fc_stream_box(src, s, zero, s->shape, budget, slabs, fc_out_put, o), rc,
-                    done);
+        const int64_t zero[FC_MAX_DIMS] = {0};
+        FC_TRY_GOTO(fc_stream_box(src, s, zero, s->shape, budget, slabs, fc_out_put, o), rc, done);
     }
     rc = fc_close_synced(o->fd, path);
     o->fd = -1;
@@ -123,9 +122,9 @@ done:
 /* ---- torch.save: nesting from planner_data paths ---- */
 
 struct fc_node {
-    int is_list;            /* container kind; leaves have spec >= 0 */
-    long spec;              /* leaf: spec index, else -1 */
-    char *key;              /* name in the parent dict (NULL in lists) */
+    int is_list; /* container kind; leaves have spec >= 0 */
+    long spec;   /* leaf: spec index, else -1 */
+    char *key;   /* name in the parent dict (NULL in lists) */
     struct fc_node **kids;
     size_t nkids;
 };
@@ -179,8 +178,7 @@ static int fc_tree_insert(struct fc_node *root, const struct fc_xspec *s, long s
         }
         const int last = d + 1 == s->path_len;
         if (cur->spec >= 0)
-            return fc_error_set(FC_EINVAL, "'%s': a value and a container share the name",
-                                s->key);
+            return fc_error_set(FC_EINVAL, "'%s': a value and a container share the name", s->key);
         if (cur->nkids == 0 && cur != root)
             cur->is_list = pe->is_index;
         struct fc_node *next = NULL;
@@ -249,7 +247,7 @@ static int fc_write_torchsave(const struct fc_source *src, const struct fc_xform
     long *storage_of = fc_calloc(xr->n + 1, sizeof(*storage_of));
     size_t *storage_spec = fc_calloc(xr->n + 1, sizeof(*storage_spec));
     struct fc_zipw_record *recs = fc_calloc(xr->n + 4, sizeof(*recs));
-    char (*names)[32] = fc_calloc(xr->n + 1, sizeof(*names));
+    char(*names)[32] = fc_calloc(xr->n + 1, sizeof(*names));
     struct fc_buf pkl = FC_BUF_INIT((size_t)1 << 31), tail = FC_BUF_INIT((size_t)1 << 31);
     static const unsigned char little[] = "little", version[] = "3\n";
     char prefix[256];
@@ -288,28 +286,27 @@ static int fc_write_torchsave(const struct fc_source *src, const struct fc_xform
         FC_TRY_GOTO(fc_tree_insert(root, s, (long)i), rc, done);
     }
     FC_TRY_GOTO(fc_pw_proto(&pkl), rc, done);
-    const struct fc_ts_export x = { src, xr, storage_of };
+    const struct fc_ts_export x = {src, xr, storage_of};
     FC_TRY_GOTO(fc_pickle_node(&pkl, &x, root), rc, done);
     FC_TRY_GOTO(fc_pw_stop(&pkl), rc, done);
-    recs[nrec++] = (struct fc_zipw_record){ "data.pkl", pkl.len, pkl.data, 0, 0, 0 };
-    recs[nrec++] = (struct fc_zipw_record){ "byteorder", 6, little, 0, 0, 0 };
+    recs[nrec++] = (struct fc_zipw_record){"data.pkl", pkl.len, pkl.data, 0, 0, 0};
+    recs[nrec++] = (struct fc_zipw_record){"byteorder", 6, little, 0, 0, 0};
     for (size_t k = 0; k < nst; k++) {
         snprintf(names[k], sizeof(names[k]), "data/%zu", k);
-        recs[nrec++] = (struct fc_zipw_record){ names[k], fc_spec_nbytes(&xr->specs[storage_spec[k]]),
-                                                NULL, 0, 0, 0 };
+        recs[nrec++] = (struct fc_zipw_record){
+            names[k], fc_spec_nbytes(&xr->specs[storage_spec[k]]), NULL, 0, 0, 0};
     }
-    recs[nrec++] = (struct fc_zipw_record){ "version", 2, version, 0, 0, 0 };
+    recs[nrec++] = (struct fc_zipw_record){"version", 2, version, 0, 0, 0};
     FC_TRY_GOTO(fc_zipw_layout(recs, nrec, prefix, &total), rc, done);
     FC_TRY_GOTO(fc_open_new(path, &o->fd), rc, done);
     o->path = path;
     /* Payloads first (CRCs computed as they stream), then everything around them. */
     for (size_t k = 0; k < nst; k++) {
         const struct fc_xspec *s = &xr->specs[storage_spec[k]];
-        const int64_t zero[FC_MAX_DIMS] = { 0 };
+        const int64_t zero[FC_MAX_DIMS] = {0};
         o->pos = recs[2 + k].data_offset;
         o->crc = 0;
-        FC_TRY_GOTO(fc_stream_box(src, s, zero, s->shape, budget, slabs, fc_out_put, o), rc,
-                    done);
+        FC_TRY_GOTO(fc_stream_box(src, s, zero, s->shape, budget, slabs, fc_out_put, o), rc, done);
         recs[2 + k].crc32 = o->crc;
     }
     uint64_t from = 0;
@@ -345,7 +342,7 @@ static int fc_write_index(const char *path, const struct fc_xform_result *xr, co
 {
     const char **keys = fc_calloc(n + 1, sizeof(*keys));
     const char **files = fc_calloc(n + 1, sizeof(*files));
-    char (*names)[64] = fc_calloc(nshards + 1, sizeof(*names));
+    char(*names)[64] = fc_calloc(nshards + 1, sizeof(*names));
     struct fc_buf b = FC_BUF_INIT((size_t)1 << 30);
     int rc = FC_OK;
     if (keys == NULL || files == NULL || names == NULL) {
@@ -374,7 +371,7 @@ int fc_dcp_to_full(const struct fc_dcp_to_full_opts *opts, struct fc_dcp_to_full
     struct fc_xform_rules rules;
     struct fc_xform_result xr;
     struct fc_slabs slabs;
-    struct fc_out o = { -1, NULL, 0, 0, opts->progress, opts->progress_ctx, 0, 0 };
+    struct fc_out o = {-1, NULL, 0, 0, opts->progress, opts->progress_ctx, 0, 0};
     size_t *idx = NULL, *shard_of = NULL;
     char *tmp = NULL;
     int rc = FC_OK, is_dir_out = 0;
@@ -486,8 +483,8 @@ int fc_dcp_to_full(const struct fc_dcp_to_full_opts *opts, struct fc_dcp_to_full
     if (opts->force)
         FC_TRY_GOTO(fc_remove_tree(opts->output), rc, done);
     if (rename(tmp, opts->output) != 0) {
-        rc = fc_error_set(FC_EIO, "%s: cannot rename into place: %s", opts->output,
-                          strerror(errno));
+        rc =
+            fc_error_set(FC_EIO, "%s: cannot rename into place: %s", opts->output, strerror(errno));
         goto done;
     }
     res->bytes_written = o.total;

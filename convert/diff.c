@@ -33,8 +33,8 @@ static int fc_diff_add(struct fc_diff_result *res, const char *key, enum fc_diff
     if (it == NULL)
         return fc_error_set(FC_ENOMEM, "out of memory");
     res->items = it;
-    it[res->nitems] = (struct fc_diff_item){ fc_strdup(key), kind, fc_strdup(detail), ndiff,
-                                             numel, maxabs };
+    it[res->nitems] =
+        (struct fc_diff_item){fc_strdup(key), kind, fc_strdup(detail), ndiff, numel, maxabs};
     if (it[res->nitems].key == NULL || it[res->nitems].detail == NULL) {
         fc_free(it[res->nitems].key);
         fc_free(it[res->nitems].detail);
@@ -60,7 +60,7 @@ static struct fc_keyref *fc_sorted_keys(const struct fc_source *s)
     if (k == NULL)
         return NULL;
     for (size_t i = 0; i < s->nentries; i++)
-        k[i] = (struct fc_keyref){ s->entries[i].key, i };
+        k[i] = (struct fc_keyref){s->entries[i].key, i};
     qsort(k, s->nentries, sizeof(*k), fc_cmp_keyref);
     return k;
 }
@@ -74,8 +74,8 @@ static int fc_repr_of(const struct fc_pv *v, struct fc_buf *b)
 
 /* Compare two tensors of the same shape row slab by row slab. */
 static int fc_diff_tensors(const struct fc_source *sa, const struct fc_entry *ea,
-                           const struct fc_source *sb, const struct fc_entry *eb,
-                           uint64_t budget, struct fc_diff_result *res)
+                           const struct fc_source *sb, const struct fc_entry *eb, uint64_t budget,
+                           struct fc_diff_result *res)
 {
     const int ndim = ea->t.ndim;
     const size_t za = fc_dtype_size(ea->t.dtype), zb = fc_dtype_size(eb->t.dtype);
@@ -98,7 +98,7 @@ static int fc_diff_tensors(const struct fc_source *sa, const struct fc_entry *ea
     uint64_t ndiff = 0;
     double maxabs = 0;
     int rc = FC_OK;
-    int64_t off[FC_MAX_DIMS] = { 0 }, size[FC_MAX_DIMS];
+    int64_t off[FC_MAX_DIMS] = {0}, size[FC_MAX_DIMS];
     if (a == NULL || b == NULL || (floating && (fa == NULL || fb == NULL))) {
         rc = fc_error_set(FC_ENOMEM, "out of memory comparing '%s'", ea->key);
         goto done;
@@ -145,8 +145,8 @@ static int fc_diff_tensors(const struct fc_source *sa, const struct fc_entry *ea
                          floating ? maxabs : NAN);
     } else if (ndiff > 0) {
         char detail[128];
-        snprintf(detail, sizeof(detail), "%llu of %lld elements differ",
-                 (unsigned long long)ndiff, (long long)numel);
+        snprintf(detail, sizeof(detail), "%llu of %lld elements differ", (unsigned long long)ndiff,
+                 (long long)numel);
         rc = fc_diff_add(res, ea->key, FC_DIFF_TENSOR_DATA, detail, ndiff, (uint64_t)numel,
                          floating ? maxabs : NAN);
     }

@@ -28,15 +28,15 @@ struct fc_exec_shared {
     const struct fc_exec *ex;
     atomic_size_t next_file;
     /* Source-order mode: every rank file open at once, items taken in input order. */
-    int *fds;                 /* per file, or NULL in file-by-file mode */
+    int *fds; /* per file, or NULL in file-by-file mode */
     char **paths;
-    size_t *order;            /* item indices sorted by where their bytes come from */
+    size_t *order; /* item indices sorted by where their bytes come from */
     atomic_size_t next_item;
     atomic_uint_fast64_t bytes_done;
     atomic_int workers_left;
     pthread_mutex_t lock;
-    int rc;            /* first failure */
-    char msg[1024];    /* its message (fc_error is per thread) */
+    int rc;         /* first failure */
+    char msg[1024]; /* its message (fc_error is per thread) */
     uint64_t worker_budget;
 };
 
@@ -72,9 +72,9 @@ static int fc_sink_put(struct fc_sink *k, const void *p, size_t n)
         k->pos += n;
         return FC_OK;
     }
-    ZSTD_inBuffer in = { p, n, 0 };
+    ZSTD_inBuffer in = {p, n, 0};
     while (in.pos < in.size) {
-        ZSTD_outBuffer out = { k->zbuf, k->zcap, 0 };
+        ZSTD_outBuffer out = {k->zbuf, k->zcap, 0};
         const size_t r = ZSTD_compressStream2(k->zs, &out, &in, ZSTD_e_continue);
         if (ZSTD_isError(r))
             return fc_error_set(FC_ERROR, "%s: zstd: %s", k->path, ZSTD_getErrorName(r));
@@ -90,8 +90,8 @@ static int fc_sink_end_item(struct fc_sink *k)
     if (k->zs == NULL)
         return FC_OK;
     for (;;) {
-        ZSTD_inBuffer in = { NULL, 0, 0 };
-        ZSTD_outBuffer out = { k->zbuf, k->zcap, 0 };
+        ZSTD_inBuffer in = {NULL, 0, 0};
+        ZSTD_outBuffer out = {k->zbuf, k->zcap, 0};
         const size_t r = ZSTD_compressStream2(k->zs, &out, &in, ZSTD_e_end);
         if (ZSTD_isError(r))
             return fc_error_set(FC_ERROR, "%s: zstd: %s", k->path, ZSTD_getErrorName(r));
@@ -134,14 +134,14 @@ static int fc_write_tensor_item(struct fc_worker *w, struct fc_sink *k,
     const struct fc_plan_chunk *ch = &ex->plan->chunks[it->chunk];
     const struct fc_plan_tensor *pt = &ex->plan->tensors[it->index];
     const struct fc_xspec *spec = &ex->xr->specs[ex->tensor_spec[it->index]];
-    struct fc_item_sink is = { k, w->sh, 0, 0 };
+    struct fc_item_sink is = {k, w->sh, 0, 0};
     struct fc_tsblob blob;
     int rc = FC_OK;
     FC_TRY(fc_tsblob_init(&blob, pt->dtype, ch->box.sizes, pt->ndim));
     if (blob.total_size != it->length) {
-        rc = fc_error_set(FC_ERROR, "%s: internal error: item of '%s' is %" PRIu64
-                          " bytes, planned %" PRIu64, k->path, pt->key, blob.total_size,
-                          it->length);
+        rc = fc_error_set(FC_ERROR,
+                          "%s: internal error: item of '%s' is %" PRIu64 " bytes, planned %" PRIu64,
+                          k->path, pt->key, blob.total_size, it->length);
         goto done;
     }
     fc_buf_clear(&w->hdr);
@@ -151,8 +151,10 @@ static int fc_write_tensor_item(struct fc_worker *w, struct fc_sink *k,
                               &w->slabs, fc_item_sink_put, &is),
                 rc, done);
     if (is.nbytes != blob.data_size) {
-        rc = fc_error_set(FC_ERROR, "%s: internal error: wrote %" PRIu64 " data bytes of '%s', "
-                          "planned %" PRIu64, k->path, is.nbytes, pt->key, blob.data_size);
+        rc = fc_error_set(FC_ERROR,
+                          "%s: internal error: wrote %" PRIu64 " data bytes of '%s', "
+                          "planned %" PRIu64,
+                          k->path, is.nbytes, pt->key, blob.data_size);
         goto done;
     }
     fc_buf_clear(&w->hdr);
@@ -241,7 +243,7 @@ static int fc_write_file(struct fc_worker *w, size_t fi)
     const struct fc_exec *ex = w->sh->ex;
     const struct fc_plan_file *f = &ex->plan->files[fi];
     char *path = fc_path_join(ex->dir, f->name);
-    struct fc_sink k = { -1, path, 0, NULL, NULL, 0, NULL, 0, (uint32_t)fi };
+    struct fc_sink k = {-1, path, 0, NULL, NULL, 0, NULL, 0, (uint32_t)fi};
     const int owner = fc_comm_owner(ex->comm, f->rank);
     int locked = 0;
     int rc = FC_OK;
@@ -276,8 +278,9 @@ static int fc_write_file(struct fc_worker *w, size_t fi)
         const struct fc_plan_item *it = &ex->plan->items[item];
         const uint64_t start = k.pos;
         if (k.zs == NULL && start != it->offset) {
-            rc = fc_error_set(FC_ERROR, "%s: internal error: item %zu at %" PRIu64
-                              ", planned %" PRIu64, path, item, start, it->offset);
+            rc = fc_error_set(FC_ERROR,
+                              "%s: internal error: item %zu at %" PRIu64 ", planned %" PRIu64, path,
+                              item, start, it->offset);
             goto done;
         }
         if (it->kind == FC_ITEM_BYTES) {
@@ -289,7 +292,7 @@ static int fc_write_file(struct fc_worker *w, size_t fi)
         }
         FC_TRY_GOTO(fc_sink_end_item(&k), rc, done);
         if (ex->extents != NULL)
-            ex->extents[item] = (struct fc_extent){ start, k.pos - start };
+            ex->extents[item] = (struct fc_extent){start, k.pos - start};
         /* Stop early when another worker failed: the output is discarded anyway. */
         if (w->sh->rc < 0)
             break;
@@ -316,8 +319,8 @@ static int fc_write_item_at(struct fc_worker *w, size_t item)
 {
     const struct fc_exec *ex = w->sh->ex;
     const struct fc_plan_item *it = &ex->plan->items[item];
-    struct fc_sink k = { w->sh->fds[it->rank], w->sh->paths[it->rank], it->offset, NULL, NULL, 0,
-                         NULL, 0, 0 };
+    struct fc_sink k = {
+        w->sh->fds[it->rank], w->sh->paths[it->rank], it->offset, NULL, NULL, 0, NULL, 0, 0};
     if (it->kind == FC_ITEM_BYTES) {
         const struct fc_buf *b = &ex->value_blob[it->index];
         FC_TRY(fc_sink_put(&k, b->data, b->len));
@@ -398,7 +401,7 @@ int fc_exec_run(const struct fc_exec *ex)
     for (size_t i = 0; i < ex->plan->nitems; i++)
         total += ex->plan->items[i].length;
     while (atomic_load(&sh.workers_left) > 0) {
-        const struct timespec ts = { 0, 200 * 1000 * 1000 };
+        const struct timespec ts = {0, 200 * 1000 * 1000};
         if (ex->progress != NULL)
             ex->progress(ex->progress_ctx, atomic_load(&sh.bytes_done), total);
         nanosleep(&ts, NULL);

@@ -33,18 +33,18 @@ struct fc_exec {
     const struct fc_plan *plan;
     const struct fc_source *src;
     const struct fc_xform_result *xr;
-    const size_t *tensor_spec;      /* plan tensor index -> xr spec index */
+    const size_t *tensor_spec;       /* plan tensor index -> xr spec index */
     const struct fc_buf *value_blob; /* plan value index -> its torch.save blob */
-    const char *dir;                /* directory the rank files go to */
+    const char *dir;                 /* directory the rank files go to */
     uint64_t max_memory;
     int threads;
     fc_progress_fn progress;
     void *progress_ctx;
-    int compress_level;           /* > 0: each item is one zstd frame (torch's stream.zstd/1) */
-    struct fc_extent *extents;    /* per plan item, filled by fc_exec_run (may be NULL) */
-    int engine;                   /* resolved fc_engine: FC_ENGINE_CPU or FC_ENGINE_CUDA */
-    int device;                   /* CUDA device (LOCAL_RANK, default 0) */
-    struct fc_comm *comm;         /* multi-process: files of other ranks go to their owner */
+    int compress_level;        /* > 0: each item is one zstd frame (torch's stream.zstd/1) */
+    struct fc_extent *extents; /* per plan item, filled by fc_exec_run (may be NULL) */
+    int engine;                /* resolved fc_engine: FC_ENGINE_CPU or FC_ENGINE_CUDA */
+    int device;                /* CUDA device (LOCAL_RANK, default 0) */
+    struct fc_comm *comm;      /* multi-process: files of other ranks go to their owner */
 };
 
 /* Returns FC_OK, FC_EIO (with the file named), FC_ECORRUPT (source), FC_ENOMEM. */

@@ -29,13 +29,13 @@ struct fc_inspect_result {
     /* Exactly one of src (full checkpoint) and dcp (DCP directory) is set. */
     struct fc_source *src;
     struct fc_dcp_meta *dcp;
-    const char *format;    /* "torch.save", "safetensors", "safetensors-index", "dcp" */
-    size_t *selected;      /* indices of the entries that match key_regex, in order */
+    const char *format; /* "torch.save", "safetensors", "safetensors-index", "dcp" */
+    size_t *selected;   /* indices of the entries that match key_regex, in order */
     size_t nselected;
     char (*sha256)[65];    /* per selected entry when checksum was asked; "" for values */
     char *coverage_report; /* DCP: one line per problem found, or NULL */
     size_t coverage_problems;
-    char **files;          /* DCP: file names and their sizes */
+    char **files; /* DCP: file names and their sizes */
     uint64_t *file_bytes;
     size_t nfiles;
 };
@@ -69,29 +69,29 @@ typedef void (*fc_progress_fn)(void *ctx, uint64_t done, uint64_t total);
 struct fc_full_to_dcp_opts {
     const char *input;
     const char *output;
-    int replicate;                /* mesh: replicate x shard; plain FSDP2: 1 x world */
+    int replicate; /* mesh: replicate x shard; plain FSDP2: 1 x world */
     int shard;
     const struct fc_rule_arg *rules; /* flags, in command-line order */
     size_t nrules;
-    const char *rules_file;       /* --rules FILE, applied before the flags' rules */
+    const char *rules_file; /* --rules FILE, applied before the flags' rules */
     int dry_run;
     int force;
-    uint64_t max_memory;          /* bytes of data buffers across all threads */
+    uint64_t max_memory; /* bytes of data buffers across all threads */
     int threads;
-    int compress;                 /* -1: keep the input's (DCP), 0: none, 1..22: zstd level */
-    int require_dcp;              /* reshard: the input must be a DCP checkpoint */
-    const char *optim;            /* --optim FILE: a full optimizer state dict, or NULL */
-    const char *optim_select;     /* --optim-select KEY inside it (or inside input) */
-    int layout;                   /* enum fc_layout of xform.h: 0 none, 1 torchtitan, 2 app */
-    int engine;                   /* enum fc_engine: 0 auto, 1 cpu, 2 cuda */
-    struct fc_comm *comm;         /* multi-process job (rank 0's view), or NULL */
+    int compress;             /* -1: keep the input's (DCP), 0: none, 1..22: zstd level */
+    int require_dcp;          /* reshard: the input must be a DCP checkpoint */
+    const char *optim;        /* --optim FILE: a full optimizer state dict, or NULL */
+    const char *optim_select; /* --optim-select KEY inside it (or inside input) */
+    int layout;               /* enum fc_layout of xform.h: 0 none, 1 torchtitan, 2 app */
+    int engine;               /* enum fc_engine: 0 auto, 1 cpu, 2 cuda */
+    struct fc_comm *comm;     /* multi-process job (rank 0's view), or NULL */
     fc_progress_fn progress;
     void *progress_ctx;
 };
 
 struct fc_full_to_dcp_result {
-    char *plan_text;   /* --dry-run: the plan (fc_plan_describe format) */
-    char **notes;      /* informational lines (e.g. "conv2d weight already 2-D") */
+    char *plan_text; /* --dry-run: the plan (fc_plan_describe format) */
+    char **notes;    /* informational lines (e.g. "conv2d weight already 2-D") */
     size_t nnotes;
     uint64_t bytes_written;
     size_t nfiles;
@@ -170,7 +170,7 @@ struct fc_dcp_to_full_opts {
     const char *input;            /* a DCP directory (or any checkpoint fsdpconv reads) */
     const char *output;           /* file (.safetensors, .pt/.bin/.pth) or directory (sharded) */
     enum fc_export_format format; /* AUTO: from the output name; a directory means safetensors */
-    uint64_t max_shard_size;      /* safetensors: > 0 writes shards + model.safetensors.index.json */
+    uint64_t max_shard_size; /* safetensors: > 0 writes shards + model.safetensors.index.json */
     const struct fc_rule_arg *rules; /* select, strip-prefix, rename, drop, dtype, ... */
     size_t nrules;
     uint64_t max_memory;
@@ -213,22 +213,22 @@ enum fc_diff_kind {
 struct fc_diff_item {
     char *key;
     enum fc_diff_kind kind;
-    char *detail;           /* human-readable specifics ("float32 vs bfloat16") */
-    uint64_t ndiff;         /* elements that differ (data) */
+    char *detail;   /* human-readable specifics ("float32 vs bfloat16") */
+    uint64_t ndiff; /* elements that differ (data) */
     uint64_t numel;
-    double max_abs_diff;    /* floating data; NaN when not computed */
+    double max_abs_diff; /* floating data; NaN when not computed */
 };
 
 struct fc_diff_opts {
     const char *a;
     const char *b;
-    const char *key_regex;  /* only keys matching it */
+    const char *key_regex; /* only keys matching it */
     uint64_t max_memory;
 };
 
 struct fc_diff_result {
     const char *format_a, *format_b;
-    size_t ncompared;       /* keys present in both */
+    size_t ncompared; /* keys present in both */
     struct fc_diff_item *items;
     size_t nitems;
     /* internal: keeps the sources alive for format names */

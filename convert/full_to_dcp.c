@@ -159,9 +159,9 @@ static int fc_build_meta(const struct fc_plan *plan, const struct fc_xform_resul
                 size_t ci;
                 FC_TRY_GOTO(fc_dcp_meta_add_chunk(m, ei, ch->box.offsets, ch->box.sizes, &ci), rc,
                             fail);
-                FC_TRY_GOTO(fc_set_storage(&m->entries[ei].chunks[ci].storage, plan, ch->item,
-                                           extents),
-                            rc, fail);
+                FC_TRY_GOTO(
+                    fc_set_storage(&m->entries[ei].chunks[ci].storage, plan, ch->item, extents), rc,
+                    fail);
             }
         }
         if (s->path_len > 0)
@@ -235,7 +235,7 @@ static int fc_plan_job(const struct fc_full_to_dcp_opts *o, struct fc_job *j)
     if (o->optim != NULL || o->optim_select != NULL || o->layout != FC_LAYOUT_NONE) {
         if (j->rules.add_prefix != NULL)
             return fc_error_set(FC_EINVAL, "--layout and --optim set the key prefixes; drop "
-                                "--add-prefix");
+                                           "--add-prefix");
         const struct fc_source *os = NULL;
         if (o->optim != NULL) {
             FC_TRY(fc_source_open(&j->optim_src, o->optim));
@@ -269,7 +269,7 @@ static int fc_plan_job(const struct fc_full_to_dcp_opts *o, struct fc_job *j)
                 FC_TRY(fc_torchsave_value_blob(&j->blobs[nv], s->value));
             else
                 FC_TRY(fc_source_value_blob(s->src, &s->src->entries[s->entry], &j->blobs[nv]));
-            j->vin[nv] = (struct fc_plan_value_in){ s->key, j->blobs[nv].len };
+            j->vin[nv] = (struct fc_plan_value_in){s->key, j->blobs[nv].len};
             j->spec_value[i] = (long)nv++;
             continue;
         }
@@ -283,7 +283,7 @@ static int fc_plan_job(const struct fc_full_to_dcp_opts *o, struct fc_job *j)
         j->tensor_spec[nt] = i;
         j->spec_tensor[i] = (long)nt++;
     }
-    const struct fc_mesh mesh = { o->replicate, o->shard };
+    const struct fc_mesh mesh = {o->replicate, o->shard};
     return fc_plan_build(&j->plan, &mesh, j->tin, nt, j->vin, nv, fc_blob_size, NULL);
 }
 
@@ -317,8 +317,8 @@ static int fc_commit(const struct fc_full_to_dcp_opts *o, struct fc_job *j, int 
 {
     struct fc_buf meta = FC_BUF_INIT((size_t)1 << 31);
     int rc;
-    FC_TRY_GOTO(fc_build_meta(j->plan, &j->xr, j->spec_tensor, j->spec_value, o->output,
-                              j->extents, &j->meta),
+    FC_TRY_GOTO(fc_build_meta(j->plan, &j->xr, j->spec_tensor, j->spec_value, o->output, j->extents,
+                              &j->meta),
                 rc, done);
     FC_TRY_GOTO(fc_dcp_meta_write(&meta, j->meta), rc, done);
     char *mpath = fc_path_join(j->partial, ".metadata");
@@ -347,8 +347,8 @@ static int fc_commit(const struct fc_full_to_dcp_opts *o, struct fc_job *j, int 
         }
     }
     if (rename(j->partial, o->output) != 0) {
-        rc = fc_error_set(FC_EIO, "%s: cannot rename the finished output into place: %s",
-                          o->output, strerror(errno));
+        rc = fc_error_set(FC_EIO, "%s: cannot rename the finished output into place: %s", o->output,
+                          strerror(errno));
         if (j->old != NULL)
             (void)rename(j->old, o->output);
         goto done;
@@ -410,8 +410,7 @@ int fc_full_to_dcp(const struct fc_full_to_dcp_opts *o, struct fc_full_to_dcp_re
             rc = fc_error_set(FC_ENOMEM, "out of memory");
             goto done;
         }
-        snprintf(j.partial, len, "%s.partial-%ld-%ld", o->output, (long)getpid(),
-                 (long)time(NULL));
+        snprintf(j.partial, len, "%s.partial-%ld-%ld", o->output, (long)getpid(), (long)time(NULL));
     }
     if (mkdir(j.partial, 0755) != 0) {
         rc = fc_error_set(FC_EIO, "%s: cannot create: %s", j.partial, strerror(errno));

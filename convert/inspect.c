@@ -27,7 +27,7 @@ int fc_tensor_sha256(const struct fc_source *src, const struct fc_entry *e, char
 {
     const struct fc_tensor_desc *t = &e->t;
     const size_t esz = fc_dtype_size(t->dtype);
-    int64_t off[FC_MAX_DIMS] = { 0 }, size[FC_MAX_DIMS];
+    int64_t off[FC_MAX_DIMS] = {0}, size[FC_MAX_DIMS];
     int64_t row_elems = 1;
     unsigned char digest[32];
     unsigned char *buf = NULL;
@@ -44,8 +44,8 @@ int fc_tensor_sha256(const struct fc_source *src, const struct fc_entry *e, char
     const int64_t rows = t->ndim == 0 ? 1 : t->shape[0];
     int64_t step = rows;
     if (t->ndim > 0 && row_bytes > 0 && (uint64_t)rows * row_bytes > FC_INSPECT_SLAB)
-        step = (int64_t)(FC_INSPECT_SLAB / row_bytes) > 0 ? (int64_t)(FC_INSPECT_SLAB / row_bytes)
-                                                          : 1;
+        step =
+            (int64_t)(FC_INSPECT_SLAB / row_bytes) > 0 ? (int64_t)(FC_INSPECT_SLAB / row_bytes) : 1;
     const uint64_t cap = t->ndim == 0 ? esz : (uint64_t)step * row_bytes;
     if (row_bytes > 0 || t->ndim == 0) {
         buf = fc_malloc((size_t)cap);
@@ -171,13 +171,12 @@ static int fc_inspect_check_ranges(const struct fc_inspect_result *r, struct fc_
                     fi = (long)k;
             if (fi < 0) {
                 (*count)++;
-                FC_TRY(fc_buf_printf(rep, "'%s': file %s is missing\n", e->fqn,
-                                     st->relative_path));
-            } else if (st->offset + st->length > r->file_bytes[fi] || st->offset + st->length <
-                     st->offset) {
-                FC_TRY(fc_problem(rep, count, "'%s': item in %s ends at %" PRIu64
-                                  " past the file end %" PRIu64, e->fqn, st->relative_path,
-                                  st->offset + st->length, r->file_bytes[fi]));
+                FC_TRY(fc_buf_printf(rep, "'%s': file %s is missing\n", e->fqn, st->relative_path));
+            } else if (st->offset + st->length > r->file_bytes[fi] ||
+                       st->offset + st->length < st->offset) {
+                FC_TRY(fc_problem(
+                    rep, count, "'%s': item in %s ends at %" PRIu64 " past the file end %" PRIu64,
+                    e->fqn, st->relative_path, st->offset + st->length, r->file_bytes[fi]));
             }
         }
     }
@@ -216,8 +215,9 @@ static int fc_inspect_verify_crcs(const char *dir, const struct fc_dcp_meta *m)
                 const struct fc_zip_entry *ze = fc_zip_entry_at(zr, k);
                 uint32_t crc = 0;
                 for (uint64_t pos = 0; rc == FC_OK && pos < ze->size;) {
-                    const size_t step = ze->size - pos > ((size_t)1 << 20) ? ((size_t)1 << 20)
-                                                                           : (size_t)(ze->size - pos);
+                    const size_t step = ze->size - pos > ((size_t)1 << 20)
+                                            ? ((size_t)1 << 20)
+                                            : (size_t)(ze->size - pos);
                     rc = fc_file_pread(&f, buf, step, ze->data_offset + pos);
                     crc = fc_crc32(crc, buf, step);
                     pos += step;

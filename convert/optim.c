@@ -103,8 +103,8 @@ static int fc_prefix_model(struct fc_xform_result *xr, size_t nmodel, const char
 
 /* One optimizer parameter group as found in the file. */
 struct fc_group {
-    const struct fc_entry *params;  /* the "params" list */
-    const struct fc_entry **hps;    /* every other hyper-parameter */
+    const struct fc_entry *params; /* the "params" list */
+    const struct fc_entry **hps;   /* every other hyper-parameter */
     size_t nhps;
 };
 
@@ -118,8 +118,8 @@ int fc_xform_add_optimizer(struct fc_xform_result *xr, const struct fc_xform_rul
                            const struct fc_source *osrc, const char *select, enum fc_layout layout)
 {
     const size_t nmodel = xr->n;
-    static const char *const titan_model[] = { "model" };
-    static const char *const app_model[] = { "app", "model" };
+    static const char *const titan_model[] = {"model"};
+    static const char *const app_model[] = {"app", "model"};
     struct fc_group *groups = NULL;
     size_t ngroups = 0;
     long *param_of_id = NULL; /* int-keyed state: id -> model spec */
@@ -216,9 +216,10 @@ int fc_xform_add_optimizer(struct fc_xform_result *xr, const struct fc_xform_rul
         }
     }
     if (nseen == 0 || ngroups == 0) {
-        rc = fc_error_set(FC_EINVAL, "%s: no optimizer state dict%s%s (expected 'state' and "
-                          "'param_groups')", osrc->path, select ? " under " : "",
-                          select ? select : "");
+        rc = fc_error_set(FC_EINVAL,
+                          "%s: no optimizer state dict%s%s (expected 'state' and "
+                          "'param_groups')",
+                          osrc->path, select ? " under " : "", select ? select : "");
         goto done;
     }
     /* Map every parameter id or FQN of every group to a model spec. */
@@ -247,9 +248,10 @@ int fc_xform_add_optimizer(struct fc_xform_result *xr, const struct fc_xform_rul
             if (id->kind == FC_PV_INT && int_keyed != 0) {
                 int_keyed = 1;
                 if (id->u.i < 0 || (size_t)id->u.i >= nparams) {
-                    rc = fc_error_set(FC_EINVAL, "%s: parameter id %lld but the model has %zu "
-                                      "candidate tensors", osrc->path,
-                                      (long long)id->u.i, nparams);
+                    rc = fc_error_set(FC_EINVAL,
+                                      "%s: parameter id %lld but the model has %zu "
+                                      "candidate tensors",
+                                      osrc->path, (long long)id->u.i, nparams);
                     goto done;
                 }
                 spec = order[id->u.i];
@@ -268,8 +270,10 @@ int fc_xform_add_optimizer(struct fc_xform_result *xr, const struct fc_xform_rul
                 spec = fc_find_model(&model_keys, renamed != NULL ? renamed : id->u.str.s);
                 fc_free(renamed);
                 if (spec < 0) {
-                    rc = fc_error_set(FC_EINVAL, "%s: the optimizer has state for '%s' but the "
-                                      "model has no such tensor", osrc->path, id->u.str.s);
+                    rc = fc_error_set(FC_EINVAL,
+                                      "%s: the optimizer has state for '%s' but the "
+                                      "model has no such tensor",
+                                      osrc->path, id->u.str.s);
                     goto done;
                 }
             } else {
@@ -336,10 +340,10 @@ int fc_xform_add_optimizer(struct fc_xform_result *xr, const struct fc_xform_rul
         FC_TRY_GOTO(fc_buf_putc(&key, '\0'), rc, state_fail);
         size_t si;
         if (layout == FC_LAYOUT_APP) {
-            const char *path[] = { "app", "optim", "state", fqn, (char *)name.data };
+            const char *path[] = {"app", "optim", "state", fqn, (char *)name.data};
             FC_TRY_GOTO(fc_spec_push(xr, (char *)key.data, path, 5, &si), rc, state_fail);
         } else {
-            const char *path[] = { "optimizer", (char *)key.data + strlen("optimizer.") };
+            const char *path[] = {"optimizer", (char *)key.data + strlen("optimizer.")};
             FC_TRY_GOTO(fc_spec_push(xr, (char *)key.data, path, 2, &si), rc, state_fail);
         }
         struct fc_xspec *s = &xr->specs[si];
@@ -356,9 +360,11 @@ int fc_xform_add_optimizer(struct fc_xform_result *xr, const struct fc_xform_rul
                 const struct fc_entry *pe = &ps->src->entries[ps->entry];
                 if (pe->t.ndim != e->t.ndim ||
                     memcmp(pe->t.shape, e->t.shape, sizeof(int64_t) * (size_t)e->t.ndim) != 0) {
-                    rc = fc_error_set(FC_EINVAL, "%s: optimizer state '%s' does not have the "
+                    rc = fc_error_set(FC_EINVAL,
+                                      "%s: optimizer state '%s' does not have the "
                                       "shape of parameter '%s' (wrong parameter order? mark "
-                                      "frozen parameters and float buffers with --optim-skip)", osrc->path, e->key, fqn);
+                                      "frozen parameters and float buffers with --optim-skip)",
+                                      osrc->path, e->key, fqn);
                     goto state_fail;
                 }
                 s->conv2d = ps->conv2d;
@@ -374,11 +380,14 @@ int fc_xform_add_optimizer(struct fc_xform_result *xr, const struct fc_xform_rul
             goto done;
     }
 
-    /* Every candidate must be claimed, or the order is off somewhere and keys would be mislabelled. */
+    /* Every candidate must be claimed, or the order is off somewhere and keys would be mislabelled.
+     */
     if (int_keyed == 1 && total_ids != nparams) {
-        rc = fc_error_set(FC_EINVAL, "%s: the optimizer has %zu parameters but the model has %zu "
+        rc = fc_error_set(FC_EINVAL,
+                          "%s: the optimizer has %zu parameters but the model has %zu "
                           "candidate tensors (the first unclaimed is '%s'); mark frozen parameters "
-                          "and float buffers with --optim-skip", osrc->path, total_ids, nparams,
+                          "and float buffers with --optim-skip",
+                          osrc->path, total_ids, nparams,
                           total_ids < nparams ? xr->specs[order[total_ids]].key : "?");
         goto done;
     }
@@ -393,13 +402,13 @@ int fc_xform_add_optimizer(struct fc_xform_result *xr, const struct fc_xform_rul
                 const char *hp = fc_elem_str(&e->path[e->path_len - 1], tmp, sizeof(tmp));
                 char key[512];
                 snprintf(key, sizeof(key), "app.optim.param_groups.%zu.%s", g, hp);
-                const char *path[] = { "app", "optim", "param_groups", gs, hp };
+                const char *path[] = {"app", "optim", "param_groups", gs, hp};
                 size_t si;
                 FC_TRY_GOTO(fc_spec_push(xr, key, path, 5, &si), rc, done);
                 struct fc_xspec *s = &xr->specs[si];
                 /* The group number is a list index in the nesting, not a dict key. */
                 fc_free((void *)(uintptr_t)s->path[3].key);
-                s->path[3] = (struct fc_path_elem){ 1, (int64_t)g, NULL };
+                s->path[3] = (struct fc_path_elem){1, (int64_t)g, NULL};
                 s->kind = FC_ENTRY_VALUE;
                 s->src = osrc;
                 s->entry = (size_t)(e - osrc->entries);
@@ -440,7 +449,7 @@ int fc_xform_add_optimizer(struct fc_xform_result *xr, const struct fc_xform_rul
                     if (rc == FC_OK)
                         rc = fc_buf_putc(&key, '\0');
                     if (rc == FC_OK) {
-                        const char *path[] = { "optimizer", (char *)key.data + 10 };
+                        const char *path[] = {"optimizer", (char *)key.data + 10};
                         rc = fc_spec_push(xr, (char *)key.data, path, 2, &si);
                     }
                     fc_buf_release(&key);
@@ -462,8 +471,7 @@ int fc_xform_add_optimizer(struct fc_xform_result *xr, const struct fc_xform_rul
             if (put < 0)
                 rc = put;
             else if (put == 1)
-                rc = fc_error_set(FC_EINVAL, "--optim: two entries become '%s'",
-                                  xr->specs[i].key);
+                rc = fc_error_set(FC_EINVAL, "--optim: two entries become '%s'", xr->specs[i].key);
         }
         fc_strmap_release(&all);
     }

@@ -29,7 +29,7 @@ struct fc_slabs {
     unsigned char *in, *mid, *out;
     size_t cap_in, cap_mid, cap_out;
     fc_engine engine;
-    int device;   /* CUDA device of this thread (LOCAL_RANK) */
+    int device; /* CUDA device of this thread (LOCAL_RANK) */
     void *stream;
     struct fc_dev_buf d_in, d_mid, d_out;
 };

@@ -12,7 +12,7 @@
 #include "fc_error.h"
 #include "fc_strmap.h"
 
-#define FC_XFORM_KEY_CAP ((size_t)1 << 20)
+#define FC_XFORM_KEY_CAP  ((size_t)1 << 20)
 #define FC_RULES_FILE_CAP ((size_t)1 << 20)
 
 static int fc_regex_rule_init(struct fc_regex_rule *rule, const char *pattern, const char *repl,
@@ -85,8 +85,7 @@ static int fc_split_eq(const char *arg, int last, char **left, char **right, con
     return FC_OK;
 }
 
-int fc_xform_rules_add(struct fc_xform_rules *r, const char *op, const char *arg,
-                       const char *where)
+int fc_xform_rules_add(struct fc_xform_rules *r, const char *op, const char *arg, const char *where)
 {
     if (strcmp(op, "select") == 0)
         return fc_set_once(&r->select, arg, "select", where);
@@ -324,7 +323,7 @@ static int fc_xspec_rekey(struct fc_xspec *s, char *newkey)
         p[i] = s->path[i];
         s->path[i].key = NULL; /* moved */
     }
-    p[keep] = (struct fc_path_elem){ 0, 0, rest };
+    p[keep] = (struct fc_path_elem){0, 0, rest};
     for (size_t j = 0; j < s->path_len; j++)
         fc_free((void *)(uintptr_t)s->path[j].key);
     fc_free(s->path);
@@ -342,7 +341,6 @@ static long fc_spec_find(const struct fc_xform_result *out, const char *key)
             return (long)i;
     return -1;
 }
-
 
 static int fc_check_unique(const struct fc_xform_result *out, const char *step)
 {
@@ -400,8 +398,7 @@ static int fc_step_select(struct fc_xform_result *out, const char *sel)
     fc_specs_compact(out, keep);
     fc_free(keep);
     if (kept == 0)
-        return fc_error_set(FC_EINVAL, "--select '%s': the input has no subtree of that name",
-                            sel);
+        return fc_error_set(FC_EINVAL, "--select '%s': the input has no subtree of that name", sel);
     return FC_OK;
 }
 
@@ -668,7 +665,8 @@ int fc_xform_apply(const struct fc_source *src, const struct fc_xform_rules *r,
             const struct fc_dtype_info *info = fc_dtype_info(s->dtype);
             /* Optimizer step counters stay exact: bf16 cannot count past 256. */
             const char *last = strrchr(s->key, '.');
-            const int is_step = s->ndim == 0 && strcmp(last != NULL ? last + 1 : s->key, "step") == 0;
+            const int is_step =
+                s->ndim == 0 && strcmp(last != NULL ? last + 1 : s->key, "step") == 0;
             if (s->kind == FC_ENTRY_TENSOR && info != NULL && info->is_floating && !is_step)
                 s->dtype = r->dtype;
         }
@@ -676,8 +674,8 @@ int fc_xform_apply(const struct fc_source *src, const struct fc_xform_rules *r,
     if (r->add_prefix != NULL) {
         const size_t pl = strlen(r->add_prefix);
         /* "model." becomes a path component of its own, like get_state_dict apps nest. */
-        const int as_component = pl > 1 && r->add_prefix[pl - 1] == '.' &&
-                                 memchr(r->add_prefix, '.', pl - 1) == NULL;
+        const int as_component =
+            pl > 1 && r->add_prefix[pl - 1] == '.' && memchr(r->add_prefix, '.', pl - 1) == NULL;
         for (size_t i = 0; i < out->n; i++) {
             struct fc_xspec *s = &out->specs[i];
             const size_t kl = strlen(s->key);
@@ -698,7 +696,7 @@ int fc_xform_apply(const struct fc_source *src, const struct fc_xform_rules *r,
                     rc = fc_error_set(FC_ENOMEM, "out of memory");
                     goto fail;
                 }
-                p[0] = (struct fc_path_elem){ 0, 0, comp };
+                p[0] = (struct fc_path_elem){0, 0, comp};
                 memcpy(p + 1, s->path, s->path_len * sizeof(*p));
                 fc_free(s->path);
                 s->path = p;

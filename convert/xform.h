@@ -81,13 +81,13 @@ struct fc_xspec {
     struct fc_path_elem *path; /* planner_data path; keys owned */
     size_t path_len;
     enum fc_entry_kind kind;
-    size_t entry;              /* source entry the data comes from */
-    fc_dtype dtype;            /* output dtype */
-    int ndim;                  /* output shape */
+    size_t entry;   /* source entry the data comes from */
+    fc_dtype dtype; /* output dtype */
+    int ndim;       /* output shape */
     int64_t shape[FC_MAX_DIMS];
-    int conv2d;                /* op: [O,C,kh,kw] -> [O, kh*kw*C] (BAGEL) */
-    long alias_of;             /* -1, or an earlier spec holding the same bytes */
-    int replicate;             /* stored whole instead of Shard(0) */
+    int conv2d;    /* op: [O,C,kh,kw] -> [O, kh*kw*C] (BAGEL) */
+    long alias_of; /* -1, or an earlier spec holding the same bytes */
+    int replicate; /* stored whole instead of Shard(0) */
 };
 
 struct fc_xform_result {
@@ -120,8 +120,10 @@ int fc_xform_rename_key(const struct fc_xform_rules *r, const char *key, char **
 /* The checkpoint layouts of --layout (input-formats.md C.5). */
 enum fc_layout {
     FC_LAYOUT_NONE,       /* keys as the transforms leave them */
-    FC_LAYOUT_TORCHTITAN, /* model.<fqn>, optimizer.state.<fqn>.<name>, optimizer.param_groups.<fqn>.<hp> */
-    FC_LAYOUT_APP         /* app.model.<fqn>, app.optim.state.<fqn>.<name>, app.optim.param_groups.<g>.<hp> */
+    FC_LAYOUT_TORCHTITAN, /* model.<fqn>, optimizer.state.<fqn>.<name>,
+                             optimizer.param_groups.<fqn>.<hp> */
+    FC_LAYOUT_APP /* app.model.<fqn>, app.optim.state.<fqn>.<name>, app.optim.param_groups.<g>.<hp>
+                   */
 };
 
 /*
@@ -136,13 +138,12 @@ enum fc_layout {
  * keys in parameter order: the model's floating tensors in order (a state
  * dict lists each module's parameters before its buffers, so this is
  * model.parameters() order once buffers are gone), skipping --replicate and
- * --optim-skip matches (buffers, frozen parameters) and ties.  Each state tensor must have its parameter's
- * shape (before conv2d-to-linear, whose permutation it then gets too); a
- * mismatch is FC_EINVAL naming both keys.  State tensors keep their dtype;
- * 0-d ones (step) are stored whole; the others are sharded like their
- * parameter.  param_groups are written per group (app, with "params" as FQN
- * lists) or per parameter (torchtitan's flattened form).  Returns FC_OK,
- * FC_EINVAL, FC_ENOMEM.
+ * --optim-skip matches (buffers, frozen parameters) and ties.  Each state tensor must have its
+ * parameter's shape (before conv2d-to-linear, whose permutation it then gets too); a mismatch is
+ * FC_EINVAL naming both keys.  State tensors keep their dtype; 0-d ones (step) are stored whole;
+ * the others are sharded like their parameter.  param_groups are written per group (app, with
+ * "params" as FQN lists) or per parameter (torchtitan's flattened form).  Returns FC_OK, FC_EINVAL,
+ * FC_ENOMEM.
  */
 int fc_xform_add_optimizer(struct fc_xform_result *xr, const struct fc_xform_rules *rules,
                            const struct fc_source *optim_src, const char *optim_select,

@@ -12,12 +12,12 @@
 
 #include <stddef.h>
 
-void *fc_malloc(size_t nbytes);                         /* NULL on failure */
-void *fc_calloc(size_t nelem, size_t elem_size);        /* zeroed; NULL on overflow/failure */
+void *fc_malloc(size_t nbytes);                  /* NULL on failure */
+void *fc_calloc(size_t nelem, size_t elem_size); /* zeroed; NULL on overflow/failure */
 void *fc_reallocarray(void *p, size_t nelem, size_t elem_size); /* p kept on failure */
-void fc_free(void *p);                                  /* accepts NULL */
-char *fc_strdup(const char *s);                         /* NULL on failure */
-char *fc_strndup(const char *s, size_t n);              /* copies at most n bytes, NUL-terminates */
+void fc_free(void *p);                                          /* accepts NULL */
+char *fc_strdup(const char *s);                                 /* NULL on failure */
+char *fc_strndup(const char *s, size_t n); /* copies at most n bytes, NUL-terminates */
 
 /*
  * fc_alloc_fail_at() - test hook: the n-th allocation after this call fails

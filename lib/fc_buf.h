@@ -19,11 +19,14 @@ struct fc_buf {
     size_t cap;
 };
 
-#define FC_BUF_INIT(capacity) { NULL, 0, 0, (capacity) }
+#define FC_BUF_INIT(capacity)                                                                      \
+    {                                                                                              \
+        NULL, 0, 0, (capacity)                                                                     \
+    }
 
 void fc_buf_init(struct fc_buf *b, size_t cap);
-void fc_buf_release(struct fc_buf *b);        /* free memory, back to empty */
-void fc_buf_clear(struct fc_buf *b);          /* len = 0, keep memory */
+void fc_buf_release(struct fc_buf *b);                           /* free memory, back to empty */
+void fc_buf_clear(struct fc_buf *b);                             /* len = 0, keep memory */
 unsigned char *fc_buf_detach(struct fc_buf *b, size_t *len_out); /* caller frees with fc_free */
 
 /* Each returns FC_OK or FC_ENOMEM (allocation failure or cap exceeded). */

@@ -27,10 +27,10 @@
 #include "fc_torchsave.h"
 
 struct fc_dcp_chunk_ref {
-    size_t file;                 /* index into src->files */
-    uint64_t base;               /* absolute offset of the chunk storage's element 0 */
-    struct fc_tensor_desc desc;  /* the chunk tensor as stored (shape == chunk sizes) */
-    const int64_t *offsets;      /* global offsets (from the metadata) */
+    size_t file;                /* index into src->files */
+    uint64_t base;              /* absolute offset of the chunk storage's element 0 */
+    struct fc_tensor_desc desc; /* the chunk tensor as stored (shape == chunk sizes) */
+    const int64_t *offsets;     /* global offsets (from the metadata) */
 };
 
 /* Where an item's (decompressed) torch.save blob can be read. */
@@ -42,9 +42,9 @@ struct fc_dcp_blob_loc {
 
 struct fc_dcp_source_impl {
     struct fc_dcp_meta *meta;
-    int64_t **maxend;              /* per entry: running max of chunk dim-0 ends, chunks sorted */
+    int64_t **maxend; /* per entry: running max of chunk dim-0 ends, chunks sorted */
     struct fc_dcp_blob_loc *value_loc; /* per entry: the bytes item's blob (values only) */
-    long scratch_file;                 /* index of the temp file holding decompressed items, or -1 */
+    long scratch_file; /* index of the temp file holding decompressed items, or -1 */
     uint64_t scratch_size;
     struct fc_torchsave **blobs; /* every parsed item, kept for the values' trees */
     size_t nblobs;
@@ -84,8 +84,10 @@ static int fc_dcp_file(struct fc_source *src, const char *dir, const char *rel, 
         }
     }
     if (strchr(rel, '/') != NULL || strcmp(rel, "..") == 0 || rel[0] == '\0')
-        return fc_error_set(FC_ECORRUPT, "%s/.metadata: storage file name '%s' is not a plain "
-                            "file name", dir, rel);
+        return fc_error_set(FC_ECORRUPT,
+                            "%s/.metadata: storage file name '%s' is not a plain "
+                            "file name",
+                            dir, rel);
     struct fc_file *files = fc_reallocarray(src->files, src->nfiles + 1, sizeof(*files));
     if (files == NULL)
         return fc_error_set(FC_ENOMEM, "out of memory");
@@ -96,8 +98,7 @@ static int fc_dcp_file(struct fc_source *src, const char *dir, const char *rel, 
     files[src->nfiles] = (struct fc_file)FC_FILE_INIT;
     int rc = fc_file_open_read(&files[src->nfiles], path);
     if (rc == FC_ENOENT)
-        rc = fc_error_set(FC_ECORRUPT, "%s: missing: .metadata names it but it is not there",
-                          path);
+        rc = fc_error_set(FC_ECORRUPT, "%s: missing: .metadata names it but it is not there", path);
     fc_free(path);
     FC_TRY(rc);
     *out = src->nfiles++;
@@ -141,7 +142,7 @@ static int fc_dcp_inflate(struct fc_source *src, struct fc_dcp_source_impl *impl
             return fc_error_set(FC_ENOMEM, "out of memory");
         }
         src->files = files;
-        files[src->nfiles] = (struct fc_file){ fd, 0, name };
+        files[src->nfiles] = (struct fc_file){fd, 0, name};
         impl->scratch_file = (long)src->nfiles++;
     }
     struct fc_file *scratch = &src->files[impl->scratch_file];
@@ -162,7 +163,7 @@ static int fc_dcp_inflate(struct fc_source *src, struct fc_dcp_source_impl *impl
      * while the decoder fills whole output buffers (it may still hold data).
      */
     for (;;) {
-        ZSTD_inBuffer ib = { in, 0, 0 };
+        ZSTD_inBuffer ib = {in, 0, 0};
         if (pos < st->length) {
             ib.size = st->length - pos < in_cap ? (size_t)(st->length - pos) : in_cap;
             FC_TRY_GOTO(fc_file_pread(f, in, ib.size, st->offset + pos), rc, done);
@@ -172,7 +173,7 @@ static int fc_dcp_inflate(struct fc_source *src, struct fc_dcp_source_impl *impl
         }
         size_t produced;
         do {
-            ZSTD_outBuffer ob = { out, out_cap, 0 };
+            ZSTD_outBuffer ob = {out, out_cap, 0};
             last = ZSTD_decompressStream(ds, &ob, &ib);
             if (ZSTD_isError(last)) {
                 rc = fc_error_set(FC_ECORRUPT, "%s: zstd: %s", what, ZSTD_getErrorName(last));
@@ -212,12 +213,13 @@ static int fc_dcp_parse_item(struct fc_source *src, struct fc_dcp_source_impl *i
     FC_TRY(fc_dcp_file(src, dir, st->relative_path, &fi));
     const struct fc_file *f = &src->files[fi];
     if (st->offset > f->size || st->length > f->size - st->offset)
-        return fc_error_set(FC_ECORRUPT, "%s: item '%s' [%" PRIu64 ", +%" PRIu64
+        return fc_error_set(FC_ECORRUPT,
+                            "%s: item '%s' [%" PRIu64 ", +%" PRIu64
                             ") runs past the end of the file (%" PRIu64 " bytes)",
                             f->path, fqn, st->offset, st->length, f->size);
     char what[768];
     snprintf(what, sizeof(what), "%s @ %" PRIu64 " (item '%s')", f->path, st->offset, fqn);
-    *loc = (struct fc_dcp_blob_loc){ fi, st->offset, st->length };
+    *loc = (struct fc_dcp_blob_loc){fi, st->offset, st->length};
     for (size_t t = 0; t < st->ntransforms; t++) {
         if (!fc_is_zstd_descriptor(st->transforms[t]))
             return fc_error_set(FC_EFORMAT, "%s: unknown transform '%s'", what, st->transforms[t]);
@@ -327,7 +329,7 @@ int fc_source_open_dcp(struct fc_source **out, const char *dir)
         }
         e->path = p;
         for (size_t k = 0; k < plen; k++) {
-            p[k] = de->path != NULL ? de->path[k] : (struct fc_path_elem){ 0, 0, de->fqn };
+            p[k] = de->path != NULL ? de->path[k] : (struct fc_path_elem){0, 0, de->fqn};
             if (!p[k].is_index && (p[k].key = fc_strdup(p[k].key)) == NULL) {
                 rc = fc_error_set(FC_ENOMEM, "out of memory");
                 goto fail;
@@ -337,9 +339,9 @@ int fc_source_open_dcp(struct fc_source **out, const char *dir)
         e->storage = SIZE_MAX;
         if (de->kind == FC_DCP_BYTES) {
             struct fc_torchsave *ts;
-            FC_TRY_GOTO(fc_dcp_parse_item(src, impl, dir, de->fqn, &de->storage,
-                                          &impl->value_loc[i], &ts),
-                        rc, fail);
+            FC_TRY_GOTO(
+                fc_dcp_parse_item(src, impl, dir, de->fqn, &de->storage, &impl->value_loc[i], &ts),
+                rc, fail);
             e->kind = FC_ENTRY_VALUE;
             e->value = fc_torchsave_root(ts);
             continue;
@@ -364,8 +366,10 @@ int fc_source_open_dcp(struct fc_source **out, const char *dir)
             ref->file = loc.file;
             const struct fc_pv *root = fc_torchsave_root(ts);
             if (root->kind != FC_PV_TENSOR) {
-                rc = fc_error_set(FC_ECORRUPT, "%s: item of tensor '%s' (chunk %zu) holds no "
-                                  "tensor", dir, de->fqn, c);
+                rc = fc_error_set(FC_ECORRUPT,
+                                  "%s: item of tensor '%s' (chunk %zu) holds no "
+                                  "tensor",
+                                  dir, de->fqn, c);
                 goto fail;
             }
             const struct fc_pv_tensor *t = &root->u.tensor;
@@ -373,14 +377,18 @@ int fc_source_open_dcp(struct fc_source **out, const char *dir)
             for (int d = 0; same && d < de->ndim; d++)
                 same = t->desc.shape[d] == dc->sizes[d];
             if (!same) {
-                rc = fc_error_set(FC_ECORRUPT, "%s: chunk %zu of '%s': stored tensor shape does "
-                                  "not match the chunk sizes in .metadata", dir, c, de->fqn);
+                rc = fc_error_set(FC_ECORRUPT,
+                                  "%s: chunk %zu of '%s': stored tensor shape does "
+                                  "not match the chunk sizes in .metadata",
+                                  dir, c, de->fqn);
                 goto fail;
             }
             if (t->desc.dtype != de->dtype) {
-                rc = fc_error_set(FC_EFORMAT, "%s: chunk %zu of '%s' is stored as %s but "
-                                  ".metadata says %s", dir, c, de->fqn,
-                                  fc_dtype_name(t->desc.dtype), fc_dtype_name(de->dtype));
+                rc = fc_error_set(FC_EFORMAT,
+                                  "%s: chunk %zu of '%s' is stored as %s but "
+                                  ".metadata says %s",
+                                  dir, c, de->fqn, fc_dtype_name(t->desc.dtype),
+                                  fc_dtype_name(de->dtype));
                 goto fail;
             }
             const struct fc_ts_storage *st =
@@ -408,7 +416,7 @@ static void fc_scatter(unsigned char *dst, const int64_t *dshape, const int64_t 
         memcpy(dst, srcbuf, esz);
         return;
     }
-    int64_t idx[FC_MAX_DIMS] = { 0 };
+    int64_t idx[FC_MAX_DIMS] = {0};
     const size_t run = (size_t)size[ndim - 1] * esz;
     for (;;) {
         int64_t lin = 0;
@@ -433,8 +441,7 @@ static int fc_dcp_read_box(const struct fc_source *src, const struct fc_entry *e
     const size_t esz = fc_dtype_size(e->t.dtype);
     int64_t covered = 0, want = 1;
     for (int d = 0; d < ndim; d++) {
-        if (off[d] < 0 || size[d] < 0 || off[d] > e->t.shape[d] ||
-            size[d] > e->t.shape[d] - off[d])
+        if (off[d] < 0 || size[d] < 0 || off[d] > e->t.shape[d] || size[d] > e->t.shape[d] - off[d])
             return fc_error_set(FC_EINVAL, "%s: '%s': box outside the tensor", src->path, e->key);
         want *= size[d];
     }
@@ -475,8 +482,8 @@ static int fc_dcp_read_box(const struct fc_source *src, const struct fc_entry *e
             return fc_error_set(FC_ENOMEM, "out of memory reading '%s'", e->key);
         char what[512];
         snprintf(what, sizeof(what), "%s: '%s' chunk %zu", src->path, e->key, c);
-        const int rc = fc_read_strided_box(&src->files[ref->file], ref->base, &ref->desc, lo, len,
-                                           tmp, what);
+        const int rc =
+            fc_read_strided_box(&src->files[ref->file], ref->base, &ref->desc, lo, len, tmp, what);
         if (rc == FC_OK)
             fc_scatter(dst, size, doff, tmp, len, ndim, esz);
         fc_free(tmp);
@@ -484,8 +491,9 @@ static int fc_dcp_read_box(const struct fc_source *src, const struct fc_entry *e
         covered += n;
     }
     if (covered != want)
-        return fc_error_set(FC_ECORRUPT, "%s: '%s': the stored chunks cover %" PRId64
-                            " of the %" PRId64 " requested elements (gap or overlap)",
+        return fc_error_set(FC_ECORRUPT,
+                            "%s: '%s': the stored chunks cover %" PRId64 " of the %" PRId64
+                            " requested elements (gap or overlap)",
                             src->path, e->key, covered, want);
     return FC_OK;
 }
@@ -496,8 +504,8 @@ static int fc_dcp_value_blob(const struct fc_source *src, const struct fc_entry 
     const struct fc_dcp_source_impl *impl = src->impl;
     const struct fc_dcp_blob_loc *loc = &impl->value_loc[e - src->entries];
     FC_TRY(fc_buf_reserve(out, (size_t)loc->len));
-    FC_TRY(fc_file_pread(&src->files[loc->file], out->data + out->len, (size_t)loc->len,
-                         loc->base));
+    FC_TRY(
+        fc_file_pread(&src->files[loc->file], out->data + out->len, (size_t)loc->len, loc->base));
     out->len += (size_t)loc->len;
     return FC_OK;
 }
@@ -527,10 +535,10 @@ static int fc_dcp_merge(struct fc_dcp_meta *m, const struct fc_dcp_meta *part, c
         } else {
             idx = (size_t)ei;
             const struct fc_dcp_entry *me = &m->entries[idx];
-            if (me->kind != pe->kind || (pe->kind == FC_DCP_TENSOR &&
-                                         (me->dtype != pe->dtype || me->ndim != pe->ndim ||
-                                          memcmp(me->size, pe->size,
-                                                 sizeof(int64_t) * (size_t)pe->ndim) != 0)))
+            if (me->kind != pe->kind ||
+                (pe->kind == FC_DCP_TENSOR &&
+                 (me->dtype != pe->dtype || me->ndim != pe->ndim ||
+                  memcmp(me->size, pe->size, sizeof(int64_t) * (size_t)pe->ndim) != 0)))
                 return fc_error_set(FC_ECORRUPT, "%s: '%s' disagrees with another rank's metadata",
                                     what, pe->fqn);
             if (pe->kind == FC_DCP_BYTES)
@@ -593,8 +601,10 @@ int fc_dcp_meta_load_dir(struct fc_dcp_meta **out, const char *dir)
     }
     closedir(d);
     if (rc == FC_OK && n == 0)
-        rc = fc_error_set(FC_ECORRUPT, "%s: incomplete checkpoint: no .metadata (the save did not "
-                          "finish, or this is not a DCP directory)", dir);
+        rc = fc_error_set(FC_ECORRUPT,
+                          "%s: incomplete checkpoint: no .metadata (the save did not "
+                          "finish, or this is not a DCP directory)",
+                          dir);
     if (rc == FC_OK) {
         qsort(names, n, sizeof(*names), fc_cmp_cstr);
         rc = fc_dcp_meta_new(out);

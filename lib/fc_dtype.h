@@ -50,13 +50,13 @@ struct fc_dtype_info {
 
 /* Row for a dtype; NULL for FC_DTYPE_INVALID or out-of-range values. */
 const struct fc_dtype_info *fc_dtype_info(fc_dtype dt);
-size_t fc_dtype_size(fc_dtype dt);             /* 0 for invalid */
-const char *fc_dtype_name(fc_dtype dt);        /* torch name, "invalid" for invalid */
+size_t fc_dtype_size(fc_dtype dt);      /* 0 for invalid */
+const char *fc_dtype_name(fc_dtype dt); /* torch name, "invalid" for invalid */
 
 /* Lookups return FC_DTYPE_INVALID when the name is unknown. */
-fc_dtype fc_dtype_from_torch_name(const char *name);       /* "float32", also accepts nothing else */
-fc_dtype fc_dtype_from_safetensors(const char *name);      /* "F32" */
-fc_dtype fc_dtype_from_storage_class(const char *name);    /* "FloatStorage" */
+fc_dtype fc_dtype_from_torch_name(const char *name);    /* "float32", also accepts nothing else */
+fc_dtype fc_dtype_from_safetensors(const char *name);   /* "F32" */
+fc_dtype fc_dtype_from_storage_class(const char *name); /* "FloatStorage" */
 /* User-facing spellings for --dtype: torch names plus fp32/fp16/bf16/f32/... */
 fc_dtype fc_dtype_parse_user(const char *name);
 

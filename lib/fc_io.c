@@ -80,8 +80,10 @@ int fc_file_read_alloc(const struct fc_file *f, uint64_t off, size_t n, size_t c
 {
     *out = NULL;
     if (n > cap)
-        return fc_error_set(FC_ECORRUPT, "%s: declared length %zu at offset %" PRIu64
-                            " exceeds the limit of %zu bytes", f->path, n, off, cap);
+        return fc_error_set(FC_ECORRUPT,
+                            "%s: declared length %zu at offset %" PRIu64
+                            " exceeds the limit of %zu bytes",
+                            f->path, n, off, cap);
     unsigned char *p = fc_malloc(n + 1);
     if (p == NULL)
         return fc_error_set(FC_ENOMEM, "%s: out of memory reading %zu bytes", f->path, n);
@@ -195,8 +197,7 @@ int fc_remove_tree(const char *path)
 {
     struct stat st;
     if (lstat(path, &st) != 0)
-        return errno == ENOENT ? FC_OK
-                               : fc_error_set(FC_EIO, "%s: %s", path, strerror(errno));
+        return errno == ENOENT ? FC_OK : fc_error_set(FC_EIO, "%s: %s", path, strerror(errno));
     if (!S_ISDIR(st.st_mode)) {
         if (unlink(path) != 0 && errno != ENOENT)
             return fc_error_set(FC_EIO, "%s: cannot remove: %s", path, strerror(errno));

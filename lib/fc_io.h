@@ -19,7 +19,10 @@ struct fc_file {
     char *path;
 };
 
-#define FC_FILE_INIT { -1, 0, NULL }
+#define FC_FILE_INIT                                                                               \
+    {                                                                                              \
+        -1, 0, NULL                                                                                \
+    }
 
 /* Open for reading; FC_ENOENT, FC_EIO (also for directories), FC_ENOMEM. */
 int fc_file_open_read(struct fc_file *f, const char *path);

@@ -789,8 +789,8 @@ int fc_safetensors_write_header(struct fc_buf *out, const struct fc_st_tensor *t
     for (size_t i = 0; i < n; i++) {
         const struct fc_dtype_info *info = fc_dtype_info(t[i].dtype);
         if (info == NULL || info->safetensors_name == NULL) {
-            rc = fc_error_set(FC_EFORMAT, "tensor '%s': safetensors has no dtype for %s",
-                              t[i].name, fc_dtype_name(t[i].dtype));
+            rc = fc_error_set(FC_EFORMAT, "tensor '%s': safetensors has no dtype for %s", t[i].name,
+                              fc_dtype_name(t[i].dtype));
             goto done;
         }
         json_t *e = json_object(), *shape = json_array(), *offs = json_array();

@@ -20,8 +20,8 @@
 #include "fc_torchsave.h"
 
 /* Gathering a strided box reads the whole covering span when it is at most this big. */
-#define FC_SOURCE_SPAN_CAP ((uint64_t)64 << 20)
-#define FC_SOURCE_KEY_CAP ((size_t)1 << 20)
+#define FC_SOURCE_SPAN_CAP  ((uint64_t)64 << 20)
+#define FC_SOURCE_KEY_CAP   ((size_t)1 << 20)
 #define FC_SOURCE_MAX_DEPTH 256
 
 /* Format-specific state kept alive for the source's lifetime. */
@@ -111,7 +111,7 @@ static int fc_source_add_storage(struct fc_source *src, const char *name, size_t
     char *n = fc_strdup(name);
     if (n == NULL)
         return fc_error_set(FC_ENOMEM, "%s: out of memory", src->path);
-    src->storages[src->nstorages++] = (struct fc_storage){ n, file, offset, nbytes, 0 };
+    src->storages[src->nstorages++] = (struct fc_storage){n, file, offset, nbytes, 0};
     return FC_OK;
 }
 
@@ -247,7 +247,7 @@ static int fc_flatten_value(struct fc_flatten *fl, const struct fc_pv *v)
                 fc_buf_release(&k);
                 return rc;
             }
-            fl->stack[fl->depth] = (struct fc_path_elem){ 0, 0, (const char *)k.data };
+            fl->stack[fl->depth] = (struct fc_path_elem){0, 0, (const char *)k.data};
             fl->depth++;
             rc = fc_flatten_value(fl, v->u.dict.vals[i]);
             fl->depth--;
@@ -258,7 +258,7 @@ static int fc_flatten_value(struct fc_flatten *fl, const struct fc_pv *v)
     }
     if (v->kind == FC_PV_LIST && fc_list_is_container(v, 0)) {
         for (size_t i = 0; i < v->u.seq.n; i++) {
-            fl->stack[fl->depth] = (struct fc_path_elem){ 1, (int64_t)i, NULL };
+            fl->stack[fl->depth] = (struct fc_path_elem){1, (int64_t)i, NULL};
             fl->depth++;
             const int rc = fc_flatten_value(fl, v->u.seq.items[i]);
             fl->depth--;
@@ -312,8 +312,8 @@ static int fc_source_add_safetensors(struct fc_source *src, const char *path,
     for (size_t i = 0; i < fc_safetensors_count(s); i++) {
         const struct fc_st_tensor *t = fc_safetensors_at(s, i);
         if (fc_source_find(src, t->name) >= 0)
-            return fc_error_set(FC_ECORRUPT, "%s: tensor '%s' appears in more than one shard",
-                                path, t->name);
+            return fc_error_set(FC_ECORRUPT, "%s: tensor '%s' appears in more than one shard", path,
+                                t->name);
         FC_TRY(fc_source_add_storage(src, t->name, file, t->data_offset, t->nbytes));
         struct fc_entry e;
         memset(&e, 0, sizeof(e));
@@ -520,7 +520,8 @@ int fc_source_open(struct fc_source **out, const char *path)
         FC_TRY(rc);
         const enum fc_ts_kind kind = fc_torchsave_detect(head, n, size);
         /* A .safetensors name gets the safetensors parser's precise header errors. */
-        if (kind == FC_TS_SAFETENSORS || (fc_ends_with(path, ".safetensors") && kind != FC_TS_ZIP)) {
+        if (kind == FC_TS_SAFETENSORS ||
+            (fc_ends_with(path, ".safetensors") && kind != FC_TS_ZIP)) {
             FC_TRY(fc_source_new(&src, path, "safetensors"));
             rc = fc_source_add_safetensors(src, path, NULL, 0);
         } else if (kind == FC_TS_UNKNOWN && n == 0) {
@@ -580,9 +581,9 @@ int fc_read_strided_box(const struct fc_file *f, uint64_t base, const struct fc_
     int64_t numel = 1;
     for (int d = 0; d < t->ndim; d++) {
         if (off[d] < 0 || size[d] < 0 || off[d] > t->shape[d] || size[d] > t->shape[d] - off[d])
-            return fc_error_set(FC_EINVAL, "%s: box dim %d [%" PRId64 ", +%" PRId64
-                                ") outside shape %" PRId64, what, d, off[d], size[d],
-                                t->shape[d]);
+            return fc_error_set(FC_EINVAL,
+                                "%s: box dim %d [%" PRId64 ", +%" PRId64 ") outside shape %" PRId64,
+                                what, d, off[d], size[d], t->shape[d]);
         numel *= size[d];
     }
     if (numel == 0)
@@ -621,7 +622,7 @@ int fc_read_strided_box(const struct fc_file *f, uint64_t base, const struct fc_
         }
     }
     /* Odometer over the outer dims [0, inner); each step copies one run. */
-    int64_t idx[FC_MAX_DIMS] = { 0 };
+    int64_t idx[FC_MAX_DIMS] = {0};
     unsigned char *out = dst;
     int rc = FC_OK;
     for (;;) {

@@ -32,18 +32,18 @@
 enum fc_entry_kind { FC_ENTRY_TENSOR, FC_ENTRY_VALUE };
 
 struct fc_path_elem {
-    int is_index;      /* 1: list index (index), 0: mapping key (key) */
+    int is_index; /* 1: list index (index), 0: mapping key (key) */
     int64_t index;
     const char *key;
 };
 
 /* Where a tensor's bytes live: one byte range of one open file. */
 struct fc_storage {
-    const char *name;     /* record key ("0") or tensor name, for messages */
-    size_t file;          /* index into the source's files */
-    uint64_t offset;      /* absolute file offset of element 0 of the storage */
+    const char *name; /* record key ("0") or tensor name, for messages */
+    size_t file;      /* index into the source's files */
+    uint64_t offset;  /* absolute file offset of element 0 of the storage */
     uint64_t nbytes;
-    unsigned nrefs;       /* tensor entries using it; > 1 means shared (tied/view) */
+    unsigned nrefs; /* tensor entries using it; > 1 means shared (tied/view) */
 };
 
 struct fc_entry {
@@ -51,21 +51,21 @@ struct fc_entry {
     enum fc_entry_kind kind;
     const struct fc_path_elem *path;
     size_t path_len;
-    struct fc_tensor_desc t;     /* tensors: dtype, shape, strides, storage_offset */
-    size_t storage;              /* tensors: index into the storage table */
-    const struct fc_pv *value;   /* values: the unpickled value */
+    struct fc_tensor_desc t;   /* tensors: dtype, shape, strides, storage_offset */
+    size_t storage;            /* tensors: index into the storage table */
+    const struct fc_pv *value; /* values: the unpickled value */
 };
 
 struct fc_source {
-    const char *format;          /* "torch.save", "safetensors", "safetensors-index" */
-    const char *path;            /* what the user named */
+    const char *format; /* "torch.save", "safetensors", "safetensors-index" */
+    const char *path;   /* what the user named */
     struct fc_entry *entries;
     size_t nentries;
     struct fc_storage *storages;
     size_t nstorages;
     struct fc_file *files;
     size_t nfiles;
-    void *impl;                  /* format-specific state (parsed archives) */
+    void *impl; /* format-specific state (parsed archives) */
     void (*impl_free)(void *impl);
     /* Box reader for formats whose tensors are not one strided storage (DCP); NULL: generic. */
     int (*read_box)(const struct fc_source *src, const struct fc_entry *e, const int64_t *off,

@@ -31,8 +31,7 @@ static size_t fc_strmap_slot(const struct fc_strmap *m, const char *key, int *fo
 static int fc_strmap_grow(struct fc_strmap *m)
 {
     const size_t cap = m->cap == 0 ? 64 : m->cap * 2;
-    struct fc_strmap g = { fc_calloc(cap, sizeof(*g.keys)), fc_calloc(cap, sizeof(*g.vals)), cap,
-                           0 };
+    struct fc_strmap g = {fc_calloc(cap, sizeof(*g.keys)), fc_calloc(cap, sizeof(*g.vals)), cap, 0};
     if (g.keys == NULL || g.vals == NULL) {
         fc_free(g.keys);
         fc_free(g.vals);

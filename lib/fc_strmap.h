@@ -19,7 +19,10 @@ struct fc_strmap {
     size_t n;
 };
 
-#define FC_STRMAP_INIT { NULL, NULL, 0, 0 }
+#define FC_STRMAP_INIT                                                                             \
+    {                                                                                              \
+        NULL, NULL, 0, 0                                                                           \
+    }
 
 /*
  * fc_strmap_put() - map key to val.  When key is already present its value
