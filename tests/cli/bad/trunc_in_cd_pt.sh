@@ -1,7 +1,7 @@
 cd "$FIXTURES/.."
 # exactly one line on stderr, naming the file
-fsdpconv inspect fixtures/bad/trunc_in_cd.pt 2>err
+fsdpconv inspect fixtures/bad/trunc_in_cd.pt 2>"$OLDPWD/err"
 rc=$?
-cat err >&2
-[ "$(wc -l < err)" -eq 1 ] || exit 99
+cat "$OLDPWD/err" >&2
+[ "$(wc -l < "$OLDPWD/err")" -eq 1 ] || exit 99
 exit $rc
