@@ -397,6 +397,10 @@ int fc_source_open_dcp(struct fc_source **out, const char *dir)
             ref->desc = t->desc;
             ref->offsets = dc->offsets;
             impl->nchunks[i]++;
+            /* A chunk needs only where its bytes are: drop the parsed blob, keeping memory
+             * proportional to tensors, not to the items of every rank. */
+            fc_torchsave_free(impl->blobs[--impl->nblobs]);
+            impl->blobs[impl->nblobs] = NULL;
         }
         FC_TRY_GOTO(fc_dcp_index_chunks(impl, i, de->ndim), rc, fail);
     }
