@@ -60,9 +60,7 @@ static const char usage[] =
     "    -h, --help               show this help\n";
 
 enum {
-    OPT_WORLD = 256,
-    OPT_MESH,
-    OPT_SELECT,
+    OPT_SELECT = 256,
     OPT_STRIP,
     OPT_RENAME,
     OPT_DROP,
@@ -73,13 +71,6 @@ enum {
     OPT_REPLICATE,
     OPT_OPTIM_SKIP,
     OPT_RULES,
-    OPT_DRY,
-    OPT_FORCE,
-    OPT_MAXMEM,
-    OPT_THREADS,
-    OPT_ENGINE,
-    OPT_NPROC,
-    OPT_COMPRESS,
     OPT_OPTIM,
     OPT_OPTIM_SELECT,
     OPT_LAYOUT
@@ -99,9 +90,7 @@ static int add_rule(struct fc_rule_arg **rules, size_t *n, const char *op, const
 int cmd_full_to_dcp(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"output", required_argument, NULL, 'o'},
-        {"world-size", required_argument, NULL, OPT_WORLD},
-        {"mesh", required_argument, NULL, OPT_MESH},
+        FC_JOB_LONGOPTS,
         {"select", required_argument, NULL, OPT_SELECT},
         {"strip-prefix", required_argument, NULL, OPT_STRIP},
         {"rename", required_argument, NULL, OPT_RENAME},
@@ -113,17 +102,9 @@ int cmd_full_to_dcp(int argc, char **argv)
         {"replicate", required_argument, NULL, OPT_REPLICATE},
         {"optim-skip", required_argument, NULL, OPT_OPTIM_SKIP},
         {"rules", required_argument, NULL, OPT_RULES},
-        {"dry-run", no_argument, NULL, OPT_DRY},
-        {"force", no_argument, NULL, OPT_FORCE},
-        {"max-memory", required_argument, NULL, OPT_MAXMEM},
-        {"threads", required_argument, NULL, OPT_THREADS},
-        {"engine", required_argument, NULL, OPT_ENGINE},
-        {"nproc", required_argument, NULL, OPT_NPROC},
-        {"compress", required_argument, NULL, OPT_COMPRESS},
         {"optim", required_argument, NULL, OPT_OPTIM},
         {"optim-select", required_argument, NULL, OPT_OPTIM_SELECT},
         {"layout", required_argument, NULL, OPT_LAYOUT},
-        {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     static const char *const rule_ops[] = {
@@ -137,7 +118,7 @@ int cmd_full_to_dcp(int argc, char **argv)
         .replicate = 0, .shard = 0, .max_memory = (uint64_t)1 << 30, .compress = 0};
     struct fc_rule_arg *rules = NULL;
     size_t nrules = 0;
-    long world = 0, threads = 0, nproc = 1;
+    struct fc_cli_job_counts n = {0, 0, 1};
     fc_dtype dtype;
     int c, status;
     optind = 0;
@@ -145,14 +126,6 @@ int cmd_full_to_dcp(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "o:h", longopts, NULL)) != -1) {
         switch (c) {
         case 'o': o.output = optarg; break;
-        case OPT_WORLD:
-            if (fc_opt_int("full-to-dcp", "--world-size", optarg, 1, 1 << 20, &world) < 0)
-                goto usage_fail;
-            break;
-        case OPT_MESH:
-            if (fc_opt_mesh("full-to-dcp", "--mesh", optarg, &o.replicate, &o.shard) < 0)
-                goto usage_fail;
-            break;
         case OPT_DTYPE:
             if (fc_opt_float_dtype("full-to-dcp", "--dtype", optarg, &dtype) < 0)
                 goto usage_fail;
@@ -173,12 +146,6 @@ int cmd_full_to_dcp(int argc, char **argv)
             }
             break;
         case OPT_RULES: o.rules_file = optarg; break;
-        case OPT_DRY: o.dry_run = 1; break;
-        case OPT_FORCE: o.force = 1; break;
-        case OPT_MAXMEM:
-            if (fc_opt_size("full-to-dcp", "--max-memory", optarg, &o.max_memory) < 0)
-                goto usage_fail;
-            break;
         case OPT_OPTIM: o.optim = optarg; break;
         case OPT_OPTIM_SELECT: o.optim_select = optarg; break;
         case OPT_LAYOUT:
@@ -194,27 +161,16 @@ int cmd_full_to_dcp(int argc, char **argv)
                 goto usage_fail;
             }
             break;
-        case OPT_COMPRESS:
-            if (fc_opt_compress("full-to-dcp", "--compress", optarg, &o.compress) < 0)
-                goto usage_fail;
-            break;
-        case OPT_NPROC:
-            if (fc_opt_int("full-to-dcp", "--nproc", optarg, 1, 4096, &nproc) < 0)
-                goto usage_fail;
-            break;
-        case OPT_ENGINE:
-            if (fc_opt_engine("full-to-dcp", "--engine", optarg, &o.engine) < 0)
-                goto usage_fail;
-            break;
-        case OPT_THREADS:
-            if (fc_opt_int("full-to-dcp", "--threads", optarg, 1, 256, &threads) < 0)
-                goto usage_fail;
-            break;
         case 'h':
             fc_free(rules);
             fputs(usage, stdout);
             return FC_EXIT_OK;
         default:
+            switch (fc_cli_job_option("full-to-dcp", c, optarg, &o, &n)) {
+            case 1: continue;
+            case -1: goto usage_fail;
+            default: break;
+            }
             fc_free(rules);
             return fc_cli_usage_error("full-to-dcp", usage, "unknown option or missing value: '%s'",
                                       argv[optind - 1]);
@@ -228,7 +184,7 @@ int cmd_full_to_dcp(int argc, char **argv)
     o.input = argv[optind];
     o.rules = rules;
     o.nrules = nrules;
-    status = fc_cli_run_convert("full-to-dcp", usage, &o, world, threads, nproc);
+    status = fc_cli_run_convert("full-to-dcp", usage, &o, &n);
     fc_free(rules);
     return status;
 usage_fail:

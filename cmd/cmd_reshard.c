@@ -38,45 +38,22 @@ static const char usage[] =
     "                             and a GPU is visible, else cpu)\n"
     "    -h, --help               show this help\n";
 
-enum {
-    OPT_WORLD = 256,
-    OPT_MESH,
-    OPT_DTYPE,
-    OPT_REPLICATE,
-    OPT_COMPRESS,
-    OPT_DECOMPRESS,
-    OPT_DRY,
-    OPT_FORCE,
-    OPT_MAXMEM,
-    OPT_THREADS,
-    OPT_ENGINE,
-    OPT_NPROC
-};
+enum { OPT_DTYPE = 256, OPT_REPLICATE, OPT_DECOMPRESS };
 
 int cmd_reshard(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"output", required_argument, NULL, 'o'},
-        {"world-size", required_argument, NULL, OPT_WORLD},
-        {"mesh", required_argument, NULL, OPT_MESH},
+        FC_JOB_LONGOPTS,
         {"dtype", required_argument, NULL, OPT_DTYPE},
         {"replicate", required_argument, NULL, OPT_REPLICATE},
-        {"compress", required_argument, NULL, OPT_COMPRESS},
         {"decompress", no_argument, NULL, OPT_DECOMPRESS},
-        {"dry-run", no_argument, NULL, OPT_DRY},
-        {"force", no_argument, NULL, OPT_FORCE},
-        {"max-memory", required_argument, NULL, OPT_MAXMEM},
-        {"threads", required_argument, NULL, OPT_THREADS},
-        {"engine", required_argument, NULL, OPT_ENGINE},
-        {"nproc", required_argument, NULL, OPT_NPROC},
-        {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     struct fc_full_to_dcp_opts o = {
         .max_memory = (uint64_t)1 << 30, .compress = -1, .require_dcp = 1};
     struct fc_rule_arg rules[64];
     size_t nrules = 0;
-    long world = 0, threads = 0, nproc = 1;
+    struct fc_cli_job_counts n = {0, 0, 1};
     fc_dtype dtype;
     int c;
     optind = 0;
@@ -84,14 +61,6 @@ int cmd_reshard(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "o:h", longopts, NULL)) != -1) {
         switch (c) {
         case 'o': o.output = optarg; break;
-        case OPT_WORLD:
-            if (fc_opt_int("reshard", "--world-size", optarg, 1, 1 << 20, &world) < 0)
-                goto usage_fail;
-            break;
-        case OPT_MESH:
-            if (fc_opt_mesh("reshard", "--mesh", optarg, &o.replicate, &o.shard) < 0)
-                goto usage_fail;
-            break;
         case OPT_DTYPE:
             if (fc_opt_float_dtype("reshard", "--dtype", optarg, &dtype) < 0)
                 goto usage_fail;
@@ -101,31 +70,14 @@ int cmd_reshard(int argc, char **argv)
                 return fc_cli_usage_error("reshard", usage, "too many rules");
             rules[nrules++] = (struct fc_rule_arg){c == OPT_DTYPE ? "dtype" : "replicate", optarg};
             break;
-        case OPT_COMPRESS:
-            if (fc_opt_compress("reshard", "--compress", optarg, &o.compress) < 0)
-                goto usage_fail;
-            break;
         case OPT_DECOMPRESS: o.compress = 0; break;
-        case OPT_DRY: o.dry_run = 1; break;
-        case OPT_FORCE: o.force = 1; break;
-        case OPT_MAXMEM:
-            if (fc_opt_size("reshard", "--max-memory", optarg, &o.max_memory) < 0)
-                goto usage_fail;
-            break;
-        case OPT_NPROC:
-            if (fc_opt_int("reshard", "--nproc", optarg, 1, 4096, &nproc) < 0)
-                goto usage_fail;
-            break;
-        case OPT_ENGINE:
-            if (fc_opt_engine("reshard", "--engine", optarg, &o.engine) < 0)
-                goto usage_fail;
-            break;
-        case OPT_THREADS:
-            if (fc_opt_int("reshard", "--threads", optarg, 1, 256, &threads) < 0)
-                goto usage_fail;
-            break;
         case 'h': fputs(usage, stdout); return FC_EXIT_OK;
         default:
+            switch (fc_cli_job_option("reshard", c, optarg, &o, &n)) {
+            case 1: continue;
+            case -1: goto usage_fail;
+            default: break;
+            }
             return fc_cli_usage_error("reshard", usage, "unknown option or missing value: '%s'",
                                       argv[optind - 1]);
         }
@@ -137,7 +89,7 @@ int cmd_reshard(int argc, char **argv)
     o.input = argv[optind];
     o.rules = rules;
     o.nrules = nrules;
-    return fc_cli_run_convert("reshard", usage, &o, world, threads, nproc);
+    return fc_cli_run_convert("reshard", usage, &o, &n);
 usage_fail:
     fputs(usage, stderr);
     return FC_EXIT_USAGE;

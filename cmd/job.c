@@ -11,10 +11,13 @@
 #include "cli.h"
 #include "commands.h"
 #include "fc_convert.h"
+#include "opt.h"
 
 int fc_cli_run_convert(const char *cmd, const char *usage, struct fc_full_to_dcp_opts *o,
-                       long world, long threads, long nproc)
+                       const struct fc_cli_job_counts *n)
 {
+    const long world = n->world, nproc = n->nproc;
+    long threads = n->threads;
     struct fc_full_to_dcp_result res;
     if (o->output == NULL && !o->dry_run)
         return fc_cli_usage_error(cmd, usage, "missing -o <dir>");
@@ -62,4 +65,26 @@ int fc_cli_run_convert(const char *cmd, const char *usage, struct fc_full_to_dcp
                     o->output, res.ntensors, res.nvalues, res.nfiles, res.bytes_written);
     fc_full_to_dcp_result_release(&res);
     return fc_cli_mp_end(comm, fflush(stdout) == 0 ? FC_EXIT_OK : FC_EXIT_FAILURE);
+}
+
+int fc_cli_job_option(const char *cmd, int c, const char *arg, struct fc_full_to_dcp_opts *o,
+                      struct fc_cli_job_counts *n)
+{
+    switch (c) {
+    case FC_JOB_OPT_WORLD:
+        return fc_opt_int(cmd, "--world-size", arg, 1, 1 << 20, &n->world) < 0 ? -1 : 1;
+    case FC_JOB_OPT_MESH:
+        return fc_opt_mesh(cmd, "--mesh", arg, &o->replicate, &o->shard) < 0 ? -1 : 1;
+    case FC_JOB_OPT_THREADS:
+        return fc_opt_int(cmd, "--threads", arg, 1, 256, &n->threads) < 0 ? -1 : 1;
+    case FC_JOB_OPT_NPROC: return fc_opt_int(cmd, "--nproc", arg, 1, 4096, &n->nproc) < 0 ? -1 : 1;
+    case FC_JOB_OPT_ENGINE: return fc_opt_engine(cmd, "--engine", arg, &o->engine) < 0 ? -1 : 1;
+    case FC_JOB_OPT_MAXMEM:
+        return fc_opt_size(cmd, "--max-memory", arg, &o->max_memory) < 0 ? -1 : 1;
+    case FC_JOB_OPT_COMPRESS:
+        return fc_opt_compress(cmd, "--compress", arg, &o->compress) < 0 ? -1 : 1;
+    case FC_JOB_OPT_DRY: o->dry_run = 1; return 1;
+    case FC_JOB_OPT_FORCE: o->force = 1; return 1;
+    default: return 0;
+    }
 }

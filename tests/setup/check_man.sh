@@ -11,7 +11,11 @@ for src in cmd/cmd_*.c; do
     if [ ! -f "$page" ]; then
         echo "check-man: $src has no man page $page"; bad=1; continue
     fi
-    opts=$(grep -oE '\{ *"[a-z0-9-]+", *[a-z_]+_argument' "$src" | sed -E 's/\{ *"([a-z0-9-]+)".*/\1/' | sort -u)
+    # Options shared through FC_JOB_LONGOPTS live in cmd/commands.h.
+    shared=""
+    grep -q FC_JOB_LONGOPTS "$src" && shared=cmd/commands.h
+    opts=$(cat "$src" $shared | grep -oE '\{ *"[a-z0-9-]+", *[a-z_]+_argument' |
+        sed -E 's/\{ *"([a-z0-9-]+)".*/\1/' | sort -u)
     documented=$(grep -o 'Fl Fl [a-z0-9-]*' "$page" | sed 's/Fl Fl //' | sort -u)
     for o in $opts; do
         echo "$documented" | grep -qx -- "$o" || { echo "check-man: --$o of $src is not in $page"; bad=1; }
