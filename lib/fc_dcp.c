@@ -593,7 +593,20 @@ static int w_storage_meta(struct fc_buf *b, const struct fc_dcp_meta *m)
     return fc_pw_build(b);
 }
 
+static int fc_dcp_meta_write_plain(struct fc_buf *out, const struct fc_dcp_meta *m);
+
 int fc_dcp_meta_write(struct fc_buf *out, const struct fc_dcp_meta *m)
+{
+    /* Written memo-free first, then the repeated class names and strings are memoised. */
+    struct fc_buf plain = FC_BUF_INIT(out->cap);
+    int rc = fc_dcp_meta_write_plain(&plain, m);
+    if (rc == FC_OK)
+        rc = fc_pw_memoize(plain.data, plain.len, out);
+    fc_buf_release(&plain);
+    return rc;
+}
+
+static int fc_dcp_meta_write_plain(struct fc_buf *out, const struct fc_dcp_meta *m)
 {
     size_t n;
 

@@ -191,7 +191,7 @@ int fc_dcp_meta_set_version(struct fc_dcp_meta *m, const char *version);
 
 /*
  * fc_dcp_meta_write() - append the pickle of m to out in the maximally
- * compatible form of dcp-format.md 6: protocol 2, memo-free, GLOBAL opcodes,
+ * compatible form of dcp-format.md 6: protocol 2 (repeated names memoised, fc_pw_memoize), GLOBAL opcodes,
  * the DCP class spellings, TensorProperties as a 5-tuple with the
  * _MEM_FORMAT_ENCODING value form, MetadataIndex {fqn, index, offset} for
  * chunks and {fqn, index: None} for bytes, _StorageInfo {relative_path,

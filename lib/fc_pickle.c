@@ -11,6 +11,8 @@
  */
 #include "fc_pickle.h"
 
+#include "fc_strmap.h"
+
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -2995,4 +2997,105 @@ static int fc_pw_value_at(struct fc_buf *b, const struct fc_pv *v, int depth)
 int fc_pw_value(struct fc_buf *b, const struct fc_pv *v)
 {
     return fc_pw_value_at(b, v, 0);
+}
+
+/*
+ * fc_pw_memoize() - rewrite a stream made of the fc_pw_* opcodes so that
+ * repeated GLOBALs and strings are written once and fetched from the memo
+ * afterwards (BINPUT/BINGET, LONG_ forms past 255).  A DCP .metadata names
+ * the same classes and field names for every chunk; memoised it is about
+ * half the size and unpickles into shared nodes.
+ */
+int fc_pw_memoize(const unsigned char *in, size_t len, struct fc_buf *out)
+{
+    struct fc_strmap seen = FC_STRMAP_INIT;
+    char **keys = NULL;
+    size_t nkeys = 0, pos = 0;
+    int rc = FC_OK;
+    while (pos < len && rc == FC_OK) {
+        const unsigned char op = in[pos];
+        size_t n = 1; /* opcode plus argument bytes */
+        int memo = 0;
+        switch (op) {
+        case 0x80: /* PROTO */
+        case 'K': n = 2; break;
+        case 'M': n = 3; break;
+        case 'J': n = 5; break;
+        case 'G': n = 9; break;
+        case 0x8a: n = pos + 1 < len ? 2 + (size_t)in[pos + 1] : len; break;
+        case 'X':
+            if (pos + 5 <= len)
+                n = 5 + fc_read_le32(in + pos + 1);
+            else
+                n = len;
+            memo = 1;
+            break;
+        case 'c': {
+            const unsigned char *nl1 = memchr(in + pos + 1, '\n', len - pos - 1);
+            const unsigned char *nl2 =
+                nl1 == NULL ? NULL : memchr(nl1 + 1, '\n', (size_t)(in + len - nl1 - 1));
+            n = nl2 == NULL ? len : (size_t)(nl2 - (in + pos)) + 1;
+            memo = 1;
+            break;
+        }
+        case '.': case '(': case 'N': case 0x88: case 0x89: case ')': case 't': case 0x85:
+        case 0x86: case 0x87: case '}': case 'u': case 's': case ']': case 'e': case 'a':
+        case 'R': case 0x81: case 'b': case 'Q': break;
+        default:
+            rc = fc_error_set(FC_EINVAL, "pickle memoizer: opcode 0x%02x at %zu not expected", op,
+                              pos);
+            goto done;
+        }
+        if (n > len - pos) {
+            rc = fc_error_set(FC_EINVAL, "pickle memoizer: truncated opcode at %zu", pos);
+            goto done;
+        }
+        /* Short strings cost as much to fetch as to write; NUL-carrying ones cannot be keys. */
+        if (memo && n > 6 && memchr(in + pos, '\0', n) == NULL) {
+            char *key = fc_strndup((const char *)in + pos, n);
+            size_t idx = 0;
+            if (key == NULL) {
+                rc = fc_error_set(FC_ENOMEM, "out of memory");
+                goto done;
+            }
+            if (fc_strmap_get(&seen, key, &idx)) {
+                fc_free(key);
+                rc = idx < 256 ? fc_buf_putc(out, 'h') : fc_buf_putc(out, 'j');
+                if (rc == FC_OK)
+                    rc = idx < 256 ? fc_buf_putc(out, (unsigned char)idx)
+                                   : fc_buf_put_le32(out, (uint32_t)idx);
+                pos += n;
+                continue;
+            }
+            char **k2 = fc_reallocarray(keys, nkeys + 1, sizeof(*keys));
+            if (k2 == NULL) {
+                fc_free(key);
+                rc = fc_error_set(FC_ENOMEM, "out of memory");
+                goto done;
+            }
+            keys = k2;
+            keys[nkeys] = key;
+            rc = fc_strmap_put(&seen, key, nkeys, NULL);
+            if (rc < 0) {
+                fc_free(key);
+                goto done;
+            }
+            rc = fc_buf_append(out, in + pos, n);
+            if (rc == FC_OK)
+                rc = nkeys < 256 ? fc_buf_putc(out, 'q') : fc_buf_putc(out, 'r');
+            if (rc == FC_OK)
+                rc = nkeys < 256 ? fc_buf_putc(out, (unsigned char)nkeys)
+                                 : fc_buf_put_le32(out, (uint32_t)nkeys);
+            nkeys++;
+        } else {
+            rc = fc_buf_append(out, in + pos, n);
+        }
+        pos += n;
+    }
+done:
+    for (size_t i = 0; i < nkeys; i++)
+        fc_free(keys[i]);
+    fc_free(keys);
+    fc_strmap_release(&seen);
+    return rc;
 }

@@ -236,4 +236,13 @@ int fc_pw_binpersid(struct fc_buf *b);
  */
 int fc_pw_value(struct fc_buf *b, const struct fc_pv *v);
 
+/*
+ * fc_pw_memoize() - copy a stream written with the fc_pw_* functions to out,
+ * writing each repeated GLOBAL and string (longer than a memo fetch) once and
+ * BINGET/LONG_BINGET afterwards.  Same objects on unpickling, up to identity
+ * of equal strings.  Returns FC_OK, FC_EINVAL (an opcode fc_pw_* never
+ * writes, or a truncated stream), FC_ENOMEM.
+ */
+int fc_pw_memoize(const unsigned char *in, size_t len, struct fc_buf *out);
+
 #endif

@@ -1545,6 +1545,49 @@ static void test_pickle_repr_formats_like_python_and_caps_its_length(void **stat
     fc_pickle_free(p);
 }
 
+
+/* Repeated globals and strings are fetched from the memo; the value is unchanged. */
+static void test_pickle_memoize_shrinks_repeats_and_keeps_the_value(void **state)
+{
+    struct fc_buf plain = FC_BUF_INIT(1 << 20), memo = FC_BUF_INIT(1 << 20);
+    struct fc_buf r1 = FC_BUF_INIT(1 << 16), r2 = FC_BUF_INIT(1 << 16);
+    struct fc_pickle *a = NULL, *b = NULL;
+    (void)state;
+    assert_fc_ok(fc_pw_proto(&plain));
+    assert_fc_ok(fc_pw_empty_list(&plain));
+    assert_fc_ok(fc_pw_mark(&plain));
+    for (int i = 0; i < 300; i++) { /* past 256: LONG_BINPUT/LONG_BINGET too */
+        char name[32];
+        snprintf(name, sizeof(name), "relative_path_%d", i % 280);
+        assert_fc_ok(fc_pw_global(&plain, "collections", "OrderedDict"));
+        assert_fc_ok(fc_pw_empty_tuple(&plain));
+        assert_fc_ok(fc_pw_reduce(&plain));
+        assert_fc_ok(fc_pw_str(&plain, name, strlen(name)));
+        assert_fc_ok(fc_pw_str(&plain, "__0_0.distcp", 12));
+        assert_fc_ok(fc_pw_tuple_n(&plain, 3));
+    }
+    assert_fc_ok(fc_pw_appends(&plain));
+    assert_fc_ok(fc_pw_stop(&plain));
+    assert_fc_ok(fc_pw_memoize(plain.data, plain.len, &memo));
+    assert_true(memo.len * 10 < plain.len * 7);
+    assert_fc_ok(fc_pickle_load(&a, plain.data, plain.len, FC_PICKLE_WEIGHTS_ONLY, "plain"));
+    assert_fc_ok(fc_pickle_load(&b, memo.data, memo.len, FC_PICKLE_WEIGHTS_ONLY, "memo"));
+    assert_fc_ok(fc_pv_repr(&r1, fc_pickle_root(a), 1 << 15));
+    assert_fc_ok(fc_pv_repr(&r2, fc_pickle_root(b), 1 << 15));
+    assert_int_equal(r1.len, r2.len);
+    assert_memory_equal(r1.data, r2.data, r1.len);
+    /* An opcode the writer never emits is refused, not copied blindly. */
+    static const unsigned char frame[] = { 0x80, 0x04, 0x95, 0, 0, 0, 0, 0, 0, 0, 0, '.' };
+    fc_buf_clear(&memo);
+    assert_fc_fails(fc_pw_memoize(frame, sizeof(frame), &memo), FC_EINVAL, "opcode 0x95");
+    fc_pickle_free(a);
+    fc_pickle_free(b);
+    fc_buf_release(&plain);
+    fc_buf_release(&memo);
+    fc_buf_release(&r1);
+    fc_buf_release(&r2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1576,6 +1619,7 @@ int main(void)
         cmocka_unit_test(test_pickle_survives_allocation_failure_at_every_allocation),
         cmocka_unit_test(test_pickle_writer_round_trips_every_plain_value),
         cmocka_unit_test(test_pickle_repr_formats_like_python_and_caps_its_length),
+        cmocka_unit_test(test_pickle_memoize_shrinks_repeats_and_keeps_the_value),
     };
     return cmocka_run_group_tests_name("pickle", tests, NULL, NULL);
 }
