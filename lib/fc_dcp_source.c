@@ -481,11 +481,26 @@ static int fc_dcp_read_box(const struct fc_source *src, const struct fc_entry *e
         }
         if (n == 0)
             continue;
+        char what[512];
+        snprintf(what, sizeof(what), "%s: '%s' chunk %zu", src->path, e->key, c);
+        /* When the overlap spans the box's trailing dims it is one contiguous run of dst
+         * (Shard(0) chunks): read straight into place instead of through a scatter. */
+        int in_place = 1;
+        for (int d = 1; d < ndim; d++)
+            in_place &= len[d] == size[d];
+        if (in_place) {
+            size_t row = esz;
+            for (int d = 1; d < ndim; d++)
+                row *= (size_t)size[d];
+            unsigned char *at = (unsigned char *)dst + (ndim > 0 ? (size_t)doff[0] * row : 0);
+            FC_TRY(fc_read_strided_box(&src->files[ref->file], ref->base, &ref->desc, lo, len, at,
+                                       what));
+            covered += n;
+            continue;
+        }
         unsigned char *tmp = fc_malloc((size_t)n * esz);
         if (tmp == NULL)
             return fc_error_set(FC_ENOMEM, "out of memory reading '%s'", e->key);
-        char what[512];
-        snprintf(what, sizeof(what), "%s: '%s' chunk %zu", src->path, e->key, c);
         const int rc =
             fc_read_strided_box(&src->files[ref->file], ref->base, &ref->desc, lo, len, tmp, what);
         if (rc == FC_OK)
