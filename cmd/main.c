@@ -10,6 +10,7 @@
 
 #include "cli.h"
 #include "commands.h"
+#include "fc_convert.h"
 
 struct fc_cmd {
     const char *name;
@@ -57,6 +58,12 @@ void fc_main_print_usage(FILE *f)
     print_usage(f);
 }
 
+static void fc_on_signal(int sig)
+{
+    (void)sig;
+    fc_request_cancel();
+}
+
 int main(int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -69,6 +76,13 @@ int main(int argc, char **argv)
     int c;
     /* A file-size limit (ulimit -f) must fail the write, not kill us before cleanup. */
     signal(SIGXFSZ, SIG_IGN);
+    /* Ctrl-C and SIGTERM stop a conversion at the next slab; the failure path cleans up. */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = fc_on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
     opterr = 0;
     while ((c = getopt_long(argc, argv, "+vqh", longopts, NULL)) != -1) {
         switch (c) {

@@ -37,6 +37,8 @@ struct fc_out {
 static int fc_out_put(void *ctx, const void *p, size_t n)
 {
     struct fc_out *o = ctx;
+    if (fc_cancel_requested())
+        return fc_error_set(FC_ERROR, "%s: interrupted", o->path);
     o->crc = fc_crc32(o->crc, p, n);
     FC_TRY(fc_pwrite_full(o->fd, p, n, o->pos, o->path));
     o->pos += n;

@@ -119,6 +119,8 @@ struct fc_item_sink {
 static int fc_item_sink_put(void *ctx, const void *p, size_t n)
 {
     struct fc_item_sink *is = ctx;
+    if (fc_cancel_requested())
+        return fc_error_set(FC_ERROR, "%s: interrupted", is->k->path);
     is->crc = fc_crc32(is->crc, p, n);
     FC_TRY(fc_sink_put(is->k, p, n));
     is->nbytes += n;

@@ -13,6 +13,16 @@
 #include "fc_dtype.h"
 #include "fc_source.h"
 
+/* ---- interruption ---- */
+
+/*
+ * fc_request_cancel() - ask running conversions to stop (safe in a signal
+ * handler).  They fail at the next slab with "interrupted" (FC_ERROR) and
+ * remove their partial output like any other failure.
+ */
+void fc_request_cancel(void);
+int fc_cancel_requested(void);
+
 /* ---- inspect ---- */
 
 struct fc_inspect_opts {
