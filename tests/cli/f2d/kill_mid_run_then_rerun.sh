@@ -10,7 +10,6 @@ fsdpconv full-to-dcp --world-size 4 --threads 1 --max-memory 4KiB -o out big.saf
 pid=$!
 i=0
 while [ -z "$(ls -d out.partial-* 2>/dev/null)" ] && [ $i -lt 500 ]; do sleep 0.01; i=$((i + 1)); done
-sleep 0.05
 kill -9 $pid
 wait $pid 2>/dev/null
 [ -e out ] && { echo "OUT exists after kill"; exit 1; }

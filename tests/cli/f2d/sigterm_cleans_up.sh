@@ -9,7 +9,6 @@ fsdpconv full-to-dcp --world-size 4 --threads 1 --max-memory 4KiB -o out big.saf
 pid=$!
 i=0
 while [ -z "$(ls -d out.partial-* 2>/dev/null)" ] && [ $i -lt 500 ]; do sleep 0.01; i=$((i + 1)); done
-sleep 0.05
 kill -TERM $pid
 wait $pid
 rc=$?
