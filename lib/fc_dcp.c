@@ -412,22 +412,11 @@ static int w_new(struct fc_buf *b, const char *module, const char *name)
     return fc_pw_newobj(b);
 }
 
-static int w_int_tuple(struct fc_buf *b, const int64_t *v, int n)
-{
-    if (n == 0)
-        return fc_pw_empty_tuple(b);
-    if (n > 3)
-        FC_TRY(fc_pw_mark(b));
-    for (int i = 0; i < n; i++)
-        FC_TRY(fc_pw_int(b, v[i]));
-    return n > 3 ? fc_pw_tuple(b) : fc_pw_tuple_n(b, n);
-}
-
 /* torch.Size((v...)) */
 static int w_size(struct fc_buf *b, const int64_t *v, int n)
 {
     FC_TRY(fc_pw_global(b, "torch", "Size"));
-    FC_TRY(w_int_tuple(b, v, n));
+    FC_TRY(fc_pw_int_tuple(b, v, n));
     FC_TRY(fc_pw_tuple_n(b, 1));
     return fc_pw_reduce(b);
 }

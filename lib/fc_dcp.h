@@ -191,15 +191,13 @@ int fc_dcp_meta_set_version(struct fc_dcp_meta *m, const char *version);
 
 /*
  * fc_dcp_meta_write() - append the pickle of m to out in the maximally
- * compatible form of dcp-format.md 6: protocol 2 (repeated names memoised, fc_pw_memoize), GLOBAL opcodes,
- * the DCP class spellings, TensorProperties as a 5-tuple with the
- * _MEM_FORMAT_ENCODING value form, MetadataIndex {fqn, index, offset} for
- * chunks and {fqn, index: None} for bytes, _StorageInfo {relative_path,
- * offset, length} (+ transform_descriptors when present), StorageMeta with a
- * str checkpoint_id, planner_data for the entries that have a path.  The same
- * model always gives the same bytes.  On failure out may hold a partial
- * pickle.  Returns FC_OK, FC_EINVAL (a chunk or bytes entry without storage,
- * a tensor with an invalid dtype), FC_ENOMEM.
+ * compatible form of dcp-format.md 6: protocol 2 (repeated names memoised, fc_pw_memoize), GLOBAL
+ * opcodes, the DCP class spellings, TensorProperties as a 5-tuple with the _MEM_FORMAT_ENCODING
+ * value form, MetadataIndex {fqn, index, offset} for chunks and {fqn, index: None} for bytes,
+ * _StorageInfo {relative_path, offset, length} (+ transform_descriptors when present), StorageMeta
+ * with a str checkpoint_id, planner_data for the entries that have a path.  The same model always
+ * gives the same bytes.  On failure out may hold a partial pickle.  Returns FC_OK, FC_EINVAL (a
+ * chunk or bytes entry without storage, a tensor with an invalid dtype), FC_ENOMEM.
  */
 int fc_dcp_meta_write(struct fc_buf *out, const struct fc_dcp_meta *m);
 

@@ -2816,6 +2816,17 @@ int fc_pw_int(struct fc_buf *b, int64_t v)
     return fc_pw_long_bytes(b, le, n);
 }
 
+int fc_pw_int_tuple(struct fc_buf *b, const int64_t *v, int n)
+{
+    if (n == 0)
+        return fc_pw_empty_tuple(b);
+    if (n > 3)
+        FC_TRY(fc_pw_mark(b));
+    for (int i = 0; i < n; i++)
+        FC_TRY(fc_pw_int(b, v[i]));
+    return n > 3 ? fc_pw_tuple(b) : fc_pw_tuple_n(b, n);
+}
+
 int fc_pw_float(struct fc_buf *b, double v)
 {
     unsigned char t[9];
@@ -3038,9 +3049,26 @@ int fc_pw_memoize(const unsigned char *in, size_t len, struct fc_buf *out)
             memo = 1;
             break;
         }
-        case '.': case '(': case 'N': case 0x88: case 0x89: case ')': case 't': case 0x85:
-        case 0x86: case 0x87: case '}': case 'u': case 's': case ']': case 'e': case 'a':
-        case 'R': case 0x81: case 'b': case 'Q': break;
+        case '.':
+        case '(':
+        case 'N':
+        case 0x88:
+        case 0x89:
+        case ')':
+        case 't':
+        case 0x85:
+        case 0x86:
+        case 0x87:
+        case '}':
+        case 'u':
+        case 's':
+        case ']':
+        case 'e':
+        case 'a':
+        case 'R':
+        case 0x81:
+        case 'b':
+        case 'Q': break;
         default:
             rc = fc_error_set(FC_EINVAL, "pickle memoizer: opcode 0x%02x at %zu not expected", op,
                               pos);

@@ -194,8 +194,10 @@ int fc_pw_stop(struct fc_buf *b);  /* . */
 int fc_pw_mark(struct fc_buf *b);  /* ( */
 int fc_pw_none(struct fc_buf *b);
 int fc_pw_bool(struct fc_buf *b, int v);
-int fc_pw_int(struct fc_buf *b, int64_t v);                 /* BININT1/BININT2/BININT/LONG1 */
-int fc_pw_float(struct fc_buf *b, double v);                /* BINFLOAT */
+int fc_pw_int(struct fc_buf *b, int64_t v); /* BININT1/BININT2/BININT/LONG1 */
+int fc_pw_float(struct fc_buf *b, double v);
+/* A tuple of n ints as Python writes it: EMPTY_TUPLE, TUPLE1..3, or MARK ... TUPLE. */
+int fc_pw_int_tuple(struct fc_buf *b, const int64_t *v, int n); /* BINFLOAT */
 int fc_pw_str(struct fc_buf *b, const char *s, size_t len); /* BINUNICODE; UTF-8; FC_EINVAL >4GiB */
 /* LONG1 (LONG4 past 255 bytes) of n little-endian two's complement bytes */
 int fc_pw_long_bytes(struct fc_buf *b, const unsigned char *le, size_t n);

@@ -295,8 +295,7 @@ static int fc_source_open_torchsave(struct fc_source *src, const char *path)
 
 /* ---- safetensors ---- */
 
-static int fc_source_add_safetensors(struct fc_source *src, const char *path,
-                                     const struct fc_st_index *idx, size_t idx_file)
+static int fc_source_add_safetensors(struct fc_source *src, const char *path)
 {
     struct fc_source_impl *impl = src->impl;
     size_t file;
@@ -307,8 +306,6 @@ static int fc_source_add_safetensors(struct fc_source *src, const char *path,
     impl->st = st;
     FC_TRY(fc_safetensors_open(&impl->st[impl->nst], &src->files[file]));
     const struct fc_safetensors *s = impl->st[impl->nst++];
-    (void)idx;
-    (void)idx_file;
     for (size_t i = 0; i < fc_safetensors_count(s); i++) {
         const struct fc_st_tensor *t = fc_safetensors_at(s, i);
         if (fc_source_find(src, t->name) >= 0)
@@ -368,7 +365,7 @@ static int fc_source_open_index(struct fc_source *src, const char *index_path)
             rc = fc_error_set(FC_ENOMEM, "%s: out of memory", index_path);
             goto done;
         }
-        rc = fc_source_add_safetensors(src, p, &idx, i);
+        rc = fc_source_add_safetensors(src, p);
         if (rc == FC_ENOENT)
             rc = fc_error_set(FC_ECORRUPT, "%s: shard '%s' named by the index is missing",
                               index_path, idx.files[i]);
@@ -458,7 +455,7 @@ static int fc_source_open_dir(struct fc_source **out, const char *path)
                 rc = fc_error_set(FC_ENOMEM, "%s: out of memory", path);
                 break;
             }
-            rc = fc_source_add_safetensors(*out, p, NULL, 0);
+            rc = fc_source_add_safetensors(*out, p);
             fc_free(p);
         }
     } else if (nts == 1) {
@@ -523,7 +520,7 @@ int fc_source_open(struct fc_source **out, const char *path)
         if (kind == FC_TS_SAFETENSORS ||
             (fc_ends_with(path, ".safetensors") && kind != FC_TS_ZIP)) {
             FC_TRY(fc_source_new(&src, path, "safetensors"));
-            rc = fc_source_add_safetensors(src, path, NULL, 0);
+            rc = fc_source_add_safetensors(src, path);
         } else if (kind == FC_TS_UNKNOWN && n == 0) {
             return fc_error_set(FC_ECORRUPT, "%s: empty file", path);
         } else if (kind == FC_TS_UNKNOWN) {

@@ -664,17 +664,6 @@ done:
 
 #define TS_BLOB_PREFIX "archive"
 
-static int ts_pw_int_tuple(struct fc_buf *b, const int64_t *v, int n)
-{
-    if (n == 0)
-        return fc_pw_empty_tuple(b);
-    if (n > 3)
-        FC_TRY(fc_pw_mark(b));
-    for (int i = 0; i < n; i++)
-        FC_TRY(fc_pw_int(b, v[i]));
-    return n > 3 ? fc_pw_tuple(b) : fc_pw_tuple_n(b, n);
-}
-
 /*
  * data.pkl of one dense tensor, opcode for opcode what torch writes (less the
  * BINPUT memo opcodes): _rebuild_tensor_v2 with the legacy storage class, or
@@ -708,8 +697,8 @@ int fc_torchsave_pw_tensor(struct fc_buf *b, fc_dtype dt, const int64_t *shape, 
     FC_TRY(fc_pw_tuple(b));
     FC_TRY(fc_pw_binpersid(b));
     FC_TRY(fc_pw_int(b, 0));
-    FC_TRY(ts_pw_int_tuple(b, d.shape, ndim));
-    FC_TRY(ts_pw_int_tuple(b, d.stride, ndim));
+    FC_TRY(fc_pw_int_tuple(b, d.shape, ndim));
+    FC_TRY(fc_pw_int_tuple(b, d.stride, ndim));
     FC_TRY(fc_pw_bool(b, 0));
     FC_TRY(fc_pw_global(b, "collections", "OrderedDict"));
     FC_TRY(fc_pw_empty_tuple(b));
