@@ -7,8 +7,10 @@
 #include "fc_error.h"
 
 int fc_cli_verbosity;
+const char *fc_cli_command;
 
-int fc_cli_exit_code(int rc)
+/* The exit status for an fc_err code. */
+static int fc_cli_exit_code(int rc)
 {
     switch (rc) {
     case FC_OK: return FC_EXIT_OK;
@@ -23,19 +25,20 @@ int fc_cli_report(int rc)
 {
     if (rc < 0) {
         const char *msg = fc_error_last();
-        fprintf(stderr, "fsdpconv: %s\n", msg[0] != '\0' ? msg : fc_err_name(rc));
+        fprintf(stderr, "fsdpconv: %s%s%s\n", fc_cli_command != NULL ? fc_cli_command : "",
+                fc_cli_command != NULL ? ": " : "", msg[0] != '\0' ? msg : fc_err_name(rc));
     }
     return fc_cli_exit_code(rc);
 }
 
-int fc_cli_usage_error(const char *cmd, const char *usage, const char *fmt, ...)
+int fc_cli_usage_error(const char *cmd, const char *fmt, ...)
 {
     va_list ap;
     fprintf(stderr, "fsdpconv: %s: ", cmd);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "\n%s", usage);
+    fprintf(stderr, "\nsee 'fsdpconv help %s'\n", cmd);
     return FC_EXIT_USAGE;
 }
 
@@ -44,7 +47,8 @@ void fc_cli_note(const char *fmt, ...)
     va_list ap;
     if (fc_cli_verbosity < 0)
         return;
-    fputs("fsdpconv: ", stderr);
+    fprintf(stderr, "fsdpconv: %s%s", fc_cli_command != NULL ? fc_cli_command : "",
+            fc_cli_command != NULL ? ": " : "");
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
@@ -90,7 +94,8 @@ int fc_cli_mp_start(long nproc, int engine, struct fc_comm **comm, int *worker_e
         rc = fc_comm_start_nccl(*comm, engine);
     if (rc < 0) {
         if (*comm != NULL && fc_comm_rank(*comm) != 0) {
-            fprintf(stderr, "fsdpconv: rank %d: %s\n", fc_comm_rank(*comm), fc_error_last());
+            fprintf(stderr, "fsdpconv: %s: rank %d: %s\n", fc_cli_command, fc_comm_rank(*comm),
+                    fc_error_last());
             fc_comm_free(*comm);
             *comm = NULL;
             *worker_exit = FC_EXIT_FAILURE;
@@ -105,7 +110,8 @@ int fc_cli_mp_start(long nproc, int engine, struct fc_comm **comm, int *worker_e
         /* A worker: write what rank 0 sends, then leave with the job's outcome. */
         rc = fc_comm_serve(*comm);
         if (rc < 0)
-            fprintf(stderr, "fsdpconv: rank %d: %s\n", fc_comm_rank(*comm), fc_error_last());
+            fprintf(stderr, "fsdpconv: %s: rank %d: %s\n", fc_cli_command, fc_comm_rank(*comm),
+                    fc_error_last());
         fc_comm_free(*comm);
         *comm = NULL;
         *worker_exit = rc < 0 ? FC_EXIT_FAILURE : FC_EXIT_OK;

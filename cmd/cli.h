@@ -2,7 +2,8 @@
  * cli.h - exit codes, error/usage output and verbosity for cmd/.
  *
  * Only cmd/ prints or exits.  Results go to stdout; diagnostics to stderr as
- * one line "fsdpconv: <message>" (the message names the file and the problem).
+ * one line "fsdpconv: <command>: <message>" (the message names the file and
+ * the problem).
  */
 #ifndef FC_CLI_H
 #define FC_CLI_H
@@ -15,22 +16,21 @@ enum fc_exit {
     FC_EXIT_OK = 0,      /* success (diff: equal) */
     FC_EXIT_FAILURE = 1, /* I/O error, out of memory, other failure (diff: different) */
     FC_EXIT_USAGE = 2,   /* bad command line, or a rule/option the input cannot satisfy */
-    FC_EXIT_INPUT = 3    /* invalid or unsupported input */
+    FC_EXIT_INPUT = 3,   /* invalid or unsupported input */
+    /* diff only: it keeps 1 for "different", so its other failures (I/O, memory) exit 4 */
+    FC_EXIT_DIFF_FAILURE = 4
 };
 
-extern int fc_cli_verbosity; /* -q: -1, default 0, -v: 1, -vv: 2 ... */
+extern int fc_cli_verbosity;       /* -q: -1, default 0, -v: 1, -vv: 2 ... */
+extern const char *fc_cli_command; /* the running command's name, for messages; NULL before */
 
-/* Map an fc_err code to an exit status. */
-int fc_cli_exit_code(int rc);
-
-/* Print "fsdpconv: <fc_error_last()>" and return the exit status for rc. */
+/* Print "fsdpconv: <command>: <fc_error_last()>" and return the exit status for rc. */
 int fc_cli_report(int rc);
 
-/* Print "fsdpconv: <cmd>: <msg>" and the usage text to stderr; return 2. */
-int fc_cli_usage_error(const char *cmd, const char *usage, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+/* Print "fsdpconv: <cmd>: <msg>" and "see 'fsdpconv help <cmd>'" to stderr; return 2. */
+int fc_cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* Print a diagnostic line to stderr unless -q. */
+/* Print "fsdpconv: <command>: <msg>" to stderr unless -q. */
 void fc_cli_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /*

@@ -2,11 +2,9 @@
  * cmd_dcp_to_full.c - `fsdpconv dcp-to-full`: export a DCP checkpoint to
  * safetensors or torch.save.
  */
-#define _GNU_SOURCE
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
-#include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -14,111 +12,73 @@
 #include "fc_convert.h"
 #include "opt.h"
 
-static const char usage[] =
-    "usage: fsdpconv dcp-to-full -o <output> [--format (safetensors|torch)]\n"
-    "                            [--max-shard-size <size>] [--dtype <dtype>] [--select <key>]\n"
-    "                            [--strip-prefix <p>] [--force] [--max-memory <size>]\n"
-    "                            <checkpoint-dir>\n"
-    "\n"
-    "    <checkpoint-dir>         a DCP directory (written by fsdpconv or by PyTorch)\n"
-    "    -o, --output <output>    model.safetensors, model.pt, or a directory for shards\n"
-    "    --format <f>             safetensors or torch (default: from the output name;\n"
-    "                             .pt/.pth/.bin mean torch, anything else safetensors)\n"
-    "    --max-shard-size <size>  write safetensors shards of at most <size> bytes plus\n"
-    "                             model.safetensors.index.json into the <output> directory\n"
-    "    --dtype <dtype>          cast floating tensors: float32, bfloat16, float16, float64\n"
-    "    --select <key>           export one subtree (e.g. model)\n"
-    "    --strip-prefix <p>       remove <p> from keys that start with it\n"
-    "    --force                  replace an existing output\n"
-    "    --max-memory <size>      cap on data buffers (default 1GiB)\n"
-    "    -h, --help               show this help\n";
+enum { OPT_FORMAT = 256, OPT_SHARD, OPT_FORCE, OPT_MAXMEM };
 
-enum { OPT_FORMAT = 256, OPT_SHARD, OPT_DTYPE, OPT_SELECT, OPT_STRIP, OPT_FORCE, OPT_MAXMEM };
+/* clang-format off */
+static const struct fc_opt dcp_to_full_opts[] = {
+    {'o', 'o', "output", "<output>", FC_OPT_REQUIRED, NULL, NULL,
+     "model.safetensors, model.pt, or a directory for shards"},
+    {OPT_FORMAT, 0, "format", "(safetensors|torch)", 0, NULL, NULL,
+     "safetensors or torch (default: from the output name;\n"
+     ".pt/.pth/.bin mean torch, anything else safetensors)"},
+    {OPT_SHARD, 0, "max-shard-size", "<size>", 0, NULL, NULL,
+     "write safetensors shards of at most <size> bytes plus\n"
+     "model.safetensors.index.json into the <output> directory"},
+    {0, 0, "dtype", "<dtype>", FC_OPT_RULE, "dtype", fc_opt_check_float_dtype,
+     "cast floating tensors: float32, bfloat16, float16, float64"},
+    {0, 0, "select", "<key>", FC_OPT_RULE, "select", NULL, "export one subtree (e.g. model)"},
+    {0, 0, "strip-prefix", "<p>", FC_OPT_RULE, "strip-prefix", NULL,
+     "remove <p> from keys that start with it"},
+    {OPT_FORCE, 0, "force", NULL, 0, NULL, NULL, "replace an existing output"},
+    {OPT_MAXMEM, 0, "max-memory", "<size>", 0, NULL, NULL, "cap on data buffers (default 1GiB)"},
+    {0, 0, NULL, NULL, 0, NULL, NULL, NULL},
+};
+/* clang-format on */
+
+static const struct fc_operand dcp_to_full_operands[] = {
+    {"<checkpoint-dir>", "a DCP directory (written by fsdpconv or by PyTorch)"},
+    {NULL, NULL},
+};
+
+static const struct fc_cmd_spec dcp_to_full_spec = {
+    "dcp-to-full", dcp_to_full_operands, 1, 1, {dcp_to_full_opts, NULL}, NULL,
+};
+
+static int dcp_to_full_option(void *ctx, int id, const char *value)
+{
+    static const char *const formats[] = {"safetensors", "torch"};
+    struct fc_dcp_to_full_opts *o = ctx;
+    int f;
+    switch (id) {
+    case 'o': o->output = value; return 0;
+    case OPT_FORMAT:
+        if (fc_opt_choice("dcp-to-full", "--format", value, formats, 2, &f) < 0)
+            return -1;
+        o->format = f == 0 ? FC_EXPORT_SAFETENSORS : FC_EXPORT_TORCH;
+        return 0;
+    case OPT_SHARD:
+        return fc_opt_size("dcp-to-full", "--max-shard-size", value, 1, &o->max_shard_size);
+    case OPT_FORCE: o->force = 1; return 0;
+    case OPT_MAXMEM: return fc_opt_size("dcp-to-full", "--max-memory", value, 4096, &o->max_memory);
+    default: return -1;
+    }
+}
 
 int cmd_dcp_to_full(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"output", required_argument, NULL, 'o'},
-        {"format", required_argument, NULL, OPT_FORMAT},
-        {"max-shard-size", required_argument, NULL, OPT_SHARD},
-        {"dtype", required_argument, NULL, OPT_DTYPE},
-        {"select", required_argument, NULL, OPT_SELECT},
-        {"strip-prefix", required_argument, NULL, OPT_STRIP},
-        {"force", no_argument, NULL, OPT_FORCE},
-        {"max-memory", required_argument, NULL, OPT_MAXMEM},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
     struct fc_dcp_to_full_opts o = {.max_memory = (uint64_t)1 << 30};
     struct fc_dcp_to_full_result res;
-    struct fc_rule_arg rules[16]; /* three single-valued flags; repeats are refused later */
-    size_t nrules = 0;
-    fc_dtype dtype;
-    int c;
-    optind = 0;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, "o:h", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'o': o.output = optarg; break;
-        case OPT_FORMAT:
-            if (strcmp(optarg, "safetensors") == 0) {
-                o.format = FC_EXPORT_SAFETENSORS;
-            } else if (strcmp(optarg, "torch") == 0) {
-                o.format = FC_EXPORT_TORCH;
-            } else {
-                fprintf(stderr,
-                        "fsdpconv: dcp-to-full: invalid value for --format: '%s' "
-                        "(expected safetensors or torch)\n",
-                        optarg);
-                goto usage_fail;
-            }
-            break;
-        case OPT_SHARD:
-            if (fc_opt_size("dcp-to-full", "--max-shard-size", optarg, &o.max_shard_size) < 0)
-                goto usage_fail;
-            if (o.max_shard_size == 0) {
-                fputs("fsdpconv: dcp-to-full: invalid value for --max-shard-size (must be > 0)\n",
-                      stderr);
-                goto usage_fail;
-            }
-            break;
-        case OPT_DTYPE:
-            if (fc_opt_float_dtype("dcp-to-full", "--dtype", optarg, &dtype) < 0)
-                goto usage_fail;
-            /* fall through - recorded as a rule */
-        case OPT_SELECT:
-        case OPT_STRIP:
-            if (nrules == sizeof(rules) / sizeof(rules[0]))
-                return fc_cli_usage_error("dcp-to-full", usage, "too many options");
-            rules[nrules++] = (struct fc_rule_arg){c == OPT_DTYPE    ? "dtype"
-                                                   : c == OPT_SELECT ? "select"
-                                                                     : "strip-prefix",
-                                                   optarg};
-            break;
-        case OPT_FORCE: o.force = 1; break;
-        case OPT_MAXMEM:
-            if (fc_opt_size("dcp-to-full", "--max-memory", optarg, &o.max_memory) < 0)
-                goto usage_fail;
-            break;
-        case 'h': fputs(usage, stdout); return FC_EXIT_OK;
-        default:
-            return fc_cli_usage_error("dcp-to-full", usage, "unknown option or missing value: '%s'",
-                                      argv[optind - 1]);
-        }
+    struct fc_cmdline cl;
+    int st = fc_opt_parse(&dcp_to_full_spec, argc, argv, dcp_to_full_option, &o, &cl);
+    if (st >= 0)
+        return st;
+    if (o.output == NULL) {
+        fc_cmdline_release(&cl);
+        return fc_cli_usage_error("dcp-to-full", "missing -o <output>");
     }
-    if (argc - optind != 1)
-        return fc_cli_usage_error("dcp-to-full", usage,
-                                  argc - optind == 0 ? "missing <checkpoint-dir>"
-                                                     : "too many arguments");
-    if (o.output == NULL)
-        return fc_cli_usage_error("dcp-to-full", usage, "missing -o <output>");
-    if (o.max_memory < 4096) {
-        fputs("fsdpconv: dcp-to-full: invalid value for --max-memory (must be >= 4KiB)\n", stderr);
-        goto usage_fail;
-    }
-    o.input = argv[optind];
-    o.rules = rules;
-    o.nrules = nrules;
+    o.input = cl.operands[0];
+    o.rules = cl.rules;
+    o.nrules = cl.nrules;
     struct fc_cli_progress prog = {.active = 0};
     if (fc_cli_verbosity >= 0 && isatty(STDERR_FILENO)) {
         clock_gettime(CLOCK_MONOTONIC, &prog.start);
@@ -126,17 +86,15 @@ int cmd_dcp_to_full(int argc, char **argv)
         o.progress_ctx = &prog;
     }
     const int rc = fc_dcp_to_full(&o, &res);
+    fc_cmdline_release(&cl);
     if (rc < 0)
         return fc_cli_report(rc);
     if (res.nvalues_dropped > 0)
-        fc_cli_note("dcp-to-full: %zu non-tensor values are not stored (safetensors holds "
+        fc_cli_note("%zu non-tensor values are not stored (safetensors holds "
                     "tensors only; use a .pt output to keep them)",
                     res.nvalues_dropped);
     if (fc_cli_verbosity > 0)
-        fc_cli_note("dcp-to-full: wrote %s: %zu tensors in %zu files, %" PRIu64 " bytes", o.output,
-                    res.ntensors, res.nfiles, res.bytes_written);
+        fc_cli_note("wrote %s: %zu tensors in %zu files, %" PRIu64 " bytes", o.output, res.ntensors,
+                    res.nfiles, res.bytes_written);
     return FC_EXIT_OK;
-usage_fail:
-    fputs(usage, stderr);
-    return FC_EXIT_USAGE;
 }

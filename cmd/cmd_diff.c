@@ -1,8 +1,6 @@
 /*
  * cmd_diff.c - `fsdpconv diff A B`: exit 0 when equal, 1 when different.
  */
-#define _GNU_SOURCE
-#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -15,19 +13,48 @@
 #include "fc_error.h"
 #include "opt.h"
 
-static const char usage[] =
-    "usage: fsdpconv diff [--json] [--key <regex>] [--max-memory <size>] <a> <b>\n"
-    "\n"
-    "    <a>, <b>              checkpoints in any supported format (torch.save, safetensors,\n"
-    "                          index.json, directories, DCP directories)\n"
-    "    --json                print one JSON object\n"
-    "    --key <regex>         compare only keys matching the regex\n"
-    "    --max-memory <size>   cap on data buffers (default 1GiB)\n"
-    "    -h, --help            show this help\n"
-    "\n"
-    "Exit status: 0 equal, 1 different, 2 usage error, 3 invalid input, 4 other failure.\n";
-
 enum { OPT_JSON = 256, OPT_KEY, OPT_MAXMEM };
+
+/* clang-format off */
+static const struct fc_opt diff_opts[] = {
+    {OPT_JSON, 0, "json", NULL, 0, NULL, NULL, "print one JSON object"},
+    {OPT_KEY, 0, "key", "<regex>", 0, NULL, NULL, "compare only keys matching the regex"},
+    {OPT_MAXMEM, 0, "max-memory", "<size>", 0, NULL, NULL, "cap on data buffers (default 1GiB)"},
+    {0, 0, NULL, NULL, 0, NULL, NULL, NULL},
+};
+/* clang-format on */
+
+static const struct fc_operand diff_operands[] = {
+    {"<a>", "the first checkpoint, in any supported format (torch.save,\n"
+            "safetensors, index.json, directories, DCP directories)"},
+    {"<b>", "the second checkpoint"},
+    {NULL, NULL},
+};
+
+static const struct fc_cmd_spec diff_spec = {
+    "diff",
+    diff_operands,
+    2,
+    2,
+    {diff_opts, NULL},
+    "Exit status: 0 equal, 1 different, 2 usage error, 3 invalid input, 4 other failure.\n",
+};
+
+struct diff_cli {
+    struct fc_diff_opts o;
+    int json;
+};
+
+static int diff_option(void *ctx, int id, const char *value)
+{
+    struct diff_cli *d = ctx;
+    switch (id) {
+    case OPT_JSON: d->json = 1; return 0;
+    case OPT_KEY: d->o.key_regex = value; return 0;
+    case OPT_MAXMEM: return fc_opt_size("diff", "--max-memory", value, 4096, &d->o.max_memory);
+    default: return -1;
+    }
+}
 
 static const char *const kind_names[] = {
     [FC_DIFF_ONLY_A] = "only_in_a", [FC_DIFF_ONLY_B] = "only_in_b", [FC_DIFF_KIND] = "kind",
@@ -39,7 +66,7 @@ static const char *const kind_names[] = {
 static int diff_failure(int rc)
 {
     const int status = fc_cli_report(rc);
-    return status == FC_EXIT_FAILURE ? 4 : status;
+    return status == FC_EXIT_FAILURE ? FC_EXIT_DIFF_FAILURE : status;
 }
 
 static void print_json(const struct fc_diff_opts *o, const struct fc_diff_result *r)
@@ -88,39 +115,17 @@ static void print_table(const struct fc_diff_result *r)
 
 int cmd_diff(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"json", no_argument, NULL, OPT_JSON},
-        {"key", required_argument, NULL, OPT_KEY},
-        {"max-memory", required_argument, NULL, OPT_MAXMEM},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    struct fc_diff_opts o = {.max_memory = (uint64_t)1 << 30};
+    struct diff_cli d = {.o = {.max_memory = (uint64_t)1 << 30}, .json = 0};
     struct fc_diff_result r;
-    int json = 0, c;
-    optind = 0;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        switch (c) {
-        case OPT_JSON: json = 1; break;
-        case OPT_KEY: o.key_regex = optarg; break;
-        case OPT_MAXMEM:
-            if (fc_opt_size("diff", "--max-memory", optarg, &o.max_memory) < 0 ||
-                o.max_memory < 4096) {
-                fputs(usage, stderr);
-                return FC_EXIT_USAGE;
-            }
-            break;
-        case 'h': fputs(usage, stdout); return FC_EXIT_OK;
-        default:
-            return fc_cli_usage_error("diff", usage, "unknown option or missing value: '%s'",
-                                      argv[optind - 1]);
-        }
-    }
-    if (argc - optind != 2)
-        return fc_cli_usage_error("diff", usage, "need exactly two checkpoints <a> <b>");
-    o.a = argv[optind];
-    o.b = argv[optind + 1];
+    struct fc_cmdline cl;
+    const int st = fc_opt_parse(&diff_spec, argc, argv, diff_option, &d, &cl);
+    if (st >= 0)
+        return st;
+    d.o.a = cl.operands[0];
+    d.o.b = cl.operands[1];
+    fc_cmdline_release(&cl);
+    const struct fc_diff_opts o = d.o;
+    const int json = d.json;
     const int rc = fc_diff(&o, &r);
     if (rc < 0)
         return diff_failure(rc);

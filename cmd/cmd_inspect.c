@@ -1,9 +1,8 @@
 /*
- * cmd_inspect.c - `fsdpconv inspect`: options, then render fc_inspect()'s
- * result as a table or as one JSON object.
+ * cmd_inspect.c - `fsdpconv inspect`: options, then one walk over the
+ * selected entries that builds a row per entry, rendered by one of two
+ * printers: a table or (through jansson) one JSON object.
  */
-#define _GNU_SOURCE
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -18,19 +17,74 @@
 #include "fc_dcp.h"
 #include "fc_error.h"
 #include "fc_pickle.h"
-
-static const char usage[] =
-    "usage: fsdpconv inspect [--json] [--key <regex>] [--checksum] [--verify] <path>\n"
-    "\n"
-    "    <path>            a torch.save file, a safetensors file, a *.safetensors.index.json,\n"
-    "                      a directory holding one of those, or a DCP checkpoint directory\n"
-    "    --json            print one JSON object instead of a table\n"
-    "    --key <regex>     only keys matching this POSIX extended regular expression\n"
-    "    --checksum        SHA-256 of each tensor's logical C-contiguous little-endian bytes\n"
-    "    --verify          DCP: read every item and check lengths, shapes and CRC-32s\n"
-    "    -h, --help        show this help\n";
+#include "opt.h"
 
 enum { OPT_JSON = 256, OPT_KEY, OPT_CHECKSUM, OPT_VERIFY };
+
+/* clang-format off */
+static const struct fc_opt inspect_opts[] = {
+    {OPT_JSON, 0, "json", NULL, 0, NULL, NULL, "print one JSON object instead of a table"},
+    {OPT_KEY, 0, "key", "<regex>", 0, NULL, NULL,
+     "only keys matching this POSIX extended regular expression"},
+    {OPT_CHECKSUM, 0, "checksum", NULL, 0, NULL, NULL,
+     "SHA-256 of each tensor's logical C-contiguous little-endian bytes"},
+    {OPT_VERIFY, 0, "verify", NULL, 0, NULL, NULL,
+     "DCP: read every item and check lengths, shapes and CRC-32s"},
+    {0, 0, NULL, NULL, 0, NULL, NULL, NULL},
+};
+/* clang-format on */
+
+static const struct fc_operand inspect_operands[] = {
+    {"<path>", "a torch.save file, a safetensors file, a *.safetensors.index.json,\n"
+               "a directory holding one of those, or a DCP checkpoint directory"},
+    {NULL, NULL},
+};
+
+static const struct fc_cmd_spec inspect_spec = {
+    "inspect", inspect_operands, 1, 1, {inspect_opts, NULL}, NULL,
+};
+
+struct inspect_cli {
+    struct fc_inspect_opts o;
+    int json;
+};
+
+static int inspect_option(void *ctx, int id, const char *value)
+{
+    struct inspect_cli *c = ctx;
+    switch (id) {
+    case OPT_JSON: c->json = 1; return 0;
+    case OPT_KEY: c->o.key_regex = value; return 0;
+    case OPT_CHECKSUM: c->o.checksum = 1; return 0;
+    case OPT_VERIFY: c->o.verify = 1; return 0;
+    default: return -1;
+    }
+}
+
+/* ---- the walk: one row per selected entry ---- */
+
+struct inspect_row {
+    const char *key;
+    int is_tensor;
+    /* tensors */
+    fc_dtype dtype;
+    int ndim;
+    const int64_t *shape;
+    uint64_t nbytes;
+    const char *sha256;             /* --checksum, else NULL */
+    const struct fc_storage *store; /* full checkpoints */
+    const struct fc_dcp_entry *dcp; /* DCP: its chunks, or the bytes item's location */
+    /* values */
+    const char *type; /* NULL: a DCP value the source did not parse */
+    char *repr;       /* owned */
+};
+
+struct inspect_rows {
+    struct inspect_row *rows;
+    size_t n;
+    uint64_t total_bytes;
+    size_t ntensors, nvalues;
+};
 
 static const char *fc_value_type(const struct fc_pv *v)
 {
@@ -54,8 +108,91 @@ static const char *fc_value_type(const struct fc_pv *v)
     return "object";
 }
 
+static int fc_value_row(struct inspect_row *row, const struct fc_pv *v)
+{
+    struct fc_buf b = FC_BUF_INIT(4096);
+    int rc;
+    if (v == NULL)
+        return FC_OK;
+    row->type = fc_value_type(v);
+    rc = fc_pv_repr(&b, v, 200);
+    if (rc == FC_OK)
+        rc = fc_buf_putc(&b, '\0');
+    if (rc == FC_OK)
+        row->repr = (char *)fc_buf_detach(&b, NULL);
+    fc_buf_release(&b);
+    return rc;
+}
+
+static uint64_t fc_shape_nbytes(const int64_t *shape, int ndim, fc_dtype dtype)
+{
+    int64_t n = 0;
+    if (fc_shape_numel(shape, ndim, &n) < 0)
+        return 0;
+    return (uint64_t)n * fc_dtype_size(dtype);
+}
+
+static int inspect_walk(const struct fc_inspect_opts *o, const struct fc_inspect_result *r,
+                        struct inspect_rows *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->rows = fc_calloc(r->nselected > 0 ? r->nselected : 1, sizeof(*out->rows));
+    if (out->rows == NULL)
+        return FC_ENOMEM;
+    for (size_t k = 0; k < r->nselected; k++) {
+        const size_t i = r->selected[k];
+        struct inspect_row *row = &out->rows[out->n++];
+        if (r->dcp != NULL) {
+            const struct fc_dcp_entry *e = &r->dcp->entries[i];
+            row->key = e->fqn;
+            row->dcp = e;
+            row->is_tensor = e->kind == FC_DCP_TENSOR;
+            if (row->is_tensor) {
+                row->dtype = e->dtype;
+                row->ndim = e->ndim;
+                row->shape = e->size;
+            } else {
+                /* The value of a DCP bytes entry, when the source parsed it. */
+                FC_TRY(fc_value_row(row, r->src != NULL ? r->src->entries[i].value : NULL));
+            }
+        } else {
+            const struct fc_entry *e = &r->src->entries[i];
+            row->key = e->key;
+            row->is_tensor = e->kind == FC_ENTRY_TENSOR;
+            if (row->is_tensor) {
+                row->dtype = e->t.dtype;
+                row->ndim = e->t.ndim;
+                row->shape = e->t.shape;
+                row->store = &r->src->storages[e->storage];
+            } else {
+                FC_TRY(fc_value_row(row, e->value));
+            }
+        }
+        if (row->is_tensor) {
+            row->nbytes = fc_shape_nbytes(row->shape, row->ndim, row->dtype);
+            row->sha256 = o->checksum ? r->sha256[k] : NULL;
+            out->total_bytes += row->nbytes;
+            out->ntensors++;
+        } else {
+            out->nvalues++;
+        }
+    }
+    return FC_OK;
+}
+
+static void inspect_rows_release(struct inspect_rows *rows)
+{
+    for (size_t i = 0; i < rows->n; i++)
+        fc_free(rows->rows[i].repr);
+    fc_free(rows->rows);
+    memset(rows, 0, sizeof(*rows));
+}
+
+/* ---- table ---- */
+
 static int fc_shape_string(struct fc_buf *b, const int64_t *shape, int ndim)
 {
+    fc_buf_clear(b);
     FC_TRY(fc_buf_putc(b, '['));
     for (int d = 0; d < ndim; d++)
         FC_TRY(fc_buf_printf(b, d == 0 ? "%" PRId64 : ", %" PRId64, shape[d]));
@@ -63,286 +200,84 @@ static int fc_shape_string(struct fc_buf *b, const int64_t *shape, int ndim)
     return fc_buf_putc(b, '\0');
 }
 
-static int fc_repr_string(struct fc_buf *b, const struct fc_pv *v)
+/* Full checkpoints: aligned columns, tensors first, then values. */
+static int print_table_full(const char *path, const struct fc_inspect_result *r,
+                            const struct inspect_rows *rows, int checksum, struct fc_buf *b)
 {
-    FC_TRY(fc_pv_repr(b, v, 200));
-    return fc_buf_putc(b, '\0');
-}
-
-static int print_json(const struct fc_inspect_opts *o, const struct fc_inspect_result *r)
-{
-    const struct fc_source *src = r->src;
-    json_t *root = json_object();
-    json_t *tensors = json_array();
-    json_t *values = json_array();
-    uint64_t total_bytes = 0;
-    size_t ntensors = 0, nvalues = 0;
-    int rc = FC_OK;
-    if (root == NULL || tensors == NULL || values == NULL) {
-        rc = fc_error_set(FC_ENOMEM, "out of memory building JSON");
-        goto done;
-    }
-    json_object_set_new(root, "format", json_string(r->format));
-    json_object_set_new(root, "path", json_string(o->path));
-    for (size_t k = 0; k < r->nselected; k++) {
-        const struct fc_entry *e = &src->entries[r->selected[k]];
-        json_t *obj = json_object();
-        json_object_set_new(obj, "key", json_string(e->key));
-        if (e->kind == FC_ENTRY_TENSOR) {
-            const struct fc_storage *st = &src->storages[e->storage];
-            json_t *shape = json_array();
-            for (int d = 0; d < e->t.ndim; d++)
-                json_array_append_new(shape, json_integer(e->t.shape[d]));
-            json_object_set_new(obj, "dtype", json_string(fc_dtype_name(e->t.dtype)));
-            json_object_set_new(obj, "shape", shape);
-            json_object_set_new(obj, "nbytes", json_integer((json_int_t)fc_entry_nbytes(e)));
-            json_object_set_new(obj, "storage", json_string(st->name));
-            json_object_set_new(obj, "shared", json_boolean(st->nrefs > 1));
-            if (o->checksum)
-                json_object_set_new(obj, "sha256", json_string(r->sha256[k]));
-            json_array_append_new(tensors, obj);
-            total_bytes += fc_entry_nbytes(e);
-            ntensors++;
-        } else {
-            struct fc_buf b = FC_BUF_INIT(4096);
-            rc = fc_repr_string(&b, e->value);
-            json_object_set_new(obj, "type", json_string(fc_value_type(e->value)));
-            json_object_set_new(obj, "repr", json_string(rc == FC_OK ? (char *)b.data : ""));
-            fc_buf_release(&b);
-            json_array_append_new(values, obj);
-            nvalues++;
-            if (rc < 0)
-                goto done;
-        }
-    }
-    json_object_set(root, "tensors", tensors);
-    json_object_set(root, "values", values);
-    json_object_set_new(root, "total_tensors", json_integer((json_int_t)ntensors));
-    json_object_set_new(root, "total_bytes", json_integer((json_int_t)total_bytes));
-    json_object_set_new(root, "total_values", json_integer((json_int_t)nvalues));
-    if (json_dumpf(root, stdout, JSON_INDENT(1) | JSON_ENSURE_ASCII) != 0) {
-        rc = fc_error_set(FC_EIO, "writing JSON to stdout failed");
-        goto done;
-    }
-    fputc('\n', stdout);
-done:
-    json_decref(tensors);
-    json_decref(values);
-    json_decref(root);
-    return rc;
-}
-
-static int print_table(const struct fc_inspect_opts *o, const struct fc_inspect_result *r)
-{
-    const struct fc_source *src = r->src;
     int wkey = 3, wdt = 5, wshape = 5, wbytes = 5;
-    uint64_t total_bytes = 0;
-    size_t ntensors = 0, nvalues = 0;
     char tmp[64];
-    for (size_t k = 0; k < r->nselected; k++) {
-        const struct fc_entry *e = &src->entries[r->selected[k]];
-        const int kl = (int)strlen(e->key);
+    for (size_t k = 0; k < rows->n; k++) {
+        const struct inspect_row *row = &rows->rows[k];
+        const int kl = (int)strlen(row->key);
         wkey = kl > wkey ? kl : wkey;
-        if (e->kind != FC_ENTRY_TENSOR)
+        if (!row->is_tensor)
             continue;
-        struct fc_buf b = FC_BUF_INIT(4096);
-        FC_TRY(fc_shape_string(&b, e->t.shape, e->t.ndim));
-        wshape = (int)b.len - 1 > wshape ? (int)b.len - 1 : wshape;
-        fc_buf_release(&b);
-        const int dl = (int)strlen(fc_dtype_name(e->t.dtype));
+        FC_TRY(fc_shape_string(b, row->shape, row->ndim));
+        wshape = (int)b->len - 1 > wshape ? (int)b->len - 1 : wshape;
+        const int dl = (int)strlen(fc_dtype_name(row->dtype));
         wdt = dl > wdt ? dl : wdt;
-        const int bl = snprintf(tmp, sizeof(tmp), "%" PRIu64, fc_entry_nbytes(e));
+        const int bl = snprintf(tmp, sizeof(tmp), "%" PRIu64, row->nbytes);
         wbytes = bl > wbytes ? bl : wbytes;
     }
-    printf("%s (%s)\n", o->path, r->format);
+    printf("%s (%s)\n", path, r->format);
     printf("%-*s  %-*s  %-*s  %*s  %s%s\n", wkey, "KEY", wdt, "DTYPE", wshape, "SHAPE", wbytes,
-           "BYTES", "STORAGE", o->checksum ? "  SHA256" : "");
-    for (size_t k = 0; k < r->nselected; k++) {
-        const struct fc_entry *e = &src->entries[r->selected[k]];
-        if (e->kind != FC_ENTRY_TENSOR)
+           "BYTES", "STORAGE", checksum ? "  SHA256" : "");
+    for (size_t k = 0; k < rows->n; k++) {
+        const struct inspect_row *row = &rows->rows[k];
+        if (!row->is_tensor)
             continue;
-        const struct fc_storage *st = &src->storages[e->storage];
-        struct fc_buf b = FC_BUF_INIT(4096);
-        FC_TRY(fc_shape_string(&b, e->t.shape, e->t.ndim));
-        printf("%-*s  %-*s  %-*s  %*" PRIu64 "  %s%s%s%s\n", wkey, e->key, wdt,
-               fc_dtype_name(e->t.dtype), wshape, (char *)b.data, wbytes, fc_entry_nbytes(e),
-               st->name, st->nrefs > 1 ? " (shared)" : "", o->checksum ? "  " : "",
-               o->checksum ? r->sha256[k] : "");
-        fc_buf_release(&b);
-        total_bytes += fc_entry_nbytes(e);
-        ntensors++;
+        FC_TRY(fc_shape_string(b, row->shape, row->ndim));
+        printf("%-*s  %-*s  %-*s  %*" PRIu64 "  %s%s%s%s\n", wkey, row->key, wdt,
+               fc_dtype_name(row->dtype), wshape, (char *)b->data, wbytes, row->nbytes,
+               row->store->name, row->store->nrefs > 1 ? " (shared)" : "", checksum ? "  " : "",
+               checksum ? row->sha256 : "");
     }
-    for (size_t k = 0; k < r->nselected; k++) {
-        const struct fc_entry *e = &src->entries[r->selected[k]];
-        if (e->kind != FC_ENTRY_VALUE)
+    size_t nv = 0;
+    for (size_t k = 0; k < rows->n; k++) {
+        const struct inspect_row *row = &rows->rows[k];
+        if (row->is_tensor)
             continue;
-        if (nvalues++ == 0)
+        if (nv++ == 0)
             printf("\n%-*s  %-*s  %s\n", wkey, "VALUE", wdt, "TYPE", "REPR");
-        struct fc_buf b = FC_BUF_INIT(4096);
-        FC_TRY(fc_repr_string(&b, e->value));
-        printf("%-*s  %-*s  %s\n", wkey, e->key, wdt, fc_value_type(e->value), (char *)b.data);
-        fc_buf_release(&b);
+        printf("%-*s  %-*s  %s\n", wkey, row->key, wdt, row->type, row->repr);
     }
-    printf("\n%zu tensors, %" PRIu64 " bytes, %zu values\n", ntensors, total_bytes, nvalues);
     return FC_OK;
 }
 
-static json_t *fc_json_ints(const int64_t *v, int n)
+/* DCP: each tensor with its chunks, then values, files and the coverage check. */
+static int print_table_dcp(const char *path, const struct fc_inspect_result *r,
+                           const struct inspect_rows *rows, struct fc_buf *b)
 {
-    json_t *a = json_array();
-    for (int d = 0; d < n; d++)
-        json_array_append_new(a, json_integer(v[d]));
-    return a;
-}
-
-/* The value of a DCP bytes entry, when the source parsed it. */
-static const struct fc_pv *fc_dcp_value(const struct fc_inspect_result *r, size_t i)
-{
-    return r->src != NULL ? r->src->entries[i].value : NULL;
-}
-
-static uint64_t fc_dcp_nbytes(const struct fc_dcp_entry *e)
-{
-    int64_t n = 0;
-    if (fc_shape_numel(e->size, e->ndim, &n) < 0)
-        return 0;
-    return (uint64_t)n * fc_dtype_size(e->dtype);
-}
-
-static int print_json_dcp(const struct fc_inspect_opts *o, const struct fc_inspect_result *r)
-{
-    const struct fc_dcp_meta *m = r->dcp;
-    json_t *root = json_object();
-    json_t *tensors = json_array(), *values = json_array(), *files = json_array();
-    json_t *problems = json_array();
-    uint64_t total = 0;
-    size_t nt = 0, nv = 0;
+    struct fc_buf ob = FC_BUF_INIT(4096);
     int rc = FC_OK;
-    json_object_set_new(root, "format", json_string("dcp"));
-    json_object_set_new(root, "path", json_string(o->path));
-    json_object_set_new(root, "version",
-                        m->version != NULL ? json_string(m->version) : json_null());
-    for (size_t k = 0; k < r->nselected; k++) {
-        const size_t i = r->selected[k];
-        const struct fc_dcp_entry *e = &m->entries[i];
-        json_t *obj = json_object();
-        json_object_set_new(obj, "key", json_string(e->fqn));
-        if (e->kind == FC_DCP_TENSOR) {
-            json_t *chunks = json_array();
-            json_object_set_new(obj, "dtype", json_string(fc_dtype_name(e->dtype)));
-            json_object_set_new(obj, "shape", fc_json_ints(e->size, e->ndim));
-            json_object_set_new(obj, "nbytes", json_integer((json_int_t)fc_dcp_nbytes(e)));
-            for (size_t c = 0; c < e->nchunks; c++) {
-                const struct fc_dcp_chunk *ch = &e->chunks[c];
-                json_t *co = json_object();
-                json_object_set_new(co, "offsets", fc_json_ints(ch->offsets, e->ndim));
-                json_object_set_new(co, "sizes", fc_json_ints(ch->sizes, e->ndim));
-                json_object_set_new(co, "file", json_string(ch->storage.relative_path));
-                json_object_set_new(co, "offset", json_integer((json_int_t)ch->storage.offset));
-                json_object_set_new(co, "length", json_integer((json_int_t)ch->storage.length));
-                if (ch->storage.ntransforms > 0)
-                    json_object_set_new(co, "transform", json_string(ch->storage.transforms[0]));
-                json_array_append_new(chunks, co);
-            }
-            json_object_set_new(obj, "chunks", chunks);
-            if (o->checksum)
-                json_object_set_new(obj, "sha256", json_string(r->sha256[k]));
-            json_array_append_new(tensors, obj);
-            total += fc_dcp_nbytes(e);
-            nt++;
-        } else {
-            const struct fc_pv *v = fc_dcp_value(r, i);
-            if (v != NULL) {
-                struct fc_buf b = FC_BUF_INIT(4096);
-                rc = fc_repr_string(&b, v);
-                json_object_set_new(obj, "type", json_string(fc_value_type(v)));
-                json_object_set_new(obj, "repr", json_string(rc == FC_OK ? (char *)b.data : ""));
-                fc_buf_release(&b);
-            }
-            json_object_set_new(obj, "file", json_string(e->storage.relative_path));
-            json_object_set_new(obj, "offset", json_integer((json_int_t)e->storage.offset));
-            json_object_set_new(obj, "length", json_integer((json_int_t)e->storage.length));
-            json_array_append_new(values, obj);
-            nv++;
-        }
-    }
-    for (size_t i = 0; i < r->nfiles; i++) {
-        json_t *f = json_object();
-        json_object_set_new(f, "name", json_string(r->files[i]));
-        json_object_set_new(f, "bytes", json_integer((json_int_t)r->file_bytes[i]));
-        json_array_append_new(files, f);
-    }
-    json_t *cov = json_object();
-    for (const char *p = r->coverage_report; p != NULL && *p != '\0';) {
-        const char *nl = strchr(p, '\n');
-        const size_t len = nl != NULL ? (size_t)(nl - p) : strlen(p);
-        json_array_append_new(problems, json_stringn(p, len));
-        p += len + (nl != NULL);
-    }
-    json_object_set_new(cov, "ok", json_boolean(r->coverage_problems == 0));
-    json_object_set(cov, "problems", problems);
-    json_object_set(root, "tensors", tensors);
-    json_object_set(root, "values", values);
-    json_object_set(root, "files", files);
-    json_object_set_new(root, "coverage", cov);
-    json_object_set_new(root, "total_tensors", json_integer((json_int_t)nt));
-    json_object_set_new(root, "total_bytes", json_integer((json_int_t)total));
-    json_object_set_new(root, "total_values", json_integer((json_int_t)nv));
-    if (json_dumpf(root, stdout, JSON_INDENT(1) | JSON_ENSURE_ASCII) != 0)
-        rc = fc_error_set(FC_EIO, "writing JSON to stdout failed");
-    fputc('\n', stdout);
-    json_decref(tensors);
-    json_decref(values);
-    json_decref(files);
-    json_decref(problems);
-    json_decref(root);
-    return rc;
-}
-
-static int print_table_dcp(const struct fc_inspect_opts *o, const struct fc_inspect_result *r)
-{
-    const struct fc_dcp_meta *m = r->dcp;
-    uint64_t total = 0;
-    size_t nt = 0, nv = 0;
-    printf("%s (dcp, version %s)\n", o->path, m->version != NULL ? m->version : "none");
-    for (size_t k = 0; k < r->nselected; k++) {
-        const struct fc_dcp_entry *e = &m->entries[r->selected[k]];
-        if (e->kind != FC_DCP_TENSOR)
+    printf("%s (dcp, version %s)\n", path, r->dcp->version != NULL ? r->dcp->version : "none");
+    for (size_t k = 0; k < rows->n && rc == FC_OK; k++) {
+        const struct inspect_row *row = &rows->rows[k];
+        if (!row->is_tensor)
             continue;
-        struct fc_buf b = FC_BUF_INIT(4096);
-        FC_TRY(fc_shape_string(&b, e->size, e->ndim));
-        printf("%s  %s %s  %" PRIu64 " bytes  %zu chunks%s%s\n", e->fqn, fc_dtype_name(e->dtype),
-               (char *)b.data, fc_dcp_nbytes(e), e->nchunks, o->checksum ? "  sha256 " : "",
-               o->checksum ? r->sha256[k] : "");
-        fc_buf_release(&b);
-        for (size_t c = 0; c < e->nchunks; c++) {
-            const struct fc_dcp_chunk *ch = &e->chunks[c];
-            struct fc_buf ob = FC_BUF_INIT(4096), sb = FC_BUF_INIT(4096);
-            FC_TRY(fc_shape_string(&ob, ch->offsets, e->ndim));
-            FC_TRY(fc_shape_string(&sb, ch->sizes, e->ndim));
+        FC_TRY_GOTO(fc_shape_string(b, row->shape, row->ndim), rc, done);
+        printf("%s  %s %s  %" PRIu64 " bytes  %zu chunks%s%s\n", row->key,
+               fc_dtype_name(row->dtype), (char *)b->data, row->nbytes, row->dcp->nchunks,
+               row->sha256 != NULL ? "  sha256 " : "", row->sha256 != NULL ? row->sha256 : "");
+        for (size_t c = 0; c < row->dcp->nchunks; c++) {
+            const struct fc_dcp_chunk *ch = &row->dcp->chunks[c];
+            FC_TRY_GOTO(fc_shape_string(&ob, ch->offsets, row->ndim), rc, done);
+            FC_TRY_GOTO(fc_shape_string(b, ch->sizes, row->ndim), rc, done);
             printf("    offsets %s  sizes %s  %s  [%" PRIu64 ", +%" PRIu64 ")%s%s\n",
-                   (char *)ob.data, (char *)sb.data, ch->storage.relative_path, ch->storage.offset,
+                   (char *)ob.data, (char *)b->data, ch->storage.relative_path, ch->storage.offset,
                    ch->storage.length, ch->storage.ntransforms > 0 ? "  " : "",
                    ch->storage.ntransforms > 0 ? ch->storage.transforms[0] : "");
-            fc_buf_release(&ob);
-            fc_buf_release(&sb);
         }
-        total += fc_dcp_nbytes(e);
-        nt++;
     }
-    for (size_t k = 0; k < r->nselected; k++) {
-        const size_t i = r->selected[k];
-        const struct fc_dcp_entry *e = &m->entries[i];
-        if (e->kind != FC_DCP_BYTES)
+    size_t nv = 0;
+    for (size_t k = 0; k < rows->n; k++) {
+        const struct inspect_row *row = &rows->rows[k];
+        if (row->is_tensor)
             continue;
-        const struct fc_pv *v = fc_dcp_value(r, i);
-        struct fc_buf b = FC_BUF_INIT(4096);
-        if (v != NULL)
-            FC_TRY(fc_repr_string(&b, v));
-        printf("%s%s  %s  %s  [%" PRIu64 ", +%" PRIu64 ")\n", nv++ == 0 ? "\nVALUES\n" : "", e->fqn,
-               v != NULL ? (char *)b.data : "(bytes)", e->storage.relative_path, e->storage.offset,
-               e->storage.length);
-        fc_buf_release(&b);
+        const struct fc_dcp_storage *st = &row->dcp->storage;
+        printf("%s%s  %s  %s  [%" PRIu64 ", +%" PRIu64 ")\n", nv++ == 0 ? "\nVALUES\n" : "",
+               row->key, row->repr != NULL ? row->repr : "(bytes)", st->relative_path, st->offset,
+               st->length);
     }
     printf("\nFILES\n");
     for (size_t i = 0; i < r->nfiles; i++)
@@ -351,53 +286,188 @@ static int print_table_dcp(const struct fc_inspect_opts *o, const struct fc_insp
         printf("\ncoverage: ok (every element stored exactly once)\n");
     else
         printf("\ncoverage: %zu problems\n%s", r->coverage_problems, r->coverage_report);
-    printf("\n%zu tensors, %" PRIu64 " bytes, %zu values\n", nt, total, nv);
+done:
+    fc_buf_release(&ob);
+    return rc;
+}
+
+static int print_table(const char *path, const struct fc_inspect_result *r,
+                       const struct inspect_rows *rows, int checksum)
+{
+    struct fc_buf b = FC_BUF_INIT(4096);
+    const int rc = r->dcp != NULL ? print_table_dcp(path, r, rows, &b)
+                                  : print_table_full(path, r, rows, checksum, &b);
+    fc_buf_release(&b);
+    if (rc == FC_OK)
+        printf("\n%zu tensors, %" PRIu64 " bytes, %zu values\n", rows->ntensors, rows->total_bytes,
+               rows->nvalues);
+    return rc;
+}
+
+/* ---- JSON (every jansson call checked) ---- */
+
+static int fc_json_oom(void)
+{
+    return fc_error_set(FC_ENOMEM, "out of memory building JSON");
+}
+
+/* Set obj[key] = v, taking v's reference; fails cleanly when v is NULL. */
+static int jset(json_t *obj, const char *key, json_t *v)
+{
+    if (v == NULL || json_object_set_new(obj, key, v) != 0)
+        return fc_json_oom();
     return FC_OK;
+}
+
+static int japp(json_t *arr, json_t *v)
+{
+    if (v == NULL || json_array_append_new(arr, v) != 0)
+        return fc_json_oom();
+    return FC_OK;
+}
+
+static json_t *fc_json_ints(const int64_t *v, int n)
+{
+    json_t *a = json_array();
+    for (int d = 0; a != NULL && d < n; d++) {
+        if (json_array_append_new(a, json_integer(v[d])) != 0) {
+            json_decref(a);
+            return NULL;
+        }
+    }
+    return a;
+}
+
+static int json_chunks(json_t *obj, const struct fc_dcp_entry *e)
+{
+    json_t *chunks = json_array();
+    FC_TRY(jset(obj, "chunks", chunks));
+    for (size_t c = 0; c < e->nchunks; c++) {
+        const struct fc_dcp_chunk *ch = &e->chunks[c];
+        json_t *co = json_object();
+        FC_TRY(japp(chunks, co));
+        FC_TRY(jset(co, "offsets", fc_json_ints(ch->offsets, e->ndim)));
+        FC_TRY(jset(co, "sizes", fc_json_ints(ch->sizes, e->ndim)));
+        FC_TRY(jset(co, "file", json_string(ch->storage.relative_path)));
+        FC_TRY(jset(co, "offset", json_integer((json_int_t)ch->storage.offset)));
+        FC_TRY(jset(co, "length", json_integer((json_int_t)ch->storage.length)));
+        if (ch->storage.ntransforms > 0)
+            FC_TRY(jset(co, "transform", json_string(ch->storage.transforms[0])));
+    }
+    return FC_OK;
+}
+
+static int json_row(json_t *arr, const struct inspect_row *row)
+{
+    json_t *obj = json_object();
+    FC_TRY(japp(arr, obj));
+    FC_TRY(jset(obj, "key", json_string(row->key)));
+    if (row->is_tensor) {
+        FC_TRY(jset(obj, "dtype", json_string(fc_dtype_name(row->dtype))));
+        FC_TRY(jset(obj, "shape", fc_json_ints(row->shape, row->ndim)));
+        FC_TRY(jset(obj, "nbytes", json_integer((json_int_t)row->nbytes)));
+        if (row->store != NULL) {
+            FC_TRY(jset(obj, "storage", json_string(row->store->name)));
+            FC_TRY(jset(obj, "shared", json_boolean(row->store->nrefs > 1)));
+        } else {
+            FC_TRY(json_chunks(obj, row->dcp));
+        }
+        if (row->sha256 != NULL)
+            FC_TRY(jset(obj, "sha256", json_string(row->sha256)));
+        return FC_OK;
+    }
+    if (row->type != NULL) {
+        FC_TRY(jset(obj, "type", json_string(row->type)));
+        FC_TRY(jset(obj, "repr", json_string(row->repr)));
+    }
+    if (row->dcp != NULL) {
+        const struct fc_dcp_storage *st = &row->dcp->storage;
+        FC_TRY(jset(obj, "file", json_string(st->relative_path)));
+        FC_TRY(jset(obj, "offset", json_integer((json_int_t)st->offset)));
+        FC_TRY(jset(obj, "length", json_integer((json_int_t)st->length)));
+    }
+    return FC_OK;
+}
+
+static int json_dcp_tail(json_t *root, const struct fc_inspect_result *r)
+{
+    json_t *files = json_array(), *cov = json_object(), *problems = json_array();
+    /* Attach first so that root owns them whatever fails next. */
+    FC_TRY(jset(root, "files", files));
+    FC_TRY(jset(root, "coverage", cov));
+    for (size_t i = 0; i < r->nfiles; i++) {
+        json_t *f = json_object();
+        FC_TRY(japp(files, f));
+        FC_TRY(jset(f, "name", json_string(r->files[i])));
+        FC_TRY(jset(f, "bytes", json_integer((json_int_t)r->file_bytes[i])));
+    }
+    FC_TRY(jset(cov, "ok", json_boolean(r->coverage_problems == 0)));
+    FC_TRY(jset(cov, "problems", problems));
+    for (const char *p = r->coverage_report; p != NULL && *p != '\0';) {
+        const char *nl = strchr(p, '\n');
+        const size_t len = nl != NULL ? (size_t)(nl - p) : strlen(p);
+        FC_TRY(japp(problems, json_stringn(p, len)));
+        p += len + (nl != NULL);
+    }
+    return FC_OK;
+}
+
+static int json_build(json_t *root, const char *path, const struct fc_inspect_result *r,
+                      const struct inspect_rows *rows)
+{
+    json_t *tensors = json_array(), *values = json_array();
+    FC_TRY(jset(root, "format", json_string(r->dcp != NULL ? "dcp" : r->format)));
+    FC_TRY(jset(root, "path", json_string(path)));
+    if (r->dcp != NULL)
+        FC_TRY(jset(root, "version",
+                    r->dcp->version != NULL ? json_string(r->dcp->version) : json_null()));
+    FC_TRY(jset(root, "tensors", tensors));
+    FC_TRY(jset(root, "values", values));
+    for (size_t k = 0; k < rows->n; k++)
+        FC_TRY(json_row(rows->rows[k].is_tensor ? tensors : values, &rows->rows[k]));
+    if (r->dcp != NULL)
+        FC_TRY(json_dcp_tail(root, r));
+    FC_TRY(jset(root, "total_tensors", json_integer((json_int_t)rows->ntensors)));
+    FC_TRY(jset(root, "total_bytes", json_integer((json_int_t)rows->total_bytes)));
+    return jset(root, "total_values", json_integer((json_int_t)rows->nvalues));
+}
+
+static int print_json(const char *path, const struct fc_inspect_result *r,
+                      const struct inspect_rows *rows)
+{
+    json_t *root = json_object();
+    int rc = root != NULL ? json_build(root, path, r, rows) : fc_json_oom();
+    if (rc == FC_OK && (json_dumpf(root, stdout, JSON_INDENT(1) | JSON_ENSURE_ASCII) != 0 ||
+                        fputc('\n', stdout) == EOF))
+        rc = fc_error_set(FC_EIO, "writing JSON to stdout failed");
+    json_decref(root);
+    return rc;
 }
 
 int cmd_inspect(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"json", no_argument, NULL, OPT_JSON},
-        {"key", required_argument, NULL, OPT_KEY},
-        {"checksum", no_argument, NULL, OPT_CHECKSUM},
-        {"verify", no_argument, NULL, OPT_VERIFY},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    struct fc_inspect_opts o = {.path = NULL};
+    struct inspect_cli c = {.o = {.path = NULL}, .json = 0};
     struct fc_inspect_result r;
-    int json = 0, c;
-    optind = 0;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        switch (c) {
-        case OPT_JSON: json = 1; break;
-        case OPT_KEY: o.key_regex = optarg; break;
-        case OPT_CHECKSUM: o.checksum = 1; break;
-        case OPT_VERIFY: o.verify = 1; break;
-        case 'h': fputs(usage, stdout); return FC_EXIT_OK;
-        default:
-            return fc_cli_usage_error("inspect", usage, "unknown option or missing value: '%s'",
-                                      argv[optind - 1]);
-        }
-    }
-    if (argc - optind != 1)
-        return fc_cli_usage_error("inspect", usage,
-                                  argc - optind == 0 ? "missing <path>" : "too many arguments");
-    o.path = argv[optind];
-    int rc = fc_inspect(&o, &r);
+    struct inspect_rows rows = {NULL, 0, 0, 0, 0};
+    struct fc_cmdline cl;
+    const int st = fc_opt_parse(&inspect_spec, argc, argv, inspect_option, &c, &cl);
+    if (st >= 0)
+        return st;
+    c.o.path = cl.operands[0];
+    fc_cmdline_release(&cl);
+    int rc = fc_inspect(&c.o, &r);
     if (rc < 0)
         return fc_cli_report(rc);
-    if (r.dcp != NULL)
-        rc = json ? print_json_dcp(&o, &r) : print_table_dcp(&o, &r);
-    else
-        rc = json ? print_json(&o, &r) : print_table(&o, &r);
+    rc = inspect_walk(&c.o, &r, &rows);
+    if (rc == FC_OK)
+        rc = c.json ? print_json(c.o.path, &r, &rows)
+                    : print_table(c.o.path, &r, &rows, c.o.checksum);
     if (rc == FC_OK && r.coverage_problems > 0)
         rc = fc_error_set(FC_ECORRUPT,
                           "%s: %zu coverage problems (gaps, overlaps or missing "
                           "bytes)",
-                          o.path, r.coverage_problems);
+                          c.o.path, r.coverage_problems);
+    inspect_rows_release(&rows);
     fc_inspect_result_release(&r);
     if (rc == FC_OK && fflush(stdout) != 0)
         rc = fc_error_set(FC_EIO, "writing to stdout failed");

@@ -1,7 +1,7 @@
 /*
- * job.c - what full-to-dcp and reshard share after option parsing: the
- * mesh/threads checks, the progress bar, the multi-process start and end,
- * and printing the result.
+ * job.c - what full-to-dcp and reshard share: their common options, the
+ * mesh/threads checks, the progress bar, the multi-process start and end, and
+ * printing the result.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -13,18 +13,77 @@
 #include "fc_convert.h"
 #include "opt.h"
 
-int fc_cli_run_convert(const char *cmd, const char *usage, struct fc_full_to_dcp_opts *o,
-                       const struct fc_cli_job_counts *n)
+enum {
+    OPT_WORLD = 400,
+    OPT_MESH,
+    OPT_THREADS,
+    OPT_NPROC,
+    OPT_ENGINE,
+    OPT_MAXMEM,
+    OPT_COMPRESS,
+    OPT_DRY,
+    OPT_FORCE
+};
+
+/* clang-format off */
+const struct fc_opt fc_cli_job_target_opts[] = {
+    {'o', 'o', "output", "<dir>", FC_OPT_REQUIRED, NULL, NULL,
+     "DCP directory to create (written atomically)"},
+    {OPT_WORLD, 0, "world-size", "<n>", FC_OPT_ONE_OF, NULL, NULL,
+     "FSDP2 on a 1-D mesh of n ranks: Shard(0), torch.chunk semantics"},
+    {OPT_MESH, 0, "mesh", "replicate=<r>,shard=<s>", FC_OPT_ONE_OF, NULL, NULL,
+     "HSDP: (Replicate(), Shard(0)) over r x s ranks"},
+    {0, 0, NULL, NULL, 0, NULL, NULL, NULL},
+};
+
+const struct fc_opt fc_cli_job_run_opts[] = {
+    {OPT_DRY, 0, "dry-run", NULL, 0, NULL, NULL,
+     "print the plan (boxes, files, offsets) and write nothing"},
+    {OPT_FORCE, 0, "force", NULL, 0, NULL, NULL, "replace an existing output directory"},
+    {OPT_MAXMEM, 0, "max-memory", "<size>", 0, NULL, NULL, "cap on data buffers (default 1GiB)"},
+    {OPT_THREADS, 0, "threads", "<n>", 0, NULL, NULL,
+     "parallel writers (default: number of CPUs, at most 8)"},
+    {OPT_COMPRESS, 0, "compress", "zstd[:<level>]", 0, NULL, NULL,
+     "zstd-compress every item (torch's stream.zstd/1 extension)"},
+    {OPT_NPROC, 0, "nproc", "<p>", 0, NULL, NULL,
+     "worker processes (one per local GPU): rank 0 reads and\n"
+     "transforms, every worker writes the rank files it owns"},
+    {OPT_ENGINE, 0, "engine", "(cpu|cuda)", 0, NULL, NULL,
+     "kernels on cpu or cuda (default: cuda when built with CUDA\n"
+     "and a GPU is visible, else cpu)"},
+    {0, 0, NULL, NULL, 0, NULL, NULL, NULL},
+};
+/* clang-format on */
+
+int fc_cli_job_option(void *ctx, int id, const char *value)
 {
-    const long world = n->world, nproc = n->nproc;
-    long threads = n->threads;
+    struct fc_cli_job *j = ctx;
+    const char *cmd = fc_cli_command;
+    switch (id) {
+    case 'o': j->o->output = value; return 0;
+    case OPT_WORLD: return fc_opt_int(cmd, "--world-size", value, 1, 1 << 20, &j->world);
+    case OPT_MESH: return fc_opt_mesh(cmd, "--mesh", value, &j->o->replicate, &j->o->shard);
+    case OPT_THREADS: return fc_opt_int(cmd, "--threads", value, 1, 256, &j->threads);
+    case OPT_NPROC: return fc_opt_int(cmd, "--nproc", value, 1, 4096, &j->nproc);
+    case OPT_ENGINE: return fc_opt_engine(cmd, "--engine", value, &j->o->engine);
+    case OPT_MAXMEM: return fc_opt_size(cmd, "--max-memory", value, 4096, &j->o->max_memory);
+    case OPT_COMPRESS: return fc_opt_compress(cmd, "--compress", value, &j->o->compress);
+    case OPT_DRY: j->o->dry_run = 1; return 0;
+    case OPT_FORCE: j->o->force = 1; return 0;
+    default: return 1;
+    }
+}
+
+int fc_cli_run_convert(const char *cmd, struct fc_cli_job *job)
+{
+    struct fc_full_to_dcp_opts *o = job->o;
+    const long world = job->world, nproc = job->nproc;
+    long threads = job->threads;
     struct fc_full_to_dcp_result res;
     if (o->output == NULL && !o->dry_run)
-        return fc_cli_usage_error(cmd, usage, "missing -o <dir>");
+        return fc_cli_usage_error(cmd, "missing -o <dir>");
     if ((world > 0) == (o->shard > 0))
-        return fc_cli_usage_error(cmd, usage, "give exactly one of --world-size and --mesh");
-    if (o->max_memory < 4096)
-        return fc_cli_usage_error(cmd, usage, "invalid value for --max-memory (must be >= 4KiB)");
+        return fc_cli_usage_error(cmd, "give exactly one of --world-size and --mesh");
     if (world > 0) {
         o->replicate = 1;
         o->shard = (int)world;
@@ -57,34 +116,12 @@ int fc_cli_run_convert(const char *cmd, const char *usage, struct fc_full_to_dcp
         return fc_cli_mp_end(comm, fc_cli_report(rc));
     }
     for (size_t i = 0; i < res.nnotes; i++)
-        fc_cli_note("%s: %s", cmd, res.notes[i]);
+        fc_cli_note("%s", res.notes[i]);
     if (o->dry_run)
         fputs(res.plan_text, stdout);
     else if (fc_cli_verbosity > 0)
-        fc_cli_note("%s: wrote %s: %zu tensors, %zu values, %zu files, %" PRIu64 " bytes", cmd,
-                    o->output, res.ntensors, res.nvalues, res.nfiles, res.bytes_written);
+        fc_cli_note("wrote %s: %zu tensors, %zu values, %zu files, %" PRIu64 " bytes", o->output,
+                    res.ntensors, res.nvalues, res.nfiles, res.bytes_written);
     fc_full_to_dcp_result_release(&res);
     return fc_cli_mp_end(comm, fflush(stdout) == 0 ? FC_EXIT_OK : FC_EXIT_FAILURE);
-}
-
-int fc_cli_job_option(const char *cmd, int c, const char *arg, struct fc_full_to_dcp_opts *o,
-                      struct fc_cli_job_counts *n)
-{
-    switch (c) {
-    case FC_JOB_OPT_WORLD:
-        return fc_opt_int(cmd, "--world-size", arg, 1, 1 << 20, &n->world) < 0 ? -1 : 1;
-    case FC_JOB_OPT_MESH:
-        return fc_opt_mesh(cmd, "--mesh", arg, &o->replicate, &o->shard) < 0 ? -1 : 1;
-    case FC_JOB_OPT_THREADS:
-        return fc_opt_int(cmd, "--threads", arg, 1, 256, &n->threads) < 0 ? -1 : 1;
-    case FC_JOB_OPT_NPROC: return fc_opt_int(cmd, "--nproc", arg, 1, 4096, &n->nproc) < 0 ? -1 : 1;
-    case FC_JOB_OPT_ENGINE: return fc_opt_engine(cmd, "--engine", arg, &o->engine) < 0 ? -1 : 1;
-    case FC_JOB_OPT_MAXMEM:
-        return fc_opt_size(cmd, "--max-memory", arg, &o->max_memory) < 0 ? -1 : 1;
-    case FC_JOB_OPT_COMPRESS:
-        return fc_opt_compress(cmd, "--compress", arg, &o->compress) < 0 ? -1 : 1;
-    case FC_JOB_OPT_DRY: o->dry_run = 1; return 1;
-    case FC_JOB_OPT_FORCE: o->force = 1; return 1;
-    default: return 0;
-    }
 }

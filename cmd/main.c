@@ -45,6 +45,7 @@ int fc_main_help_for(const char *name)
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
         if (strcmp(commands[i].name, name) == 0) {
             char *argv[] = {(char *)(uintptr_t)commands[i].name, "--help", NULL};
+            fc_cli_command = commands[i].name;
             return commands[i].fn(2, argv);
         }
     }
@@ -101,9 +102,12 @@ int main(int argc, char **argv)
         return FC_EXIT_USAGE;
     }
     const char *name = argv[optind];
-    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-        if (strcmp(commands[i].name, name) == 0)
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+        if (strcmp(commands[i].name, name) == 0) {
+            fc_cli_command = commands[i].name;
             return commands[i].fn(argc - optind, argv + optind);
+        }
+    }
     fprintf(stderr, "fsdpconv: '%s' is not a fsdpconv command. See 'fsdpconv --help'.\n", name);
     return FC_EXIT_USAGE;
 }

@@ -1,16 +1,319 @@
+/*
+ * opt.c - the option-table parser and usage printer of opt.h, and the
+ * checked value parsers.
+ */
+#define _GNU_SOURCE
 #include "opt.h"
 
 #include <errno.h>
+#include <inttypes.h>
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int fc_opt_bad(const char *cmd, const char *opt, const char *s, const char *why)
+#include "cli.h"
+#include "fc_alloc.h"
+#include "fc_dtype.h"
+
+/* Every command takes these; main.c takes them before the command name too. */
+static const struct fc_opt fc_opt_common[] = {
+    {'q', 'q', "quiet", NULL, 0, NULL, NULL, "print nothing but errors and results"},
+    {'v', 'v', "verbose", NULL, 0, NULL, NULL, "report what was written; repeat for more"},
+    {'h', 'h', "help", NULL, 0, NULL, NULL, "show this help"},
+    {0, 0, NULL, NULL, 0, NULL, NULL, NULL},
+};
+
+/* getopt_long() hands back FC_OPT_VAL_BASE + i for the i-th option of the flattened spec. */
+enum { FC_OPT_VAL_BASE = 1000 };
+
+#define FC_USAGE_WIDTH 100
+#define FC_HELP_COLUMN 29
+
+struct fc_opt_list {
+    const struct fc_opt **opts;
+    size_t n;
+};
+
+static int fc_opt_flatten(const struct fc_cmd_spec *spec, struct fc_opt_list *out)
 {
-    fprintf(stderr, "fsdpconv: %s: invalid value for %s: '%s' (%s)\n", cmd, opt, s, why);
+    size_t n = 0, k = 0;
+    for (size_t t = 0; t < 4 && spec->tables[t] != NULL; t++)
+        for (const struct fc_opt *o = spec->tables[t]; o->name != NULL; o++)
+            n++;
+    for (const struct fc_opt *o = fc_opt_common; o->name != NULL; o++)
+        n++;
+    out->opts = fc_calloc(n, sizeof(*out->opts));
+    if (out->opts == NULL)
+        return -1;
+    for (size_t t = 0; t < 4 && spec->tables[t] != NULL; t++)
+        for (const struct fc_opt *o = spec->tables[t]; o->name != NULL; o++)
+            out->opts[k++] = o;
+    for (const struct fc_opt *o = fc_opt_common; o->name != NULL; o++)
+        out->opts[k++] = o;
+    out->n = n;
+    return 0;
+}
+
+static int fc_opt_add_rule(struct fc_cmdline *c, const char *op, const char *arg)
+{
+    struct fc_rule_arg *r = fc_reallocarray(c->rules, c->nrules + 1, sizeof(*r));
+    if (r == NULL)
+        return -1;
+    r[c->nrules++] = (struct fc_rule_arg){op, arg};
+    c->rules = r;
+    return 0;
+}
+
+static const struct fc_opt *fc_opt_find(const struct fc_opt_list *l, int val)
+{
+    if (val >= FC_OPT_VAL_BASE && (size_t)(val - FC_OPT_VAL_BASE) < l->n)
+        return l->opts[val - FC_OPT_VAL_BASE];
+    for (size_t i = 0; i < l->n; i++)
+        if (l->opts[i]->short_name != 0 && l->opts[i]->short_name == val)
+            return l->opts[i];
+    return NULL;
+}
+
+static int fc_opt_take(const struct fc_cmd_spec *spec, const struct fc_opt *o, const char *value,
+                       fc_opt_fn fn, void *ctx, struct fc_cmdline *out)
+{
+    char optname[64];
+    snprintf(optname, sizeof(optname), "--%s", o->name);
+    if (o->flags & FC_OPT_RULE) {
+        if (o->check != NULL && o->check(spec->name, optname, value) < 0)
+            return FC_EXIT_USAGE;
+        if (fc_opt_add_rule(out, o->rule, value) < 0) {
+            fprintf(stderr, "fsdpconv: %s: out of memory\n", spec->name);
+            return FC_EXIT_FAILURE;
+        }
+        return -1;
+    }
+    switch (o->id) {
+    case 'q': fc_cli_verbosity = -1; return -1;
+    case 'v': fc_cli_verbosity++; return -1;
+    case 'h': fc_opt_usage(spec, stdout); return FC_EXIT_OK;
+    default: return fn(ctx, o->id, value) < 0 ? FC_EXIT_USAGE : -1;
+    }
+}
+
+static int fc_opt_operands(const struct fc_cmd_spec *spec, struct fc_cmdline *out)
+{
+    if (out->noperands < spec->min_operands) {
+        const struct fc_operand *missing = &spec->operands[0];
+        for (int i = 0; i < out->noperands && missing[1].name != NULL; i++)
+            missing++;
+        return fc_cli_usage_error(spec->name, "missing %s", missing->name);
+    }
+    if (spec->max_operands >= 0 && out->noperands > spec->max_operands)
+        return fc_cli_usage_error(spec->name, "too many arguments: '%s'",
+                                  out->operands[spec->max_operands]);
     return -1;
 }
 
+int fc_opt_parse(const struct fc_cmd_spec *spec, int argc, char **argv, fc_opt_fn fn, void *ctx,
+                 struct fc_cmdline *out)
+{
+    struct fc_opt_list l = {NULL, 0};
+    struct option *longopts = NULL;
+    char *shortopts = NULL;
+    int status = -1, c;
+    memset(out, 0, sizeof(*out));
+    if (fc_opt_flatten(spec, &l) < 0)
+        goto nomem;
+    longopts = fc_calloc(l.n + 1, sizeof(*longopts));
+    shortopts = fc_calloc(2 * l.n + 2, 1);
+    if (longopts == NULL || shortopts == NULL)
+        goto nomem;
+    /* A leading ':' makes getopt tell a missing value (':') from an unknown option ('?'). */
+    size_t ns = 0;
+    shortopts[ns++] = ':';
+    for (size_t i = 0; i < l.n; i++) {
+        const struct fc_opt *o = l.opts[i];
+        longopts[i] = (struct option){o->name, o->value != NULL ? required_argument : no_argument,
+                                      NULL, FC_OPT_VAL_BASE + (int)i};
+        if (o->short_name != 0) {
+            shortopts[ns++] = o->short_name;
+            if (o->value != NULL)
+                shortopts[ns++] = ':';
+        }
+    }
+    optind = 0;
+    opterr = 0;
+    while (status < 0 && (c = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
+        char shortbuf[3];
+        const struct fc_opt *o;
+        switch (c) {
+        case '?':
+            if (optopt != 0 && optopt < FC_OPT_VAL_BASE) {
+                snprintf(shortbuf, sizeof(shortbuf), "-%c", optopt);
+                status = fc_cli_usage_error(spec->name, "unknown option '%s'", shortbuf);
+            } else {
+                status = fc_cli_usage_error(spec->name, "unknown option '%s'", argv[optind - 1]);
+            }
+            break;
+        case ':':
+            /* optopt is the letter for -c, our FC_OPT_VAL_BASE + i for --name. */
+            o = fc_opt_find(&l, optopt);
+            if (o == NULL)
+                status = fc_cli_usage_error(spec->name, "option '%s' requires a value",
+                                            argv[optind - 1]);
+            else if (optopt >= FC_OPT_VAL_BASE)
+                status = fc_cli_usage_error(spec->name, "option '--%s' requires a value %s",
+                                            o->name, o->value);
+            else
+                status = fc_cli_usage_error(spec->name, "option '-%c' requires a value %s",
+                                            o->short_name, o->value);
+            break;
+        default:
+            o = fc_opt_find(&l, c);
+            status = fc_opt_take(spec, o, optarg, fn, ctx, out);
+            break;
+        }
+    }
+    if (status < 0) {
+        out->operands = argv + optind;
+        out->noperands = argc - optind;
+        status = fc_opt_operands(spec, out);
+    }
+    goto done;
+nomem:
+    fprintf(stderr, "fsdpconv: %s: out of memory\n", spec->name);
+    status = FC_EXIT_FAILURE;
+done:
+    fc_free(shortopts);
+    fc_free(longopts);
+    fc_free(l.opts);
+    if (status >= 0)
+        fc_cmdline_release(out);
+    return status;
+}
+
+void fc_cmdline_release(struct fc_cmdline *c)
+{
+    fc_free(c->rules);
+    memset(c, 0, sizeof(*c));
+}
+
+/* ---- usage text ---- */
+
+struct fc_usage_line {
+    FILE *f;
+    size_t col, indent; /* words after the first on a line are preceded by a space */
+};
+
+static void fc_usage_word(struct fc_usage_line *u, const char *w)
+{
+    const size_t len = strlen(w);
+    if (u->col > u->indent && u->col + 1 + len > FC_USAGE_WIDTH) {
+        fprintf(u->f, "\n%*s", (int)u->indent, "");
+        u->col = u->indent;
+    } else {
+        fputc(' ', u->f);
+        u->col++;
+    }
+    fputs(w, u->f);
+    u->col += len;
+}
+
+/* "-o <dir>", "--mesh <m>", "--force" */
+static void fc_opt_synopsis_item(const struct fc_opt *o, char *buf, size_t size)
+{
+    if (o->short_name != 0)
+        snprintf(buf, size, "-%c%s%s", o->short_name, o->value != NULL ? " " : "",
+                 o->value != NULL ? o->value : "");
+    else
+        snprintf(buf, size, "--%s%s%s", o->name, o->value != NULL ? " " : "",
+                 o->value != NULL ? o->value : "");
+}
+
+static void fc_opt_synopsis(const struct fc_cmd_spec *spec, FILE *f)
+{
+    char head[64];
+    snprintf(head, sizeof(head), "usage: fsdpconv %s", spec->name);
+    struct fc_usage_line u = {f, strlen(head), strlen(head) + 1};
+    fputs(head, f);
+    for (size_t t = 0; t < 4 && spec->tables[t] != NULL; t++) {
+        for (const struct fc_opt *o = spec->tables[t]; o->name != NULL; o++) {
+            char item[160], word[200];
+            if (o->flags & FC_OPT_ONE_OF) {
+                /* "(--a <x> | --b <y>)": the group is the run of entries with FC_OPT_ONE_OF. */
+                size_t len = 0;
+                word[len++] = '(';
+                for (;; o++) {
+                    fc_opt_synopsis_item(o, item, sizeof(item));
+                    len += (size_t)snprintf(
+                        word + len, sizeof(word) - len, "%s%s", item,
+                        (o[1].name != NULL && (o[1].flags & FC_OPT_ONE_OF)) ? " | " : ")");
+                    if (len >= sizeof(word) || o[1].name == NULL || !(o[1].flags & FC_OPT_ONE_OF))
+                        break;
+                }
+                fc_usage_word(&u, word);
+                continue;
+            }
+            fc_opt_synopsis_item(o, item, sizeof(item));
+            if (o->flags & FC_OPT_REQUIRED)
+                snprintf(word, sizeof(word), "%s", item);
+            else
+                snprintf(word, sizeof(word), "[%s]%s", item, o->flags & FC_OPT_REPEAT ? "..." : "");
+            fc_usage_word(&u, word);
+        }
+    }
+    for (const struct fc_operand *op = spec->operands; op != NULL && op->name != NULL; op++)
+        fc_usage_word(&u, op->name);
+    fputc('\n', f);
+}
+
+/* "    <left>  help" with help at FC_HELP_COLUMN; '\n' in help continues aligned. */
+static void fc_usage_entry(FILE *f, const char *left, const char *help)
+{
+    const int pad = FC_HELP_COLUMN - 4 - (int)strlen(left);
+    if (pad >= 1)
+        fprintf(f, "    %s%*s", left, pad, "");
+    else
+        fprintf(f, "    %s\n%*s", left, FC_HELP_COLUMN, "");
+    for (const char *p = help; *p != '\0'; p++) {
+        fputc(*p, f);
+        if (*p == '\n')
+            fprintf(f, "%*s", FC_HELP_COLUMN, "");
+    }
+    fputc('\n', f);
+}
+
+void fc_opt_usage(const struct fc_cmd_spec *spec, FILE *f)
+{
+    fc_opt_synopsis(spec, f);
+    fputc('\n', f);
+    for (const struct fc_operand *op = spec->operands; op != NULL && op->name != NULL; op++)
+        fc_usage_entry(f, op->name, op->help);
+    struct fc_opt_list l = {NULL, 0};
+    if (fc_opt_flatten(spec, &l) < 0)
+        return;
+    for (size_t i = 0; i < l.n; i++) {
+        const struct fc_opt *o = l.opts[i];
+        {
+            char left[160];
+            if (o->short_name != 0)
+                snprintf(left, sizeof(left), "-%c, --%s%s%s", o->short_name, o->name,
+                         o->value != NULL ? " " : "", o->value != NULL ? o->value : "");
+            else
+                snprintf(left, sizeof(left), "--%s%s%s", o->name, o->value != NULL ? " " : "",
+                         o->value != NULL ? o->value : "");
+            fc_usage_entry(f, left, o->help);
+        }
+    }
+    fc_free(l.opts);
+    if (spec->epilog != NULL)
+        fprintf(f, "\n%s", spec->epilog);
+}
+
+/* ---- value parsers ---- */
+
+static int fc_opt_bad(const char *cmd, const char *opt, const char *s, const char *why)
+{
+    fc_cli_usage_error(cmd, "invalid value for %s: '%s' (%s)", opt, s, why);
+    return -1;
+}
 int fc_opt_int(const char *cmd, const char *opt, const char *s, long min, long max, long *out)
 {
     char *end = NULL;
@@ -29,7 +332,7 @@ int fc_opt_int(const char *cmd, const char *opt, const char *s, long min, long m
     return 0;
 }
 
-int fc_opt_size(const char *cmd, const char *opt, const char *s, uint64_t *out)
+int fc_opt_size(const char *cmd, const char *opt, const char *s, uint64_t min, uint64_t *out)
 {
     char *end = NULL;
     errno = 0;
@@ -68,17 +371,23 @@ int fc_opt_size(const char *cmd, const char *opt, const char *s, uint64_t *out)
     const double bytes = v * mul;
     if (bytes > 1.8e19)
         return fc_opt_bad(cmd, opt, s, "too large");
+    if ((uint64_t)bytes < min) {
+        char why[64];
+        if (min % 1024 == 0)
+            snprintf(why, sizeof(why), "must be at least %" PRIu64 "KiB", min / 1024);
+        else
+            snprintf(why, sizeof(why), "must be at least %" PRIu64, min);
+        return fc_opt_bad(cmd, opt, s, why);
+    }
     *out = (uint64_t)bytes;
     return 0;
 }
 
-int fc_opt_float_dtype(const char *cmd, const char *opt, const char *s, fc_dtype *out)
+int fc_opt_check_float_dtype(const char *cmd, const char *opt, const char *s)
 {
-    const fc_dtype d = fc_dtype_parse_user(s);
-    const struct fc_dtype_info *info = fc_dtype_info(d);
+    const struct fc_dtype_info *info = fc_dtype_info(fc_dtype_parse_user(s));
     if (info == NULL || !info->is_floating)
         return fc_opt_bad(cmd, opt, s, "expected float32, bfloat16, float16 or float64");
-    *out = d;
     return 0;
 }
 
@@ -144,4 +453,25 @@ int fc_opt_engine(const char *cmd, const char *opt, const char *s, int *engine)
     else
         return fc_opt_bad(cmd, opt, s, "expected cpu, cuda or auto");
     return 0;
+}
+
+int fc_opt_choice(const char *cmd, const char *opt, const char *s, const char *const *names, int n,
+                  int *out)
+{
+    char why[160];
+    size_t len = 0;
+    for (int i = 0; i < n; i++) {
+        if (strcmp(s, names[i]) == 0) {
+            *out = i;
+            return 0;
+        }
+    }
+    len += (size_t)snprintf(why, sizeof(why), "expected");
+    for (int i = 0; i < n && len < sizeof(why); i++)
+        len += (size_t)snprintf(why + len, sizeof(why) - len, "%s%s",
+                                i == 0       ? " "
+                                : i == n - 1 ? " or "
+                                             : ", ",
+                                names[i]);
+    return fc_opt_bad(cmd, opt, s, why);
 }

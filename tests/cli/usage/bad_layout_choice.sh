@@ -1,0 +1,3 @@
+fsdpconv full-to-dcp --world-size 2 -o out --layout titan "$FIXTURES/full/tiny_vitlm.pt"
+rc=$?
+test ! -e out && exit $rc

@@ -1,0 +1,1 @@
+fsdpconv dcp-to-full "$FIXTURES/dcp/model_ws2" -o

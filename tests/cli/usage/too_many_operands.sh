@@ -1,0 +1,1 @@
+fsdpconv inspect a.pt b.pt

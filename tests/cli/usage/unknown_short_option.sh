@@ -1,0 +1,1 @@
+fsdpconv reshard -x "$FIXTURES/dcp/model_ws2"
