@@ -4,8 +4,9 @@
  * A source lists entries - flattened key, and either a tensor (dtype, global
  * shape, where its elements live) or a non-tensor value - and reads any box
  * (per-dim offsets + sizes) of a tensor into a caller's C-contiguous buffer,
- * honouring storage offsets and strides.  full-to-dcp, inspect and later
- * reshard/dcp-to-full/diff are the same machine over different sources.
+ * honouring storage offsets and strides.  full-to-dcp, reshard, inspect,
+ * dcp-to-full and diff are the same machine over different sources (a DCP
+ * directory is one: fc_source_open_dcp).
  *
  * Flattening follows DCP (dcp-format.md 3.6): mappings are descended with
  * str(key); a list is descended with integer indices only when it holds a
