@@ -176,14 +176,14 @@ $(BIN): $(CMD_OBJ) $(LIBFC)
 	$(Q)$(CC) $(FC_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $(CMD_OBJ) $(LIBFC) $(FC_LDLIBS)
 
 # cmocka unit tests: one binary per module.
-$(B)/tests/%: tests/unit/%.c tests/unit/fc_test.h $(LIBFC)
+$(B)/tests/%: tests/unit/%.c tests/unit/fc_test.h tests/unit/dcp_meta_diff.h $(LIBFC)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  TEST    $@")
 	$(Q)$(CC) $(FC_CPPFLAGS) -Itests/unit $(PKG_CFLAGS) $(CMOCKA_CFLAGS) $(FC_CFLAGS) $(CFLAGS) \
 	  -DFC_SOURCE_DIR=\"$(CURDIR)\" $(LDFLAGS) -o $@ $< $(LIBFC) $(CMOCKA_LIBS) $(FC_LDLIBS)
 
 # Fuzz targets with the standalone replay driver (gcc); `make fuzz` uses libFuzzer.
-$(B)/fuzz/%: tests/fuzz/%.c tests/fuzz/driver.c $(LIBFC)
+$(B)/fuzz/%: tests/fuzz/%.c tests/fuzz/driver.c tests/unit/dcp_meta_diff.h $(LIBFC)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  FUZZ    $@")
 	$(Q)$(CC) $(FC_CPPFLAGS) $(PKG_CFLAGS) $(FC_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< \

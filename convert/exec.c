@@ -17,6 +17,7 @@
 #include "fc_alloc.h"
 #include "fc_error.h"
 #include "fc_io.h"
+#include "fc_sort.h"
 #include "fc_torchsave.h"
 #include "fc_zip.h"
 #include "comm.h"
@@ -169,13 +170,11 @@ done:
 
 /* Items in the order their bytes sit in the input: values first, then tensors by source
  * entry and chunk.  Reading the input front to back is what makes a copy fast. */
-static const struct fc_exec *fc_sort_ex;
-
-static int fc_cmp_source_order(const void *a, const void *b)
+static int fc_cmp_source_order(const void *ctx, size_t a, size_t b)
 {
-    const struct fc_exec *ex = fc_sort_ex;
-    const struct fc_plan_item *x = &ex->plan->items[*(const size_t *)a];
-    const struct fc_plan_item *y = &ex->plan->items[*(const size_t *)b];
+    const struct fc_exec *ex = ctx;
+    const struct fc_plan_item *x = &ex->plan->items[a];
+    const struct fc_plan_item *y = &ex->plan->items[b];
     if (x->kind != y->kind)
         return x->kind == FC_ITEM_BYTES ? -1 : 1;
     if (x->kind == FC_ITEM_BYTES)
@@ -213,9 +212,7 @@ static int fc_source_order_setup(struct fc_exec_shared *sh)
     }
     for (size_t i = 0; i < ex->plan->nitems; i++)
         sh->order[i] = i;
-    fc_sort_ex = ex; /* qsort has no context argument in C11; planning is single-threaded */
-    qsort(sh->order, ex->plan->nitems, sizeof(*sh->order), fc_cmp_source_order);
-    return FC_OK;
+    return fc_sort_idx(sh->order, ex->plan->nitems, fc_cmp_source_order, ex);
 }
 
 /* Source-order mode: sync and close every file; the first failure wins. */

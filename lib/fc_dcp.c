@@ -1,5 +1,6 @@
 /*
- * fc_dcp.c - DCP .metadata model, pickle writer and reader, coverage check.
+ * fc_dcp.c - DCP .metadata model, pickle writer and reader, coverage check (the
+ * geometry through fc_chunks_check_coverage()).
  *
  * The reader walks the symbolic tree that fc_pickle_load(FC_PICKLE_SYMBOLIC)
  * builds and only ever looks at fixed, known positions of it; it never
@@ -16,9 +17,12 @@
 
 #include "fc_alloc.h"
 #include "fc_checked.h"
+#include "fc_chunks.h"
 #include "fc_error.h"
 #include "fc_io.h"
 #include "fc_pickle.h"
+#include "fc_sort.h"
+#include "fc_strmap.h"
 
 #define MOD_MD     "torch.distributed.checkpoint.metadata"
 #define MOD_FS     "torch.distributed.checkpoint.filesystem"
@@ -67,7 +71,7 @@ void fc_dcp_meta_free(struct fc_dcp_meta *m)
         fc_free(m->modules[i]);
     fc_free(m->modules);
     fc_free(m->version);
-    fc_free(m->index_slots);
+    fc_strmap_release(&m->index);
     fc_free(m);
 }
 
@@ -87,65 +91,15 @@ int fc_dcp_meta_new(struct fc_dcp_meta **out)
     return FC_OK;
 }
 
-/* FNV-1a over the FQN. */
-static uint64_t fqn_hash(const char *s)
-{
-    uint64_t h = 1469598103934665603ULL;
-    for (; *s != '\0'; s++) {
-        h ^= (unsigned char)*s;
-        h *= 1099511628211ULL;
-    }
-    return h;
-}
-
-static void index_put(size_t *slots, size_t cap, const char *fqn, size_t entry)
-{
-    size_t i = (size_t)fqn_hash(fqn) & (cap - 1);
-    while (slots[i] != 0)
-        i = (i + 1) & (cap - 1);
-    slots[i] = entry + 1;
-}
-
 long fc_dcp_meta_find(const struct fc_dcp_meta *m, const char *fqn)
 {
-    if (m->index_cap == 0)
-        return -1;
-    size_t i = (size_t)fqn_hash(fqn) & (m->index_cap - 1);
-    while (m->index_slots[i] != 0) {
-        const size_t e = m->index_slots[i] - 1;
-        if (strcmp(m->entries[e].fqn, fqn) == 0)
-            return (long)e;
-        i = (i + 1) & (m->index_cap - 1);
-    }
-    return -1;
-}
-
-/* Keep the index at most half full; called before an entry is added. */
-static int index_reserve(struct fc_dcp_meta *m)
-{
-    if ((m->nentries + 1) * 2 <= m->index_cap)
-        return FC_OK;
-    size_t ncap = m->index_cap == 0 ? 64 : m->index_cap;
-    while ((m->nentries + 1) * 2 > ncap) {
-        if (fc_mul_size(ncap, 2, &ncap) < 0)
-            return fc_error_set(FC_ENOMEM, "dcp metadata: too many entries");
-    }
-    size_t *slots = fc_calloc(ncap, sizeof(*slots));
-    if (slots == NULL)
-        return fc_error_set(FC_ENOMEM, "dcp metadata: out of memory for a %zu-slot key index",
-                            ncap);
-    for (size_t i = 0; i < m->nentries; i++)
-        index_put(slots, ncap, m->entries[i].fqn, i);
-    fc_free(m->index_slots);
-    m->index_slots = slots;
-    m->index_cap = ncap;
-    return FC_OK;
+    size_t e;
+    return fc_strmap_get(&m->index, fqn, &e) ? (long)e : -1;
 }
 
 static int add_entry(struct fc_dcp_meta *m, const char *fqn, size_t fqn_len, enum fc_dcp_kind kind,
                      size_t *index_out)
 {
-    FC_TRY(index_reserve(m));
     if (m->nentries == m->entries_alloc) {
         const size_t n = m->entries_alloc == 0 ? 16 : m->entries_alloc * 2;
         struct fc_dcp_entry *p = fc_reallocarray(m->entries, n, sizeof(*p));
@@ -157,12 +111,16 @@ static int add_entry(struct fc_dcp_meta *m, const char *fqn, size_t fqn_len, enu
     char *name = fc_strndup(fqn, fqn_len);
     if (name == NULL)
         return fc_error_set(FC_ENOMEM, "dcp metadata: out of memory");
+    const int put = fc_strmap_put(&m->index, name, m->nentries, NULL);
+    if (put != 0) {
+        fc_free(name);
+        return put < 0 ? put : fc_error_set(FC_EINVAL, "dcp metadata: duplicate entry '%s'", fqn);
+    }
     struct fc_dcp_entry *e = &m->entries[m->nentries];
     memset(e, 0, sizeof(*e));
     e->fqn = name;
     e->kind = kind;
     e->mem_format = FC_DCP_CONTIGUOUS_FORMAT;
-    index_put(m->index_slots, m->index_cap, name, m->nentries);
     if (index_out != NULL)
         *index_out = m->nentries;
     m->nentries++;
@@ -999,17 +957,11 @@ static int cmp_offsets(const int64_t *a, const int64_t *b, int ndim)
     return 0;
 }
 
-/* qsort has no context argument; sorting happens on one thread at a time per call. */
-static _Thread_local const struct fc_dcp_entry *sort_entry;
-
-static int cmp_chunk_idx(const void *pa, const void *pb)
+/* Offset tuples in lexicographic order (fc_sort_idx is stable: ties keep chunk order). */
+static int cmp_chunk_idx(const void *ctx, size_t a, size_t b)
 {
-    const size_t a = *(const size_t *)pa, b = *(const size_t *)pb;
-    const int c =
-        cmp_offsets(sort_entry->chunks[a].offsets, sort_entry->chunks[b].offsets, sort_entry->ndim);
-    if (c != 0)
-        return c;
-    return a < b ? -1 : (a > b);
+    const struct fc_dcp_entry *e = ctx;
+    return cmp_offsets(e->chunks[a].offsets, e->chunks[b].offsets, e->ndim);
 }
 
 /* Chunk indices of e sorted by offsets into *out (caller frees). */
@@ -1021,9 +973,11 @@ static int sort_chunks(const struct fc_dcp_entry *e, size_t **out)
                             e->nchunks, e->fqn);
     for (size_t i = 0; i < e->nchunks; i++)
         idx[i] = i;
-    sort_entry = e;
-    qsort(idx, e->nchunks, sizeof(*idx), cmp_chunk_idx);
-    sort_entry = NULL;
+    const int rc = fc_sort_idx(idx, e->nchunks, cmp_chunk_idx, e);
+    if (rc < 0) {
+        fc_free(idx);
+        return rc;
+    }
     *out = idx;
     return FC_OK;
 }
@@ -1419,9 +1373,23 @@ struct ck {
     struct fc_buf *report;
     size_t nproblems;
     size_t lines;
+    size_t dropped; /* report lines past CHECK_MAX_LINES */
     char first[768];
     int oom;
 };
+
+static void ck_line(struct ck *k, const char *line)
+{
+    if (k->first[0] == '\0')
+        snprintf(k->first, sizeof(k->first), "%s", line);
+    if (k->report != NULL && k->lines < CHECK_MAX_LINES && !k->oom) {
+        if (fc_buf_printf(k->report, "%s\n", line) < 0)
+            k->oom = 1;
+        k->lines++;
+    } else {
+        k->dropped++;
+    }
+}
 
 static void ck_problem(struct ck *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -1432,184 +1400,55 @@ static void ck_problem(struct ck *k, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(line, sizeof(line), fmt, ap);
     va_end(ap);
-    if (k->nproblems == 0)
-        memcpy(k->first, line, sizeof(line));
+    ck_line(k, line);
     k->nproblems++;
-    if (k->report != NULL && k->lines < CHECK_MAX_LINES && !k->oom) {
-        if (fc_buf_printf(k->report, "%s\n", line) < 0)
-            k->oom = 1;
-        k->lines++;
-    }
 }
 
-static int chunk_empty(const struct fc_dcp_entry *e, const struct fc_dcp_chunk *c)
-{
-    for (int d = 0; d < e->ndim; d++)
-        if (c->sizes[d] == 0)
-            return 1;
-    return 0;
-}
-
-static int chunk_in_bounds(const struct fc_dcp_entry *e, const struct fc_dcp_chunk *c)
-{
-    for (int d = 0; d < e->ndim; d++)
-        if (c->offsets[d] < 0 || c->sizes[d] < 0 || c->offsets[d] > e->size[d] ||
-            c->sizes[d] > e->size[d] - c->offsets[d])
-            return 0;
-    return 1;
-}
-
-static int boxes_overlap(const struct fc_dcp_entry *e, const struct fc_dcp_chunk *a,
-                         const struct fc_dcp_chunk *b)
-{
-    for (int d = 0; d < e->ndim; d++)
-        if (a->offsets[d] >= b->offsets[d] + b->sizes[d] ||
-            b->offsets[d] >= a->offsets[d] + a->sizes[d])
-            return 0;
-    return 1;
-}
-
-static _Thread_local const struct fc_dcp_entry *sweep_entry;
-static _Thread_local int sweep_dim;
-
-static int cmp_sweep(const void *pa, const void *pb)
-{
-    const size_t a = *(const size_t *)pa, b = *(const size_t *)pb;
-    const int64_t oa = sweep_entry->chunks[a].offsets[sweep_dim];
-    const int64_t ob = sweep_entry->chunks[b].offsets[sweep_dim];
-    if (oa != ob)
-        return oa < ob ? -1 : 1;
-    return a < b ? -1 : (a > b);
-}
-
-static int cmp_i64(const void *pa, const void *pb)
-{
-    const int64_t a = *(const int64_t *)pa, b = *(const int64_t *)pb;
-    return a < b ? -1 : (a > b);
-}
-
-/*
- * Pairwise overlap of the non-empty, in-bounds chunks listed in idx[0..n):
- * sort by the start in the dim with the most distinct starts, then compare
- * each chunk only with those that start before it ends in that dim.
- */
-static int check_overlap(struct ck *k, const struct fc_dcp_entry *e, size_t *idx, size_t n)
-{
-    size_t best_distinct = 0, reported = 0;
-    int best = 0;
-    if (n < 2)
-        return FC_OK;
-    if (e->ndim == 0) {
-        ck_problem(k, "tensor '%s': %zu chunks of a 0-d tensor overlap", e->fqn, n);
-        return FC_OK;
-    }
-    int64_t *starts = fc_calloc(n, sizeof(*starts));
-    if (starts == NULL)
-        return fc_error_set(FC_ENOMEM, "dcp metadata: out of memory checking '%s'", e->fqn);
-    for (int d = 0; d < e->ndim; d++) {
-        size_t distinct = 1;
-        for (size_t i = 0; i < n; i++)
-            starts[i] = e->chunks[idx[i]].offsets[d];
-        qsort(starts, n, sizeof(*starts), cmp_i64);
-        for (size_t i = 1; i < n; i++)
-            distinct += starts[i] != starts[i - 1];
-        if (distinct > best_distinct) {
-            best_distinct = distinct;
-            best = d;
-        }
-    }
-    fc_free(starts);
-    sweep_entry = e;
-    sweep_dim = best;
-    qsort(idx, n, sizeof(*idx), cmp_sweep);
-    sweep_entry = NULL;
-    for (size_t i = 0; i < n && reported < 10; i++) {
-        const struct fc_dcp_chunk *a = &e->chunks[idx[i]];
-        const int64_t end = a->offsets[best] + a->sizes[best];
-        for (size_t j = i + 1; j < n && e->chunks[idx[j]].offsets[best] < end; j++) {
-            const struct fc_dcp_chunk *b = &e->chunks[idx[j]];
-            if (boxes_overlap(e, a, b)) {
-                char da[256], db[256];
-                fmt_dims(da, sizeof(da), a->offsets, e->ndim);
-                fmt_dims(db, sizeof(db), b->offsets, e->ndim);
-                ck_problem(k,
-                           "tensor '%s': chunk %zu (offsets %s) overlaps chunk %zu (offsets "
-                           "%s)",
-                           e->fqn, idx[i], da, idx[j], db);
-                if (++reported >= 10)
-                    break;
-            }
-        }
-    }
-    return FC_OK;
-}
-
+/* The geometry of one tensor's chunks, by fc_chunks_check_coverage(). */
 static int check_tensor(struct ck *k, const struct fc_dcp_entry *e)
 {
-    int64_t numel, volume = 0;
-    int overflow = 0;
-    size_t nfull = 0;
-    size_t *idx = NULL;
-    char dims[256];
-
+    int64_t numel;
     if (fc_shape_numel(e->size, e->ndim, &numel) < 0) {
         ck_problem(k, "tensor '%s': element count overflows int64", e->fqn);
         return FC_OK;
     }
-    if (e->nchunks > 0) {
-        idx = fc_calloc(e->nchunks, sizeof(*idx));
-        if (idx == NULL)
-            return fc_error_set(FC_ENOMEM, "dcp metadata: out of memory checking '%s'", e->fqn);
-    }
     for (size_t c = 0; c < e->nchunks; c++) {
-        const struct fc_dcp_chunk *ch = &e->chunks[c];
-        int64_t vol;
-        if (ch->storage.relative_path == NULL) {
-            fmt_dims(dims, sizeof(dims), ch->offsets, e->ndim);
+        if (e->chunks[c].storage.relative_path == NULL) {
+            char dims[256];
+            fmt_dims(dims, sizeof(dims), e->chunks[c].offsets, e->ndim);
             ck_problem(k, "tensor '%s': chunk %zu (offsets %s) has no storage", e->fqn, c, dims);
         }
-        if (!chunk_in_bounds(e, ch)) {
-            char sz[256], gs[256];
-            fmt_dims(dims, sizeof(dims), ch->offsets, e->ndim);
-            fmt_dims(sz, sizeof(sz), ch->sizes, e->ndim);
-            fmt_dims(gs, sizeof(gs), e->size, e->ndim);
-            ck_problem(k, "tensor '%s': chunk %zu (offsets %s, sizes %s) is outside the shape %s",
-                       e->fqn, c, dims, sz, gs);
-            continue;
-        }
-        if (fc_shape_numel(ch->sizes, e->ndim, &vol) < 0 || fc_add_i64(volume, vol, &volume) < 0)
-            overflow = 1;
-        if (!chunk_empty(e, ch))
-            idx[nfull++] = c;
     }
-    if (e->nchunks > 1) {
-        /* Duplicate offsets collide as storage_data keys even for empty chunks. */
-        size_t *s = NULL;
-        const int rc = sort_chunks(e, &s);
-        if (rc < 0) {
-            fc_free(idx);
-            return rc;
-        }
-        for (size_t j = 1; j < e->nchunks; j++) {
-            if (cmp_offsets(e->chunks[s[j - 1]].offsets, e->chunks[s[j]].offsets, e->ndim) == 0) {
-                fmt_dims(dims, sizeof(dims), e->chunks[s[j]].offsets, e->ndim);
-                ck_problem(k, "tensor '%s': chunks %zu and %zu have the same offsets %s", e->fqn,
-                           s[j - 1], s[j], dims);
-            }
-        }
-        fc_free(s);
+    struct fc_box *boxes = fc_calloc(e->nchunks + 1, sizeof(*boxes));
+    struct fc_buf rep = FC_BUF_INIT((size_t)1 << 20);
+    struct fc_coverage cov;
+    int rc = FC_OK;
+    if (boxes == NULL) {
+        rc = fc_error_set(FC_ENOMEM, "dcp metadata: out of memory checking '%s'", e->fqn);
+        goto done;
     }
-    const int rc = check_overlap(k, e, idx, nfull);
-    fc_free(idx);
-    FC_TRY(rc);
-    if (overflow) {
-        ck_problem(k, "tensor '%s': chunk volumes overflow int64", e->fqn);
-    } else if (volume != numel) {
-        fmt_dims(dims, sizeof(dims), e->size, e->ndim);
-        ck_problem(k, "tensor '%s': chunks cover %" PRId64 " of %" PRId64 " elements of shape %s",
-                   e->fqn, volume, numel, dims);
+    for (size_t c = 0; c < e->nchunks; c++)
+        boxes[c] = (struct fc_box){e->chunks[c].offsets, e->chunks[c].sizes};
+    FC_TRY_GOTO(fc_chunks_check_coverage(e->ndim, e->size, boxes, e->nchunks, &cov, &rep), rc,
+                done);
+    if (fc_coverage_ok(&cov))
+        goto done;
+    /* Each report line, named by tensor; the first one leads the error message. */
+    for (size_t i = 0; i < rep.len;) {
+        const char *line = (const char *)rep.data + i;
+        const char *nl = memchr(line, '\n', rep.len - i);
+        const size_t len = nl != NULL ? (size_t)(nl - line) : rep.len - i;
+        char buf[768];
+        snprintf(buf, sizeof(buf), "tensor '%s': %.*s", e->fqn, (int)len, line);
+        ck_line(k, buf);
+        i += len + 1;
     }
-    return FC_OK;
+    /* The count covers problems past the report's per-kind limit too. */
+    k->nproblems += (size_t)(cov.out_of_bounds + cov.duplicate_offsets + cov.overlaps + cov.gaps);
+done:
+    fc_buf_release(&rep);
+    fc_free(boxes);
+    return rc;
 }
 
 int fc_dcp_check(const struct fc_dcp_meta *m, struct fc_buf *report)
@@ -1626,8 +1465,8 @@ int fc_dcp_check(const struct fc_dcp_meta *m, struct fc_buf *report)
         }
         FC_TRY(check_tensor(&k, e));
     }
-    if (k.report != NULL && k.nproblems > k.lines && !k.oom) {
-        if (fc_buf_printf(k.report, "... and %zu more problems\n", k.nproblems - k.lines) < 0)
+    if (k.report != NULL && k.dropped > 0 && !k.oom) {
+        if (fc_buf_printf(k.report, "... and %zu more lines\n", k.dropped) < 0)
             k.oom = 1;
     }
     if (k.oom)
@@ -1636,106 +1475,4 @@ int fc_dcp_check(const struct fc_dcp_meta *m, struct fc_buf *report)
         return fc_error_set(FC_ECORRUPT, "dcp metadata: %zu coverage problem%s; first: %s",
                             k.nproblems, k.nproblems == 1 ? "" : "s", k.first);
     return FC_OK;
-}
-
-/* ------------------------------------------------------------------------ */
-/* comparison                                                               */
-
-static int diff_out(struct fc_buf *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static int diff_out(struct fc_buf *out, const char *fmt, ...)
-{
-    char line[768];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof(line), fmt, ap);
-    va_end(ap);
-    if (out != NULL)
-        FC_TRY(fc_buf_printf(out, "%s\n", line));
-    return 1;
-}
-
-static int opt_str_eq(const char *a, const char *b)
-{
-    if (a == NULL || b == NULL)
-        return a == b;
-    return strcmp(a, b) == 0;
-}
-
-static int storage_diff(struct fc_buf *out, const struct fc_dcp_storage *a,
-                        const struct fc_dcp_storage *b, const char *fqn, size_t chunk)
-{
-    if (!opt_str_eq(a->relative_path, b->relative_path) || a->offset != b->offset ||
-        a->length != b->length)
-        return diff_out(
-            out, "'%s' item %zu: storage %s@%" PRIu64 "+%" PRIu64 " vs %s@%" PRIu64 "+%" PRIu64,
-            fqn, chunk, a->relative_path ? a->relative_path : "-", a->offset, a->length,
-            b->relative_path ? b->relative_path : "-", b->offset, b->length);
-    if (a->ntransforms != b->ntransforms)
-        return diff_out(out, "'%s' item %zu: %zu vs %zu transforms", fqn, chunk, a->ntransforms,
-                        b->ntransforms);
-    for (size_t i = 0; i < a->ntransforms; i++)
-        if (strcmp(a->transforms[i], b->transforms[i]) != 0)
-            return diff_out(out, "'%s' item %zu: transform %zu differs", fqn, chunk, i);
-    return 0;
-}
-
-static int entry_diff(struct fc_buf *out, const struct fc_dcp_entry *a,
-                      const struct fc_dcp_entry *b)
-{
-    if (strcmp(a->fqn, b->fqn) != 0)
-        return diff_out(out, "entry '%s' vs '%s'", a->fqn, b->fqn);
-    if (a->kind != b->kind)
-        return diff_out(out, "'%s': kind differs", a->fqn);
-    if ((a->path == NULL) != (b->path == NULL) || a->path_len != b->path_len)
-        return diff_out(out, "'%s': planner path presence/length differs", a->fqn);
-    for (size_t i = 0; i < a->path_len; i++) {
-        const struct fc_path_elem *x = &a->path[i], *y = &b->path[i];
-        if (x->is_index != y->is_index || (x->is_index && x->index != y->index) ||
-            (!x->is_index && strcmp(x->key, y->key) != 0))
-            return diff_out(out, "'%s': planner path element %zu differs", a->fqn, i);
-    }
-    if (a->kind == FC_DCP_BYTES)
-        return storage_diff(out, &a->storage, &b->storage, a->fqn, 0);
-    if (a->dtype != b->dtype || a->ndim != b->ndim || a->requires_grad != b->requires_grad ||
-        a->pin_memory != b->pin_memory || a->mem_format != b->mem_format)
-        return diff_out(out, "'%s': dtype/ndim/properties differ", a->fqn);
-    if (memcmp(a->size, b->size, (size_t)a->ndim * sizeof(int64_t)) != 0)
-        return diff_out(out, "'%s': size differs", a->fqn);
-    if (a->nchunks != b->nchunks)
-        return diff_out(out, "'%s': %zu vs %zu chunks", a->fqn, a->nchunks, b->nchunks);
-    for (size_t c = 0; c < a->nchunks; c++) {
-        const struct fc_dcp_chunk *x = &a->chunks[c], *y = &b->chunks[c];
-        if (a->ndim > 0 && (memcmp(x->offsets, y->offsets, (size_t)a->ndim * 8) != 0 ||
-                            memcmp(x->sizes, y->sizes, (size_t)a->ndim * 8) != 0))
-            return diff_out(out, "'%s': chunk %zu box differs", a->fqn, c);
-        const int rc = storage_diff(out, &x->storage, &y->storage, a->fqn, c);
-        if (rc != 0)
-            return rc;
-    }
-    return 0;
-}
-
-int fc_dcp_meta_diff(struct fc_buf *out, const struct fc_dcp_meta *a, const struct fc_dcp_meta *b)
-{
-    if (a->nentries != b->nentries)
-        return diff_out(out, "%zu vs %zu entries", a->nentries, b->nentries);
-    for (size_t i = 0; i < a->nentries; i++) {
-        const int rc = entry_diff(out, &a->entries[i], &b->entries[i]);
-        if (rc != 0)
-            return rc;
-    }
-    if (a->has_planner_data != b->has_planner_data)
-        return diff_out(out, "planner_data presence differs");
-    if (a->has_storage_meta != b->has_storage_meta ||
-        !opt_str_eq(a->checkpoint_id, b->checkpoint_id) || !opt_str_eq(a->save_id, b->save_id))
-        return diff_out(out, "storage_meta differs");
-    if (a->nmodules != b->nmodules)
-        return diff_out(out, "storage_meta.modules length differs");
-    for (size_t i = 0; i < a->nmodules; i++)
-        if (strcmp(a->modules[i], b->modules[i]) != 0)
-            return diff_out(out, "storage_meta.modules[%zu] differs", i);
-    if (!opt_str_eq(a->version, b->version))
-        return diff_out(out, "version differs");
-    return 0;
 }

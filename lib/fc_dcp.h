@@ -32,6 +32,7 @@
 #include "fc_buf.h"
 #include "fc_dtype.h"
 #include "fc_source.h" /* struct fc_path_elem */
+#include "fc_strmap.h"
 #include "fc_tensor.h"
 
 /* Metadata.version written by torch >= ~2.5 (CURRENT_DCP_VERSION). */
@@ -118,9 +119,8 @@ struct fc_dcp_meta {
 
     char *version; /* Metadata.version; NULL when absent/None */
 
-    /* private: FQN hash index (open addressing over entry indices + 1) */
-    size_t *index_slots;
-    size_t index_cap;
+    /* private: FQN -> entry index (keys borrowed from entries[].fqn) */
+    struct fc_strmap index;
 };
 
 /*
@@ -224,22 +224,14 @@ int fc_dcp_meta_read(struct fc_dcp_meta **out, const unsigned char *data, size_t
 int fc_dcp_meta_load(struct fc_dcp_meta **out, const char *path);
 
 /*
- * fc_dcp_check() - verify coverage (dcp-format.md 4.3): for each tensor,
- * every chunk inside the global shape, no two non-empty chunks overlap, the
- * chunk volumes sum to numel; every chunk and bytes entry has storage.
- * One line per problem is appended to report (may be NULL; at most 100
- * lines, then a count).  Returns FC_OK when everything holds, FC_ECORRUPT
+ * fc_dcp_check() - verify coverage (dcp-format.md 4.3): every chunk and
+ * bytes entry has storage, and each tensor's chunks tile it exactly once
+ * (fc_chunks_check_coverage(): in bounds, distinct offsets, no overlap, no
+ * gap).  The checker's report lines, each prefixed "tensor '<fqn>': ", are
+ * appended to report (may be NULL; at most 100 lines, then "... and N more
+ * lines").  Returns FC_OK when everything holds, FC_ECORRUPT
  * (message names the first problem and the total), FC_ENOMEM.
  */
 int fc_dcp_check(const struct fc_dcp_meta *m, struct fc_buf *report);
-
-/*
- * fc_dcp_meta_diff() - compare two models field by field (entries in order,
- * chunks, storages, paths, storage_meta, version).  Ignored: strides (never
- * written), checkpoint_id_was_path, and the counters of dropped/orphan data.
- * Returns 0 when equal, 1 when they differ (a description of the first
- * difference is appended to out, which may be NULL), FC_ENOMEM.
- */
-int fc_dcp_meta_diff(struct fc_buf *out, const struct fc_dcp_meta *a, const struct fc_dcp_meta *b);
 
 #endif

@@ -21,6 +21,7 @@
 #include <zstd.h>
 
 #include "fc_alloc.h"
+#include "fc_chunks.h"
 #include "fc_dcp.h"
 #include "fc_error.h"
 #include "fc_source.h"
@@ -30,7 +31,6 @@ struct fc_dcp_chunk_ref {
     size_t file;                /* index into src->files */
     uint64_t base;              /* absolute offset of the chunk storage's element 0 */
     struct fc_tensor_desc desc; /* the chunk tensor as stored (shape == chunk sizes) */
-    const int64_t *offsets;     /* global offsets (from the metadata) */
 };
 
 /* Where an item's (decompressed) torch.save blob can be read. */
@@ -42,7 +42,8 @@ struct fc_dcp_blob_loc {
 
 struct fc_dcp_source_impl {
     struct fc_dcp_meta *meta;
-    int64_t **maxend; /* per entry: running max of chunk dim-0 ends, chunks sorted */
+    struct fc_box **boxes;             /* per entry: its chunks' boxes (tensors; from meta) */
+    struct fc_chunk_index **index;     /* per entry: the boxes indexed for box reads */
     struct fc_dcp_blob_loc *value_loc; /* per entry: the bytes item's blob (values only) */
     long scratch_file; /* index of the temp file holding decompressed items, or -1 */
     uint64_t scratch_size;
@@ -65,9 +66,12 @@ static void fc_dcp_source_impl_free(void *p)
         fc_free(impl->chunks[i]);
     fc_free(impl->chunks);
     fc_free(impl->nchunks);
-    for (size_t i = 0; impl->maxend != NULL && i < impl->nentries; i++)
-        fc_free(impl->maxend[i]);
-    fc_free(impl->maxend);
+    for (size_t i = 0; impl->boxes != NULL && i < impl->nentries; i++) {
+        fc_chunk_index_free(impl->index[i]);
+        fc_free(impl->boxes[i]);
+    }
+    fc_free(impl->boxes);
+    fc_free(impl->index);
     fc_free(impl->value_loc);
     fc_dcp_meta_free(impl->meta);
     fc_free(impl);
@@ -239,33 +243,17 @@ static int fc_dcp_read_box(const struct fc_source *src, const struct fc_entry *e
 static int fc_dcp_value_blob(const struct fc_source *src, const struct fc_entry *e,
                              struct fc_buf *out);
 
-static int fc_cmp_chunk_dim0(const void *a, const void *b)
+/* Index an entry's chunk boxes, so a box read finds the chunks it overlaps by binary search
+ * instead of scanning every chunk (resharding thousands of chunks). */
+static int fc_dcp_index_chunks(struct fc_dcp_source_impl *impl, size_t i,
+                               const struct fc_dcp_entry *de)
 {
-    const struct fc_dcp_chunk_ref *x = a, *y = b;
-    return x->offsets[0] < y->offsets[0] ? -1 : x->offsets[0] > y->offsets[0];
-}
-
-/*
- * Sort an entry's chunks by dim-0 start and record the running maximum of
- * their dim-0 ends, so a box read finds its first overlapping chunk by binary
- * search instead of scanning every chunk (resharding thousands of chunks).
- */
-static int fc_dcp_index_chunks(struct fc_dcp_source_impl *impl, size_t i, int ndim)
-{
-    const size_t n = impl->nchunks[i];
-    if (ndim == 0 || n == 0)
-        return FC_OK;
-    qsort(impl->chunks[i], n, sizeof(*impl->chunks[i]), fc_cmp_chunk_dim0);
-    impl->maxend[i] = fc_calloc(n, sizeof(**impl->maxend));
-    if (impl->maxend[i] == NULL)
+    impl->boxes[i] = fc_calloc(de->nchunks + 1, sizeof(**impl->boxes));
+    if (impl->boxes[i] == NULL)
         return fc_error_set(FC_ENOMEM, "out of memory");
-    int64_t m = INT64_MIN;
-    for (size_t c = 0; c < n; c++) {
-        const int64_t end = impl->chunks[i][c].offsets[0] + impl->chunks[i][c].desc.shape[0];
-        m = end > m ? end : m;
-        impl->maxend[i][c] = m;
-    }
-    return FC_OK;
+    for (size_t c = 0; c < de->nchunks; c++)
+        impl->boxes[i][c] = (struct fc_box){de->chunks[c].offsets, de->chunks[c].sizes};
+    return fc_chunk_index_new(&impl->index[i], de->ndim, impl->boxes[i], de->nchunks);
 }
 
 int fc_source_open_dcp(struct fc_source **out, const char *dir)
@@ -302,11 +290,13 @@ int fc_source_open_dcp(struct fc_source **out, const char *dir)
     impl->chunks = fc_calloc(m->nentries + 1, sizeof(*impl->chunks));
     impl->nchunks = fc_calloc(m->nentries + 1, sizeof(*impl->nchunks));
     impl->value_loc = fc_calloc(m->nentries + 1, sizeof(*impl->value_loc));
-    impl->maxend = fc_calloc(m->nentries + 1, sizeof(*impl->maxend));
+    impl->boxes = fc_calloc(m->nentries + 1, sizeof(*impl->boxes));
+    impl->index = fc_calloc(m->nentries + 1, sizeof(*impl->index));
     impl->scratch_file = -1;
     src->entries = fc_calloc(m->nentries + 1, sizeof(*src->entries));
     if (impl->blobs == NULL || impl->chunks == NULL || impl->nchunks == NULL ||
-        impl->value_loc == NULL || impl->maxend == NULL || src->entries == NULL) {
+        impl->value_loc == NULL || impl->boxes == NULL || impl->index == NULL ||
+        src->entries == NULL) {
         rc = fc_error_set(FC_ENOMEM, "out of memory");
         goto fail;
     }
@@ -395,14 +385,13 @@ int fc_source_open_dcp(struct fc_source **out, const char *dir)
                 fc_torchsave_storage_at(ts, fc_torchsave_storage_index(ts, t));
             ref->base = st->data_offset;
             ref->desc = t->desc;
-            ref->offsets = dc->offsets;
             impl->nchunks[i]++;
             /* A chunk needs only where its bytes are: drop the parsed blob, keeping memory
              * proportional to tensors, not to the items of every rank. */
             fc_torchsave_free(impl->blobs[--impl->nblobs]);
             impl->blobs[impl->nblobs] = NULL;
         }
-        FC_TRY_GOTO(fc_dcp_index_chunks(impl, i, de->ndim), rc, fail);
+        FC_TRY_GOTO(fc_dcp_index_chunks(impl, i, de), rc, fail);
     }
     FC_TRY_GOTO(fc_source_index_keys(src), rc, fail);
     *out = src;
@@ -451,36 +440,22 @@ static int fc_dcp_read_box(const struct fc_source *src, const struct fc_entry *e
     }
     if (want == 0)
         return FC_OK;
-    /* First chunk whose dim-0 end (running max) passes the box start; stop past its end. */
-    size_t first = 0;
-    if (ndim > 0 && impl->maxend[ei] != NULL) {
-        size_t lo = 0, hi = impl->nchunks[ei];
-        while (lo < hi) {
-            const size_t mid = lo + (hi - lo) / 2;
-            if (impl->maxend[ei][mid] <= off[0])
-                lo = mid + 1;
-            else
-                hi = mid;
-        }
-        first = lo;
-    }
-    for (size_t c = first; c < impl->nchunks[ei]; c++) {
+    struct fc_overlap *ov = NULL;
+    size_t nov = 0;
+    FC_TRY(fc_chunk_intersect(impl->index[ei], off, size, &ov, &nov));
+    int rc = FC_OK;
+    for (size_t k = 0; rc == FC_OK && k < nov; k++) {
+        const size_t c = ov[k].chunk;
         const struct fc_dcp_chunk_ref *ref = &impl->chunks[ei][c];
-        if (ndim > 0 && ref->offsets[0] >= off[0] + size[0])
-            break;
-        int64_t lo[FC_MAX_DIMS], len[FC_MAX_DIMS], doff[FC_MAX_DIMS];
+        const int64_t *coff = impl->boxes[ei][c].offsets;
+        int64_t lo[FC_MAX_DIMS], doff[FC_MAX_DIMS];
+        const int64_t *len = ov[k].sizes;
         int64_t n = 1;
         for (int d = 0; d < ndim; d++) {
-            const int64_t a = off[d] > ref->offsets[d] ? off[d] : ref->offsets[d];
-            const int64_t b1 = off[d] + size[d], b2 = ref->offsets[d] + ref->desc.shape[d];
-            const int64_t b = b1 < b2 ? b1 : b2;
-            len[d] = b > a ? b - a : 0;
-            lo[d] = a - ref->offsets[d];
-            doff[d] = a - off[d];
+            lo[d] = ov[k].offsets[d] - coff[d];
+            doff[d] = ov[k].offsets[d] - off[d];
             n *= len[d];
         }
-        if (n == 0)
-            continue;
         char what[512];
         snprintf(what, sizeof(what), "%s: '%s' chunk %zu", src->path, e->key, c);
         /* When the overlap spans the box's trailing dims it is one contiguous run of dst
@@ -493,22 +468,24 @@ static int fc_dcp_read_box(const struct fc_source *src, const struct fc_entry *e
             for (int d = 1; d < ndim; d++)
                 row *= (size_t)size[d];
             unsigned char *at = (unsigned char *)dst + (ndim > 0 ? (size_t)doff[0] * row : 0);
-            FC_TRY(fc_read_strided_box(&src->files[ref->file], ref->base, &ref->desc, lo, len, at,
-                                       what));
+            rc = fc_read_strided_box(&src->files[ref->file], ref->base, &ref->desc, lo, len, at,
+                                     what);
             covered += n;
             continue;
         }
         unsigned char *tmp = fc_malloc((size_t)n * esz);
-        if (tmp == NULL)
-            return fc_error_set(FC_ENOMEM, "out of memory reading '%s'", e->key);
-        const int rc =
-            fc_read_strided_box(&src->files[ref->file], ref->base, &ref->desc, lo, len, tmp, what);
+        if (tmp == NULL) {
+            rc = fc_error_set(FC_ENOMEM, "out of memory reading '%s'", e->key);
+            break;
+        }
+        rc = fc_read_strided_box(&src->files[ref->file], ref->base, &ref->desc, lo, len, tmp, what);
         if (rc == FC_OK)
             fc_scatter(dst, size, doff, tmp, len, ndim, esz);
         fc_free(tmp);
-        FC_TRY(rc);
         covered += n;
     }
+    fc_free(ov);
+    FC_TRY(rc);
     if (covered != want)
         return fc_error_set(FC_ECORRUPT,
                             "%s: '%s': the stored chunks cover %" PRId64 " of the %" PRId64

@@ -13,6 +13,8 @@
 #include "fc_buf.h"
 #include "fc_dcp.h"
 
+#include "../unit/dcp_meta_diff.h"
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -306,7 +306,7 @@ static void fuzz_lists(struct rd *r)
     }
     struct fc_overlap *ov = NULL;
     size_t nov = 0;
-    CHECK(fc_plan_intersect(idx, to, ts, &ov, &nov) == FC_OK);
+    CHECK(fc_chunk_intersect(idx, to, ts, &ov, &nov) == FC_OK);
     size_t want = 0;
     for (size_t i = 0; i < n; i++) {
         int hit = 1;

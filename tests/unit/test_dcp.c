@@ -21,6 +21,8 @@
 #include "fc_dcp.h"
 #include "fc_pickle.h"
 
+#include "dcp_meta_diff.h"
+
 static const char *const fixture_names[] = {"model_ws2", "model_optim_ws2", "zstd_ws1"};
 #define NFIXTURES (sizeof(fixture_names) / sizeof(fixture_names[0]))
 
@@ -708,16 +710,18 @@ static void test_dcp_check_reports_overlap_holes_bounds_and_duplicates(void **st
     struct fc_dcp_meta *m = one_tensor(2, size);
     const int64_t o0[2] = {0, 0}, s0[2] = {3, 4}, o1[2] = {2, 0}, s1[2] = {2, 4};
     add_box(m, o0, s0);
-    add_box(m, o1, s1); /* rows 2 overlap; volume 20 != 16 */
-    assert_fc_fails(fc_dcp_check(m, &rep), FC_ECORRUPT, "overlaps");
-    assert_non_null(strstr((const char *)rep.data, "cover 20 of 16"));
+    add_box(m, o1, s1); /* rows 2 overlap */
+    assert_fc_fails(fc_dcp_check(m, &rep), FC_ECORRUPT,
+                    "1 coverage problem; first: tensor 't': overlap: chunk 0 [0:3, 0:4] and "
+                    "chunk 1 [2:4, 0:4]");
     fc_dcp_meta_free(m);
 
     fc_buf_clear(&rep);
     m = one_tensor(2, size);
     const int64_t s2[2] = {2, 4};
     add_box(m, o0, s2); /* rows 2..3 missing */
-    assert_fc_fails(fc_dcp_check(m, &rep), FC_ECORRUPT, "cover 8 of 16");
+    assert_fc_fails(fc_dcp_check(m, &rep), FC_ECORRUPT,
+                    "tensor 't': gap: [2:4, 0:4] (8 elements) is covered by no chunk");
     fc_dcp_meta_free(m);
 
     fc_buf_clear(&rep);
@@ -725,7 +729,13 @@ static void test_dcp_check_reports_overlap_holes_bounds_and_duplicates(void **st
     const int64_t o3[2] = {3, 0};
     add_box(m, o0, s0);
     add_box(m, o3, s2); /* 3 + 2 > 4 */
-    assert_fc_fails(fc_dcp_check(m, &rep), FC_ECORRUPT, "outside the shape");
+    assert_fc_fails(fc_dcp_check(m, &rep), FC_ECORRUPT,
+                    "out of bounds: chunk 1 offsets [3, 0] sizes [2, 4] do not fit shape [4, 4]");
+    assert_fc_ok(fc_buf_putc(&rep, '\0'));
+    assert_string_equal((const char *)rep.data,
+                        "tensor 't': out of bounds: chunk 1 offsets [3, 0] sizes [2, 4] do not "
+                        "fit shape [4, 4]\n"
+                        "tensor 't': gap: [3:4, 0:4] (4 elements) is covered by no chunk\n");
     fc_dcp_meta_free(m);
 
     fc_buf_clear(&rep);
@@ -734,18 +744,22 @@ static void test_dcp_check_reports_overlap_holes_bounds_and_duplicates(void **st
     add_box(m, o0, full);
     add_box(m, o4, e4);
     add_box(m, o4, e4); /* two empty chunks with the same key */
-    assert_fc_fails(fc_dcp_check(m, &rep), FC_ECORRUPT, "same offsets");
+    assert_fc_fails(fc_dcp_check(m, &rep), FC_ECORRUPT,
+                    "duplicate offsets: chunk 2 has the offsets of chunk 1 [4, 0]");
     fc_dcp_meta_free(m);
 
     fc_buf_clear(&rep);
     m = one_tensor(0, NULL);
     add_box(m, NULL, NULL);
     add_box(m, NULL, NULL);
-    assert_fc_fails(fc_dcp_check(m, &rep), FC_ECORRUPT, "same offsets []");
-    assert_non_null(strstr((const char *)rep.data, "2 chunks of a 0-d tensor overlap"));
+    assert_fc_fails(fc_dcp_check(m, &rep), FC_ECORRUPT,
+                    "2 coverage problems; first: tensor 't': duplicate offsets: chunk 1 has the "
+                    "offsets of chunk 0 []");
+    assert_non_null(
+        strstr((const char *)rep.data, "tensor 't': overlap: chunk 0 [] and chunk 1 []"));
     fc_dcp_meta_free(m);
 
-    /* many problems: the report is capped, the message counts them all */
+    /* many problems: the count covers all of them, the report lists a few of each kind */
     fc_buf_clear(&rep);
     const int64_t wide[1] = {10};
     m = one_tensor(1, wide);
@@ -754,7 +768,25 @@ static void test_dcp_check_reports_overlap_holes_bounds_and_duplicates(void **st
         add_box(m, o, s);
     }
     assert_fc_fails(fc_dcp_check(m, &rep), FC_ECORRUPT, "301 coverage problems");
-    assert_non_null(strstr((const char *)rep.data, "... and 201 more problems"));
+    assert_non_null(strstr((const char *)rep.data, "tensor 't': ... and 292 more out of bounds"));
+    fc_dcp_meta_free(m);
+
+    /* ... and the report stops at 100 lines */
+    fc_buf_clear(&rep);
+    assert_fc_ok(fc_dcp_meta_new(&m));
+    for (int t = 0; t < 20; t++) {
+        char name[16];
+        size_t e, c;
+        snprintf(name, sizeof(name), "t%d", t);
+        assert_fc_ok(fc_dcp_meta_add_tensor(m, name, FC_DTYPE_FLOAT32, 1, wide, &e));
+        for (int i = 0; i < 10; i++) {
+            const int64_t o[1] = {20 + i}, s[1] = {1};
+            assert_fc_ok(fc_dcp_meta_add_chunk(m, e, o, s, &c));
+            assert_fc_ok(fc_dcp_storage_set(&m->entries[e].chunks[c].storage, "f", 0, 1));
+        }
+    }
+    assert_fc_fails(fc_dcp_check(m, &rep), FC_ECORRUPT, "220 coverage problems");
+    assert_non_null(strstr((const char *)rep.data, "\n... and 100 more lines\n"));
     fc_dcp_meta_free(m);
     fc_buf_release(&rep);
 }

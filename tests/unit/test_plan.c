@@ -1124,7 +1124,7 @@ static void test_intersect_finds_the_source_pieces_of_a_target_box(void **state)
     const int64_t toff[2] = {2, 1}, tsize[2] = {5, 2};
     struct fc_overlap *ov = NULL;
     size_t n = 0;
-    assert_fc_ok(fc_plan_intersect(idx, toff, tsize, &ov, &n));
+    assert_fc_ok(fc_chunk_intersect(idx, toff, tsize, &ov, &n));
     assert_int_equal(n, 3);
     assert_int_equal(ov[0].chunk, 0);
     assert_int_equal(ov[0].offsets[0], 2);
@@ -1142,17 +1142,17 @@ static void test_intersect_finds_the_source_pieces_of_a_target_box(void **state)
     fc_free(ov);
     /* empty target and a target past the end: nothing */
     const int64_t t2off[2] = {10, 0}, t2size[2] = {0, 4}, t3off[2] = {20, 0}, t3size[2] = {1, 4};
-    assert_fc_ok(fc_plan_intersect(idx, t2off, t2size, &ov, &n));
+    assert_fc_ok(fc_chunk_intersect(idx, t2off, t2size, &ov, &n));
     assert_int_equal(n, 0);
     assert_null(ov);
-    assert_fc_ok(fc_plan_intersect(idx, t3off, t3size, &ov, &n));
+    assert_fc_ok(fc_chunk_intersect(idx, t3off, t3size, &ov, &n));
     assert_int_equal(n, 0);
     fc_chunk_index_free(idx);
 
     /* 0-d: every chunk overlaps */
     struct fc_box sb[2] = {{NULL, NULL}, {NULL, NULL}};
     assert_fc_ok(fc_chunk_index_new(&idx, 0, sb, 2));
-    assert_fc_ok(fc_plan_intersect(idx, NULL, NULL, &ov, &n));
+    assert_fc_ok(fc_chunk_intersect(idx, NULL, NULL, &ov, &n));
     assert_int_equal(n, 2);
     fc_free(ov);
     fc_chunk_index_free(idx);
@@ -1183,7 +1183,7 @@ static void test_intersect_matches_brute_force(void **state)
         }
         struct fc_overlap *ov = NULL;
         size_t nov = 0;
-        assert_fc_ok(fc_plan_intersect(idx, to, ts, &ov, &nov));
+        assert_fc_ok(fc_chunk_intersect(idx, to, ts, &ov, &nov));
         size_t want = 0;
         for (size_t i = 0; i < bx.n; i++) {
             int hit = 1;
@@ -1234,7 +1234,7 @@ static void test_intersect_rejects_invalid_boxes(void **state)
     const int64_t off[2] = {-1, 0}, size[2] = {1, 1};
     struct fc_overlap *ov = NULL;
     size_t n = 0;
-    assert_fc_fails(fc_plan_intersect(idx, off, size, &ov, &n), FC_EINVAL, "target box");
+    assert_fc_fails(fc_chunk_intersect(idx, off, size, &ov, &n), FC_EINVAL, "target box");
     fc_chunk_index_free(idx);
 }
 
