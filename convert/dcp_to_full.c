@@ -18,6 +18,7 @@
 #include "fc_io.h"
 #include "fc_pickle.h"
 #include "fc_safetensors.h"
+#include "fc_strmap.h"
 #include "fc_torchsave.h"
 #include "fc_zip.h"
 #include "stream.h"
@@ -128,7 +129,8 @@ struct fc_node {
     long spec;   /* leaf: spec index, else -1 */
     char *key;   /* name in the parent dict (NULL in lists) */
     struct fc_node **kids;
-    size_t nkids;
+    size_t nkids, kids_alloc;
+    struct fc_strmap names; /* dicts: kid key -> kid index (keys borrowed from the kids) */
 };
 
 static void fc_node_free(struct fc_node *n)
@@ -138,6 +140,7 @@ static void fc_node_free(struct fc_node *n)
     for (size_t i = 0; i < n->nkids; i++)
         fc_node_free(n->kids[i]);
     fc_free(n->kids);
+    fc_strmap_release(&n->names);
     fc_free(n->key);
     fc_free(n);
 }
@@ -157,13 +160,24 @@ static struct fc_node *fc_node_new(const char *key, long spec)
 
 static int fc_node_add(struct fc_node *parent, struct fc_node *kid)
 {
-    struct fc_node **k = fc_reallocarray(parent->kids, parent->nkids + 1, sizeof(*k));
-    if (k == NULL) {
-        fc_node_free(kid);
-        return fc_error_set(FC_ENOMEM, "out of memory");
+    if (parent->nkids == parent->kids_alloc) {
+        const size_t n = parent->kids_alloc == 0 ? 4 : parent->kids_alloc * 2;
+        struct fc_node **k = fc_reallocarray(parent->kids, n, sizeof(*k));
+        if (k == NULL) {
+            fc_node_free(kid);
+            return fc_error_set(FC_ENOMEM, "out of memory");
+        }
+        parent->kids = k;
+        parent->kids_alloc = n;
     }
-    parent->kids = k;
-    k[parent->nkids++] = kid;
+    if (kid->key != NULL) {
+        const int rc = fc_strmap_put(&parent->names, kid->key, parent->nkids, NULL);
+        if (rc < 0) {
+            fc_node_free(kid);
+            return rc;
+        }
+    }
+    parent->kids[parent->nkids++] = kid;
     return FC_OK;
 }
 
@@ -193,9 +207,9 @@ static int fc_tree_insert(struct fc_node *root, const struct fc_xspec *s, long s
             if (pe->index < (int64_t)cur->nkids)
                 next = cur->kids[pe->index];
         } else {
-            for (size_t k = 0; k < cur->nkids; k++)
-                if (strcmp(cur->kids[k]->key, name) == 0)
-                    next = cur->kids[k];
+            size_t k;
+            if (fc_strmap_get(&cur->names, name, &k))
+                next = cur->kids[k];
         }
         if (next == NULL) {
             next = fc_node_new(cur->is_list ? NULL : name, last ? spec : -1);

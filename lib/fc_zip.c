@@ -869,7 +869,24 @@ int fc_zipw_emit(const struct fc_zipw_record *recs, size_t n, const char *prefix
     if (from > to)
         return fc_error_set(FC_EINVAL, "zip writer: bad range [%" PRIu64 ", %" PRIu64 ")", from,
                             to);
-    for (size_t i = 0; i < n; i++) {
+    /* Records lie back to back in order: the central directory starts where the last one ends. */
+    if (n > 0) {
+        struct zipw_rec_info last;
+        FC_TRY(zipw_info(&recs[n - 1], prefix, recs[n - 1].header_offset, &last));
+        cd_off = recs[n - 1].data_offset + recs[n - 1].size + last.dd_len;
+    }
+    /* First record ending after `from` (binary search), so that emitting an archive around
+     * many streamed records is linear overall, not quadratic. */
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        const size_t mid = lo + (hi - lo) / 2;
+        const uint64_t end = mid + 1 < n ? recs[mid + 1].header_offset : cd_off;
+        if (end > from)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    for (size_t i = lo; i < n && recs[i].header_offset < to; i++) {
         const struct fc_zipw_record *r = &recs[i];
         struct zipw_rec_info info;
         FC_TRY_GOTO(zipw_info(r, prefix, r->header_offset, &info), rc, done);
@@ -892,7 +909,12 @@ int fc_zipw_emit(const struct fc_zipw_record *recs, size_t n, const char *prefix
             FC_TRY_GOTO(zipw_descriptor(&tmp, r, &info), rc, done);
             FC_TRY_GOTO(zipw_clip(out, tmp.data, data_end, tmp.len, from, to), rc, done);
         }
-        cd_off = data_end + info.dd_len;
+    }
+    if (cd_off >= to)
+        goto done;
+    for (size_t i = 0; i < n; i++) {
+        struct zipw_rec_info info;
+        FC_TRY_GOTO(zipw_info(&recs[i], prefix, recs[i].header_offset, &info), rc, done);
         cd_size += info.cd_len;
     }
     uint64_t pos = cd_off;

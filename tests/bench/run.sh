@@ -60,4 +60,6 @@ echo
 echo
 BENCH_DIR="$dir/reshard" sh "$here/bench_reshard.sh" "$bin" "$py"
 BENCH_DIR="$dir/reshard" sh "$here/bench_dcp_to_full.sh" "$bin" "$py"
+echo
+"$py" "$here/bench_many_tensors.py" "$bin" "$dir/many_tensors"
 echo "bench: done in $(( $(date +%s) - start )) s"
