@@ -86,26 +86,16 @@ struct inspect_rows {
     size_t ntensors, nvalues;
 };
 
+/* Python's type name of a value; what the pickle builds (globals, calls, objects) is "object". */
 static const char *fc_value_type(const struct fc_pv *v)
 {
     switch (v->kind) {
-    case FC_PV_NONE: return "None";
-    case FC_PV_BOOL: return "bool";
-    case FC_PV_INT:
-    case FC_PV_BIGINT: return "int";
-    case FC_PV_FLOAT: return "float";
-    case FC_PV_STR: return "str";
-    case FC_PV_BYTES: return "bytes";
-    case FC_PV_LIST: return "list";
-    case FC_PV_TUPLE: return "tuple";
-    case FC_PV_SET: return "set";
-    case FC_PV_DICT: return "dict";
     case FC_PV_GLOBAL:
     case FC_PV_CALL:
     case FC_PV_OBJECT:
     case FC_PV_TENSOR: return "object";
+    default: return fc_pv_kind_name(v->kind);
     }
-    return "object";
 }
 
 static int fc_value_row(struct inspect_row *row, const struct fc_pv *v)

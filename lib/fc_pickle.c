@@ -1018,7 +1018,7 @@ static void fc_printable(char *dst, size_t cap, const char *src)
     dst[i] = '\0';
 }
 
-static const char *fc_kind_name(enum fc_pv_kind k)
+const char *fc_pv_kind_name(enum fc_pv_kind k)
 {
     switch (k) {
     case FC_PV_NONE: return "None";
@@ -1199,7 +1199,7 @@ static int fc_vm_dims(struct fc_vm *vm, const char *fn, const char *what_arg, co
 {
     if (v->kind != FC_PV_TUPLE && v->kind != FC_PV_LIST)
         return fc_vm_err(vm, FC_ECORRUPT, "malformed call of %s: %s is a %s, not a tuple", fn,
-                         what_arg, fc_kind_name(v->kind));
+                         what_arg, fc_pv_kind_name(v->kind));
     if (v->u.seq.n > FC_MAX_DIMS)
         return fc_vm_err(vm, FC_EFORMAT, "tensor with %zu dimensions (at most %d supported)",
                          v->u.seq.n, FC_MAX_DIMS);
@@ -1207,7 +1207,7 @@ static int fc_vm_dims(struct fc_vm *vm, const char *fn, const char *what_arg, co
         const struct fc_pv *x = v->u.seq.items[i];
         if (x->kind != FC_PV_INT)
             return fc_vm_err(vm, FC_ECORRUPT, "malformed call of %s: %s[%zu] is a %s, not an int",
-                             fn, what_arg, i, fc_kind_name(x->kind));
+                             fn, what_arg, i, fc_pv_kind_name(x->kind));
         if (x->u.i < 0)
             return fc_vm_err(vm, FC_ECORRUPT,
                              "malformed call of %s: %s[%zu] is negative (%" PRId64 ")", fn,
@@ -1275,7 +1275,7 @@ static int fc_vm_make_tensor(struct fc_vm *vm, const char *fn, const struct fc_p
 {
     if (storage->kind != FC_PV_STORAGE_)
         return fc_vm_err(vm, FC_ECORRUPT, "malformed call of %s: storage is a %s, not a storage",
-                         fn, fc_kind_name(storage->kind));
+                         fn, fc_pv_kind_name(storage->kind));
     struct fc_pv *t = fc_vm_node(vm, FC_PV_TENSOR);
     if (t == NULL)
         return FC_ENOMEM;
@@ -1558,13 +1558,13 @@ static int fc_op_reduce(struct fc_vm *vm)
     FC_TRY(fc_vm_top(vm, &callable));
     if (args->kind != FC_PV_TUPLE)
         return fc_vm_err(vm, FC_ECORRUPT, "REDUCE argument is a %s, not a tuple",
-                         fc_kind_name(args->kind));
+                         fc_pv_kind_name(args->kind));
     if (vm->profile == FC_PICKLE_WEIGHTS_ONLY) {
         const struct fc_sym_entry *e;
         if (callable->kind != FC_PV_GLOBAL)
             return fc_vm_err(vm, FC_EFORMAT,
                              "REDUCE of a %s (only allowlisted globals may be called)",
-                             fc_kind_name(callable->kind));
+                             fc_pv_kind_name(callable->kind));
         const enum fc_sym sym = fc_sym_of(callable, &e);
         FC_TRY(fc_vm_call_torch(vm, callable, sym, e, args, 0, &res));
     } else {
@@ -1586,7 +1586,7 @@ static int fc_op_newobj(struct fc_vm *vm, struct fc_pv *cls, struct fc_pv *args)
 {
     if (args->kind != FC_PV_TUPLE)
         return fc_vm_err(vm, FC_ECORRUPT, "%s argument is a %s, not a tuple", fc_vm_opname(vm),
-                         fc_kind_name(args->kind));
+                         fc_pv_kind_name(args->kind));
     if (vm->profile == FC_PICKLE_SYMBOLIC)
         return fc_vm_push(vm, fc_vm_call_node(vm, FC_PV_OBJECT, cls, args));
     const struct fc_sym_entry *e;
@@ -1613,7 +1613,7 @@ static int fc_op_newobj(struct fc_vm *vm, struct fc_pv *cls, struct fc_pv *args)
     case SYM_ALLOWED: return fc_vm_push(vm, fc_vm_call_node(vm, FC_PV_OBJECT, cls, args));
     case SYM_NOT_ALLOWED:
         return fc_vm_err(vm, FC_EFORMAT, "NEWOBJ of a %s (only allowlisted classes)",
-                         fc_kind_name(cls->kind));
+                         fc_pv_kind_name(cls->kind));
     default: return fc_vm_err(vm, FC_EFORMAT, "NEWOBJ of %s is not supported", fn);
     }
 }
@@ -1631,16 +1631,17 @@ static int fc_op_build(struct fc_vm *vm)
                              "objects take state)");
         if (vm->profile == FC_PICKLE_WEIGHTS_ONLY && state->kind != FC_PV_DICT)
             return fc_vm_err(vm, FC_ECORRUPT, "BUILD state of an OrderedDict is a %s, not a dict",
-                             fc_kind_name(state->kind));
+                             fc_pv_kind_name(state->kind));
         slot = &inst->u.dict.state;
     } else if (inst->kind == FC_PV_CALL || inst->kind == FC_PV_OBJECT) {
         slot = &inst->u.call.state;
     } else {
         return fc_vm_err(vm, FC_EFORMAT, "BUILD on a %s is not supported",
-                         fc_kind_name(inst->kind));
+                         fc_pv_kind_name(inst->kind));
     }
     if (*slot != NULL && vm->profile == FC_PICKLE_WEIGHTS_ONLY)
-        return fc_vm_err(vm, FC_EFORMAT, "second BUILD on the same %s", fc_kind_name(inst->kind));
+        return fc_vm_err(vm, FC_EFORMAT, "second BUILD on the same %s",
+                         fc_pv_kind_name(inst->kind));
     *slot = state;
     return FC_OK;
 }
@@ -1652,7 +1653,7 @@ static int fc_op_binpersid(struct fc_vm *vm)
     FC_TRY(fc_vm_pop(vm, &pid));
     if (pid->kind != FC_PV_TUPLE)
         return fc_vm_err(vm, FC_EFORMAT, "persistent id is a %s, not a ('storage', ...) tuple",
-                         fc_kind_name(pid->kind));
+                         fc_pv_kind_name(pid->kind));
     const size_t n = pid->u.seq.n;
     const struct fc_pv *tag = n > 0 ? fc_arg(pid, 0) : NULL;
     if (tag == NULL || tag->kind != FC_PV_STR || strcmp(tag->u.str.s, "storage") != 0 ||
@@ -1783,7 +1784,7 @@ static int fc_vm_setitems(struct fc_vm *vm, size_t start)
     FC_TRY(fc_vm_top(vm, &d));
     if (d->kind != FC_PV_DICT)
         return fc_vm_err(vm, FC_EFORMAT, "%s on a %s (only dicts)", fc_vm_opname(vm),
-                         fc_kind_name(d->kind));
+                         fc_pv_kind_name(d->kind));
     for (size_t i = 0; i < n; i += 2)
         FC_TRY(fc_vm_dict_push(vm, d, vm->stack[start + i], vm->stack[start + i + 1]));
     return FC_OK;
@@ -1797,7 +1798,7 @@ static int fc_vm_appends(struct fc_vm *vm, size_t start, enum fc_pv_kind target)
     FC_TRY(fc_vm_top(vm, &l));
     if (l->kind != target)
         return fc_vm_err(vm, FC_EFORMAT, "%s on a %s (only %ss)", fc_vm_opname(vm),
-                         fc_kind_name(l->kind), fc_kind_name(target));
+                         fc_pv_kind_name(l->kind), fc_pv_kind_name(target));
     for (size_t i = 0; i < n; i++)
         FC_TRY(fc_vm_seq_push(vm, l, vm->stack[start + i]));
     return FC_OK;
@@ -3001,7 +3002,7 @@ static int fc_pw_value_at(struct fc_buf *b, const struct fc_pv *v, int depth)
     case FC_PV_TENSOR:
     default:
         return fc_error_set(FC_EINVAL, "pickle writer: a %s cannot be written as a plain value",
-                            fc_kind_name(v->kind));
+                            fc_pv_kind_name(v->kind));
     }
 }
 

@@ -171,6 +171,13 @@ const struct fc_pv *fc_pv_dict_get(const struct fc_pv *dict, const char *key); /
 int fc_pv_is_global(const struct fc_pv *v, const char *module, const char *name);
 
 /*
+ * fc_pv_kind_name() - the Python type name of a kind ("int", "dict", ...);
+ * what the pickle builds rather than holds reads "global", "call result",
+ * "object", "tensor" (for messages).
+ */
+const char *fc_pv_kind_name(enum fc_pv_kind k);
+
+/*
  * fc_pv_repr() - append a short Python-like rendering of v to out (for
  * inspect): 3, 0.001, 'run', (0.9, 0.999), [1, 2], {'a': 1}, None, True,
  * b'ab', torch.bfloat16, <call collections.Counter>, <object m.C>,
