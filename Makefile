@@ -211,13 +211,15 @@ demo: deps
 	@$(MAKE) --no-print-directory all
 	@sh tests/setup/demo.sh ./fsdpconv
 
+# Build first, so that each part's time is its tests'; the cheapest parts run first and the
+# first failing part stops the suite (tests/run_parts.sh).
 test: deps venv
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory all test-build
 	@$(MAKE) --no-print-directory check-deps check-banned man-lint
-	@$(MAKE) --no-print-directory fuzz-regress
-	@$(MAKE) --no-print-directory test-cli
-	@$(MAKE) --no-print-directory test-interop
-	@$(MAKE) --no-print-directory test-unit
+	@sh tests/run_parts.sh test "$(MAKE)" test-unit fuzz-regress test-cli test-interop
+
+.PHONY: test-build
+test-build: $(BIN) $(UNIT_BIN) $(FUZZ_BIN)
 
 test-unit: $(UNIT_BIN)
 	@sh tests/run_unit.sh $(UNIT_BIN)
@@ -241,7 +243,8 @@ fuzz:
 	@sh tests/fuzz/libfuzzer.sh
 
 asan:
-	@$(MAKE) --no-print-directory SANITIZE=address,undefined test-unit fuzz-regress test-cli
+	@$(MAKE) --no-print-directory SANITIZE=address,undefined test-build
+	@sh tests/run_parts.sh asan "$(MAKE) SANITIZE=address,undefined" test-unit fuzz-regress test-cli
 
 ubsan:
 	@$(MAKE) --no-print-directory SANITIZE=undefined test-unit

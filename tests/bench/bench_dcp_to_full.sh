@@ -8,7 +8,7 @@
 #                    BENCH_DIR is kept, and the model and DCP of bench_reshard.sh are reused)
 #        BENCH_REPS  interleaved rounds (default 3); the report keeps each case's fastest
 # Every measured run starts with the page cache dropped (warm runs without root, see
-# reshard_measure.py); every writer fsyncs its output. Cases per round:
+# measure.py); every writer fsyncs its output. Cases per round:
 #   torch_dcp_to_torch_save  yardstick: a separate python process running dcp_to_torch_save,
 #                            then fsync of the file (reshard_torch_dcp_to_full.py)
 #   fsdpconv_pt              fsdpconv dcp-to-full -o OUT.pt DCP
@@ -52,7 +52,7 @@ src="$dir/dcp8_$gb"
 m() {
     name=$1
     shift
-    "$py" "$here/reshard_measure.py" --results "$res" --name "$name" --group dcp_to_full \
+    "$py" "$here/measure.py" --results "$res" --name "$name" --group dcp_to_full \
         --gb "$gb" --log "$logs/$name.log" "$@"
 }
 

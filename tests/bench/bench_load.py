@@ -25,15 +25,13 @@ import hashlib
 import json
 import math
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-from measure import drop_caches  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "interop"))
+import common  # noqa: E402
 
 
 def proc_io():
@@ -116,14 +114,8 @@ def worker(ckpt, out_path):
     return 0
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_job(ckpt, world, timeout, tmp):
-    port = free_port()
+    port = common.free_port()
     procs = []
     for r in range(world):
         env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
@@ -191,17 +183,13 @@ def main():
         files += 1
         if name.endswith(".distcp"):
             data += size
-    mode = args.cache
+    mode = common.cache_mode(args.cache)
+    if mode is None:
+        print("bench_load: cannot drop the page cache", file=sys.stderr)
+        return 1
     with tempfile.TemporaryDirectory(prefix="bench_load.") as tmp:
-        if mode in ("auto", "cold") and drop_caches():
-            mode = "cold"
-        elif mode == "cold":
-            print("bench_load: cannot drop the page cache", file=sys.stderr)
+        if mode == "warm" and run_job(ckpt, args.world, args.timeout, tmp) is None:
             return 1
-        else:
-            mode = "warm"
-            if run_job(ckpt, args.world, args.timeout, tmp) is None:
-                return 1
         t0 = time.perf_counter()
         ranks = run_job(ckpt, args.world, args.timeout, tmp)
         job_wall = time.perf_counter() - t0

@@ -11,7 +11,7 @@
 #        BENCH_REPS      interleaved rounds (default 3); the report keeps each case's fastest
 # Inputs: make_model.py writes the synthetic model, `fsdpconv full-to-dcp --world-size 8` its DCP.
 # Every measured run starts with the page cache dropped (warm runs without root, see
-# reshard_measure.py). Cases per size and round:
+# measure.py). Cases per size and round:
 #   cp_r_fsync   yardstick: cp -r DCP OUT, then fsync of every copied file and of OUT (fsdpconv
 #                fsyncs its output too)
 #   cp_r         cp -r without fsync (information only)
@@ -70,7 +70,7 @@ m() {
     name=$1
     g=$2
     shift 2
-    "$py" "$here/reshard_measure.py" --results "$res" --name "$name" --group reshard \
+    "$py" "$here/measure.py" --results "$res" --name "$name" --group reshard \
         --gb "$g" --log "$logs/$name.log" "$@"
 }
 

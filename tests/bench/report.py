@@ -15,6 +15,9 @@ import platform
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "interop"))
+import common  # noqa: E402
+
 MIB = 1 << 20
 GIB = 1 << 30
 
@@ -24,25 +27,15 @@ def slowest_rank(rec):
 
 
 def load(dirpath):
-    """Merge the records of each case (one per round): the fastest round is reported, with every
-    round's wall in "walls_s" and the largest peak RSS in "maxrss_kib"."""
-    runs = {}
-    with open(os.path.join(dirpath, "results.jsonl")) as f:
-        for line in f:
-            line = line.strip()
-            if line:
-                r = json.loads(line)
-                runs.setdefault(r["name"], []).append(r)
+    """Merge the records of each case (one per round): see common.best_round; a load case's
+    fastest round is the one with the fastest slowest rank."""
     recs = {}
-    for name, rs in runs.items():
+    for name, rs in common.read_rounds(os.path.join(dirpath, "results.jsonl")).items():
         if rs[0].get("kind") == "load":
             best = dict(min(rs, key=slowest_rank))
             best["rounds_slowest_s"] = [slowest_rank(r) for r in rs]
         else:
-            best = dict(min(rs, key=lambda r: r["wall_s"]))
-            best["walls_s"] = [w for r in rs for w in r["walls_s"]]
-            best["maxrss_kib"] = max(r["maxrss_kib"] for r in rs)
-            best["cache"] = ",".join(sorted({r["cache"] for r in rs}))
+            best = common.best_round(rs)
         recs[name] = best
     return recs
 

@@ -3,7 +3,7 @@
 usage: python reshard_report.py BENCH_DIR [reshard|dcp_to_full]...
 
 Reads BENCH_DIR/reshard_results.jsonl and BENCH_DIR/dcp_to_full_results.jsonl (one record per
-case and round, from reshard_measure.py), keeps each case's fastest round (peak RSS: the largest
+case and round, from measure.py), keeps each case's fastest round (peak RSS: the largest
 over the rounds) and prints every figure as a ratio against the yardstick measured in the same
 run: cp -r + fsync of the same DCP directory for reshard, dcp_to_torch_save for dcp-to-full.
 Targets are printed beside the ratios with "met" or "MISSED"; nothing is asserted. The tables also
@@ -15,29 +15,15 @@ import os
 import platform
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "interop"))
+import common  # noqa: E402
+
 MIB = 1 << 20
 GIB = 1 << 30
 
 
 def load(path):
-    runs = {}
-    if not os.path.exists(path):
-        return runs
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if line:
-                r = json.loads(line)
-                runs.setdefault(r["name"], []).append(r)
-    recs = {}
-    for name, rs in runs.items():
-        best = dict(min(rs, key=lambda r: r["wall_s"]))
-        best["walls_s"] = [r["wall_s"] for r in rs]
-        best["maxrss_kib"] = max(r["maxrss_kib"] for r in rs)
-        best["caches"] = ",".join(sorted({r["cache"] for r in rs}))
-        best["loads"] = [r.get("loadavg_1m_before") for r in rs]
-        recs[name] = best
-    return recs
+    return {name: common.best_round(rs) for name, rs in common.read_rounds(path).items()}
 
 
 def verdict(ok):
@@ -108,7 +94,7 @@ def report_reshard(dirpath, p):
     p("### reshard: world size 8 -> 4 vs cp -r of the same DCP directory")
     p("")
     p("Cache: %s. Fastest of %d rounds; peak RSS is the largest over the rounds."
-      % (",".join(sorted({r["caches"] for r in recs.values()})),
+      % (",".join(sorted({r["cache"] for r in recs.values()})),
          max(len(r["walls_s"]) for r in recs.values())))
     p("")
     p("| size | case | wall s (best) | rounds s | 1-min load before | CPU s (user+sys) | "
@@ -173,7 +159,7 @@ def report_dcp_to_full(dirpath, p):
       % (fmt_gb(gb), nb / GIB))
     p("")
     p("Cache: %s. Fastest of %d rounds; peak RSS is the largest over the rounds."
-      % (",".join(sorted({r["caches"] for r in recs.values()})),
+      % (",".join(sorted({r["cache"] for r in recs.values()})),
          max(len(r["walls_s"]) for r in recs.values())))
     p("")
     p("| case | wall s (best) | rounds s | 1-min load before | CPU s (user+sys) | peak RSS MiB | "

@@ -34,25 +34,16 @@ Results go to result_dir/rank<R>.json ([{"case", "problems": [...]}]), rewritten
 every case so a hang still leaves the finished cases' results.
 """
 
-import datetime
 import json
 import os
 import sys
-import traceback
 
 import torch
 from torch.distributed.checkpoint.api import CheckpointException
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-GEN = os.path.join(os.path.dirname(os.path.dirname(HERE)), "fixtures", "gen")
-for p in (HERE, GEN):
-    if p not in sys.path:
-        sys.path.insert(0, p)
-
-import f2d_reference as ref  # noqa: E402
-import tiny_model  # noqa: E402
-
-MAX_PROBLEMS = 40
+import common
+import f2d_reference as ref
+import tiny_model
 
 
 class LinearPatchTinyVitLM(tiny_model.TinyVitLM):
@@ -189,81 +180,35 @@ def run_case(rank, mesh, case):
         dcp.save(state, checkpoint_id=tdir)
         if rank == 0:
             try:
-                problems.extend(compare_with_torch_save(case["out"], tdir, sd, pre))
+                problems.extend(common.compare_with_torch_save(
+                    case["out"], tdir, {pre + k: v for k, v in sd.items()}))
             except (Exception, CheckpointException):
                 problems.append("comparing with torch's save raised: %s" % ref.short_exc())
     return problems
 
 
-def compare_with_torch_save(ours, theirs, sd, pre):
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.tensor import DTensor
-    a = dcp.FileSystemReader(ours).read_metadata()
-    b = dcp.FileSystemReader(theirs).read_metadata()
-    out = []
-    if set(a.state_dict_metadata) != set(b.state_dict_metadata):
-        out.append("keys differ from torch's FSDP2 save: only ours %s, only torch %s" % (
-            sorted(set(a.state_dict_metadata) - set(b.state_dict_metadata))[:6],
-            sorted(set(b.state_dict_metadata) - set(a.state_dict_metadata))[:6]))
-    for k in sorted(set(a.state_dict_metadata) & set(b.state_dict_metadata)):
-        ta, tb = a.state_dict_metadata[k], b.state_dict_metadata[k]
-        if tuple(ta.size) != tuple(tb.size) or ta.properties.dtype != tb.properties.dtype:
-            out.append("%s: ours %s %s, torch's FSDP2 save %s %s" % (
-                k, list(ta.size), ta.properties.dtype, list(tb.size), tb.properties.dtype))
-            continue
-        if (a.planner_data or {}).get(k) != (b.planner_data or {}).get(k):
-            out.append("%s: planner_data %r, torch's FSDP2 save %r" % (
-                k, (a.planner_data or {}).get(k), (b.planner_data or {}).get(k)))
-        if not isinstance(sd.get(k[len(pre):]), DTensor):
-            continue   # plain buffers: torch stores them whole, fsdpconv shards them
-        ca = sorted((tuple(c.offsets), tuple(c.sizes)) for c in ta.chunks)
-        cb = sorted((tuple(c.offsets), tuple(c.sizes)) for c in tb.chunks)
-        if ca != cb:
-            out.append("%s: chunks %s, torch's FSDP2 save writes %s" % (k, ca, cb))
-    return out
-
-
-def _write(result_dir, rank, results):
-    path = os.path.join(result_dir, "rank%d.json" % rank)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(results, f)
-    os.replace(tmp, path)
-
-
 def run_rank(rank, world, port, job):
-    import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
-    torch.set_num_threads(1)
-    if os.path.exists("/sys/class/net/lo"):
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     results = []
-    timeout = datetime.timedelta(seconds=job.get("timeout", 120))
     try:
-        dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank,
-                                world_size=world, timeout=timeout)
+        common.rank_init(rank, world, port, job.get("timeout", 120))
         shape = tuple(job["mesh"])
         names = ("replicate", "shard") if len(shape) == 2 else ("shard",)
         mesh = init_device_mesh("cpu", shape, mesh_dim_names=names)
     except (Exception, CheckpointException):
         results.append({"case": "*", "problems": [
             "rank %d: process group/mesh setup failed: %s" % (rank, ref.short_exc())]})
-        _write(job["result_dir"], rank, results)
+        common.write_rank_results(job["result_dir"], rank, results)
         return
     for case in job["cases"]:
         try:
             problems = run_case(rank, mesh, case)
         except (Exception, CheckpointException):
             problems = ["rank %d raised: %s" % (rank, ref.short_exc())]
-        if len(problems) > MAX_PROBLEMS:
-            problems = problems[:MAX_PROBLEMS] + ["... %d more" % (len(problems) - MAX_PROBLEMS)]
-        results.append({"case": case["name"], "problems": problems})
-        _write(job["result_dir"], rank, results)
-    try:
-        dist.destroy_process_group()
-    except (Exception, CheckpointException):
-        pass
+        results.append({"case": case["name"], "problems": common.cap_problems(problems)})
+        common.write_rank_results(job["result_dir"], rank, results)
+    common.rank_finish()
 
 
 def main():

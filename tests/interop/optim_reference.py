@@ -36,20 +36,13 @@ Everything here runs in one process on CPU with full (unsharded) modules; no pro
 
 import copy
 import math
-import os
-import sys
 
 import torch
 import torch.nn as nn
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-GEN = os.path.join(os.path.dirname(os.path.dirname(HERE)), "fixtures", "gen")
-for _p in (HERE, GEN):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
-
-import f2d_reference as ref  # noqa: E402
-import tiny_model  # noqa: E402
+import common  # noqa: F401  (puts fixtures/gen on sys.path, for tiny_model)
+import f2d_reference as ref
+import tiny_model
 
 PATCH = 4
 

@@ -35,22 +35,13 @@ Results go to result_dir/rank<R>.json ([{"case", "problems": [...]}]), rewritten
 every case so a hang still leaves the finished cases' results.
 """
 
-import datetime
-import json
-import os
-import sys
-
 import torch
 from torch.distributed.checkpoint.api import CheckpointException
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-if HERE not in sys.path:
-    sys.path.insert(0, HERE)
+import common
+import f2d_reference as ref
+import optim_reference as oref
 
-import f2d_reference as ref  # noqa: E402
-import optim_reference as oref  # noqa: E402
-
-MAX_PROBLEMS = 40
 WRONG_HP = dict(lr=0.5, betas=(0.5, 0.5), eps=1e-3, weight_decay=0.5)
 NOT_LOADED = ["<params list not loaded>"]
 
@@ -178,40 +169,6 @@ def check_live(model, optim, live, rank, what):
     return probs
 
 
-def compare_with_torch_save(ours, theirs, flat_live):
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.metadata import BytesStorageMetadata
-    from torch.distributed.tensor import DTensor
-    a = dcp.FileSystemReader(ours).read_metadata()
-    b = dcp.FileSystemReader(theirs).read_metadata()
-    out = []
-    ka, kb = set(a.state_dict_metadata), set(b.state_dict_metadata)
-    if ka != kb:
-        out.append("keys differ from torch's FSDP2 save: only fsdpconv %s, only torch %s" % (
-            sorted(ka - kb)[:6], sorted(kb - ka)[:6]))
-    for k in sorted(ka & kb):
-        ta, tb = a.state_dict_metadata[k], b.state_dict_metadata[k]
-        if isinstance(ta, BytesStorageMetadata) or isinstance(tb, BytesStorageMetadata):
-            if type(ta) is not type(tb):
-                out.append("%s: fsdpconv stores %s, torch %s" % (k, type(ta).__name__,
-                                                                 type(tb).__name__))
-            continue
-        if tuple(ta.size) != tuple(tb.size) or ta.properties.dtype != tb.properties.dtype:
-            out.append("%s: fsdpconv %s %s, torch's FSDP2 save %s %s" % (
-                k, list(ta.size), ta.properties.dtype, list(tb.size), tb.properties.dtype))
-            continue
-        if (a.planner_data or {}).get(k) != (b.planner_data or {}).get(k):
-            out.append("%s: planner_data %r, torch's FSDP2 save %r" % (
-                k, (a.planner_data or {}).get(k), (b.planner_data or {}).get(k)))
-        if not isinstance(flat_live.get(k), DTensor):
-            continue   # plain buffers: torch stores them whole, fsdpconv shards them
-        ca = sorted((tuple(c.offsets), tuple(c.sizes)) for c in ta.chunks)
-        cb = sorted((tuple(c.offsets), tuple(c.sizes)) for c in tb.chunks)
-        if ca != cb:
-            out.append("%s: chunks %s, torch's FSDP2 save writes %s" % (k, ca, cb))
-    return out
-
-
 def run_case(rank, world, mesh, case):
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
@@ -239,7 +196,7 @@ def run_case(rank, world, mesh, case):
     dcp.save(state2, checkpoint_id=tdir)
     if rank == 0:
         try:
-            problems += compare_with_torch_save(case["out"], tdir, oref.flatten(state2))
+            problems += common.compare_with_torch_save(case["out"], tdir, oref.flatten(state2))
         except (Exception, CheckpointException):
             problems.append("comparing with torch's save raised: %s" % ref.short_exc())
 
@@ -255,42 +212,23 @@ def run_case(rank, world, mesh, case):
     return problems
 
 
-def _write(result_dir, rank, results):
-    path = os.path.join(result_dir, "rank%d.json" % rank)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(results, f)
-    os.replace(tmp, path)
-
-
 def run_rank(rank, world, port, job):
-    import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
-    torch.set_num_threads(1)
-    if os.path.exists("/sys/class/net/lo"):
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     results = []
-    timeout = datetime.timedelta(seconds=job.get("timeout", 120))
     try:
-        dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank,
-                                world_size=world, timeout=timeout)
+        common.rank_init(rank, world, port, job.get("timeout", 120))
         mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("shard",))
     except (Exception, CheckpointException):
         results.append({"case": "*", "problems": [
             "rank %d: process group/mesh setup failed: %s" % (rank, ref.short_exc())]})
-        _write(job["result_dir"], rank, results)
+        common.write_rank_results(job["result_dir"], rank, results)
         return
     for case in job["cases"]:
         try:
             problems = run_case(rank, world, mesh, case)
         except (Exception, CheckpointException):
             problems = ["rank %d raised: %s" % (rank, ref.short_exc(6))]
-        if len(problems) > MAX_PROBLEMS:
-            problems = problems[:MAX_PROBLEMS] + ["... %d more" % (len(problems) - MAX_PROBLEMS)]
-        results.append({"case": case["name"], "problems": problems})
-        _write(job["result_dir"], rank, results)
-    try:
-        dist.destroy_process_group()
-    except (Exception, CheckpointException):
-        pass
+        results.append({"case": case["name"], "problems": common.cap_problems(problems)})
+        common.write_rank_results(job["result_dir"], rank, results)
+    common.rank_finish()

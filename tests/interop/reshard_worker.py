@@ -27,25 +27,15 @@ Results: result_dir/rank<R>.json = [{"case", "problems": [...]}], rewritten afte
 """
 
 import copy
-import datetime
-import json
 import math
-import os
 import struct
-import sys
 import traceback
 
 import torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-GEN = os.path.join(os.path.dirname(os.path.dirname(HERE)), "fixtures", "gen")
-for _p in (HERE, GEN):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
+import common
+import gen_dcp_train as gen
 
-import gen_dcp_train as gen  # noqa: E402
-
-MAX_PROBLEMS = 40
 POISON_REF = 0xA5
 POISON_CASE = 0x5A
 SENTINEL = "<not loaded>"
@@ -306,35 +296,15 @@ def run_case(mesh, rank, world, case, ref_loaded, ref_stepped):
     return probs
 
 
-def _write(result_dir, rank, results):
-    path = os.path.join(result_dir, "rank%d.json" % rank)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(results, f)
-    os.replace(tmp, path)
-
-
-def _cap(probs):
-    if len(probs) > MAX_PROBLEMS:
-        return probs[:MAX_PROBLEMS] + ["... %d more" % (len(probs) - MAX_PROBLEMS)]
-    return probs
-
-
 def run_rank(rank, world, port, job):
     import warnings
     warnings.filterwarnings("ignore")
-    import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
-    torch.set_num_threads(1)
-    if os.path.exists("/sys/class/net/lo"):
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     results = []
     rdir = job["result_dir"]
     try:
-        dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank,
-                                world_size=world,
-                                timeout=datetime.timedelta(seconds=job.get("timeout", 120)))
+        common.rank_init(rank, world, port, job.get("timeout", 120))
         mesh = init_device_mesh("cpu", (world,))
         ref_loaded, ref_stepped, _ = load_and_step(mesh, rank, job["orig"]["plain"],
                                                    POISON_REF)
@@ -346,13 +316,13 @@ def run_rank(rank, world, port, job):
         for k, v in ref_loaded.items():
             if v[0] == "value" and v[1] == SENTINEL:
                 probs.append("reference: %s not loaded by torch" % k)
-        results.append({"case": "reference", "problems": _cap(probs)})
+        results.append({"case": "reference", "problems": common.cap_problems(probs)})
     except Exception:
         results.append({"case": "*", "problems": [
             "rank %d: setup/reference load failed: %s" % (rank, traceback.format_exc()[-2000:])]})
-        _write(rdir, rank, results)
+        common.write_rank_results(rdir, rank, results)
         return
-    _write(rdir, rank, results)
+    common.write_rank_results(rdir, rank, results)
     if job["orig"].get("zstd"):
         try:
             zl, zs, _ = load_and_step(mesh, rank, job["orig"]["zstd"], POISON_CASE)
@@ -360,16 +330,14 @@ def run_rank(rank, world, port, job):
                      + ["stepped: %s" % p for p in snapshot_diff(zs, ref_stepped)])
         except Exception:
             probs = ["rank %d raised: %s" % (rank, traceback.format_exc()[-2000:])]
-        results.append({"case": "zstd original == plain original", "problems": _cap(probs)})
-        _write(rdir, rank, results)
+        results.append({"case": "zstd original == plain original",
+                        "problems": common.cap_problems(probs)})
+        common.write_rank_results(rdir, rank, results)
     for case in job["cases"]:
         try:
             probs = run_case(mesh, rank, world, case, ref_loaded, ref_stepped)
         except Exception:
             probs = ["rank %d raised: %s" % (rank, traceback.format_exc()[-2500:])]
-        results.append({"case": case["name"], "problems": _cap(probs)})
-        _write(rdir, rank, results)
-    try:
-        dist.destroy_process_group()
-    except Exception:
-        pass
+        results.append({"case": case["name"], "problems": common.cap_problems(probs)})
+        common.write_rank_results(rdir, rank, results)
+    common.rank_finish()

@@ -27,30 +27,23 @@ PASS/FAIL line per case and check; exits 1 on any failure.  F2D_KEEP=1 keeps the
 """
 
 import io
-import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import traceback
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-FIX = os.path.join(ROOT, "fixtures")
-GEN = os.path.join(FIX, "gen")
-for _p in (HERE, GEN):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
+import torch
+from torch.distributed.checkpoint.api import CheckpointException
 
-import torch  # noqa: E402
-from torch.distributed.checkpoint.api import CheckpointException  # noqa: E402
+import common
+import f2d_reference as ref
+import fsdp_worker
+from common import fsdpconv_path
 
-import f2d_reference as ref  # noqa: E402
-import fsdp_worker  # noqa: E402
+FIX = common.FIXTURES
 
 BF16 = torch.bfloat16
 STD = ["--conv2d-to-linear", "patch_embed.weight", "--tie", "lm_head.weight=embed_tokens.weight",
@@ -124,10 +117,6 @@ class Results:
             self.passed += 1
             print("%s %s: %s%s" % (tag, case, check, extra))
         sys.stdout.flush()
-
-
-def fsdpconv_path():
-    return os.path.abspath(os.environ.get("FSDPCONV") or os.path.join(ROOT, "fsdpconv"))
 
 
 def convert(case, tmp):
@@ -309,17 +298,8 @@ def check_reference_conv():
 
 # ------------------------------------------------------------------------ FSDP2 ranks
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def run_mesh(mesh, cases, tmp, timeout):
     """All cases of one mesh in one process group; {case name: [problems]}."""
-    import torch.multiprocessing as mp
     world = 1
     for d in mesh:
         world *= d
@@ -327,41 +307,8 @@ def run_mesh(mesh, cases, tmp, timeout):
     job = {"mesh": mesh, "timeout": timeout, "result_dir": rdir,
            "cases": [{"name": c["name"], "out": c["out"], "expected": c["expected"],
                       "nest": c["nest"], "torch_save": c["torch_save"]} for c in cases]}
-    ctx = mp.get_context(os.environ.get("F2D_START", "fork"))
-    port = free_port()
-    procs = [ctx.Process(target=fsdp_worker.run_rank, args=(r, world, port, job))
-             for r in range(world)]
-    for p in procs:
-        p.start()
-    deadline = time.time() + timeout * (len(cases) + 1)
-    for p in procs:
-        p.join(max(1, deadline - time.time()))
-    out = {c["name"]: [] for c in cases}
-    for r, p in enumerate(procs):
-        if p.is_alive():
-            p.kill()
-            p.join()
-            for name in out:
-                out[name].append("rank %d hung (killed after the timeout)" % r)
-        elif p.exitcode != 0:
-            for name in out:
-                out[name].append("rank %d exited with %s" % (r, p.exitcode))
-    for r in range(world):
-        path = os.path.join(rdir, "rank%d.json" % r)
-        seen = set()
-        if os.path.exists(path):
-            with open(path) as f:
-                for res in json.load(f):
-                    seen.add(res["case"])
-                    targets = out if res["case"] == "*" else {res["case"]: None}
-                    for name in targets:
-                        out.setdefault(name, []).extend(
-                            p if p.startswith("rank") else "rank %d: %s" % (r, p)
-                            for p in res["problems"])
-        for name in out:
-            if name not in seen and "*" not in seen:
-                out[name].append("rank %d reported no result" % r)
-    return out
+    return common.launch_ranks(fsdp_worker.run_rank, world, job, [c["name"] for c in cases],
+                               timeout * (len(cases) + 1), os.environ.get("F2D_START", "fork"))
 
 
 def main():

@@ -42,25 +42,19 @@ Prints one line per case; exits 1 on any failure.  OPTIM_KEEP=1 keeps the temp d
 """
 
 import copy
-import json
 import os
 import shutil
-import socket
 import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-if HERE not in sys.path:
-    sys.path.insert(0, HERE)
+import torch
+from torch.distributed.checkpoint.api import CheckpointException
 
-import torch  # noqa: E402
-from torch.distributed.checkpoint.api import CheckpointException  # noqa: E402
-
-import common  # noqa: E402
-import f2d_reference as ref  # noqa: E402
-import optim_reference as oref  # noqa: E402
-import optim_worker  # noqa: E402
+import common
+import f2d_reference as ref
+import optim_reference as oref
+import optim_worker
 
 HP = dict(lr=1e-3, betas=(0.9, 0.95), weight_decay=0.01)
 HP2 = [HP, dict(lr=2e-3, betas=(0.85, 0.99), eps=1e-6, weight_decay=0.0)]
@@ -222,56 +216,14 @@ def check_metadata(case, flat):
 
 # ------------------------------------------------------------------------ FSDP2 ranks
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def run_world(world, cases, tmp, timeout):
     """All cases of one world size in one process group; {case name: [problems]}."""
-    import torch.multiprocessing as mp
     rdir = tempfile.mkdtemp(dir=tmp, prefix="ranks_")
     job = {"timeout": timeout, "result_dir": rdir,
            "cases": [{k: c[k] for k in ("name", "out", "expected", "layout", "kind", "groups")}
                      for c in cases]}
-    ctx = mp.get_context("fork")   # torch is imported once, in this process
-    port = free_port()
-    procs = [ctx.Process(target=optim_worker.run_rank, args=(r, world, port, job))
-             for r in range(world)]
-    for p in procs:
-        p.start()
-    deadline = time.time() + timeout * (len(cases) + 1)
-    for p in procs:
-        p.join(max(1, deadline - time.time()))
-    out = {c["name"]: [] for c in cases}
-    for r, p in enumerate(procs):
-        if p.is_alive():
-            p.kill()
-            p.join()
-            for name in out:
-                out[name].append("rank %d hung (killed after the timeout)" % r)
-        elif p.exitcode != 0:
-            for name in out:
-                out[name].append("rank %d exited with %s" % (r, p.exitcode))
-    for r in range(world):
-        path = os.path.join(rdir, "rank%d.json" % r)
-        seen = set()
-        if os.path.exists(path):
-            with open(path) as f:
-                for res in json.load(f):
-                    seen.add(res["case"])
-                    targets = out if res["case"] == "*" else {res["case"]: None}
-                    for name in targets:
-                        out.setdefault(name, []).extend(
-                            p if p.startswith("rank") else "rank %d: %s" % (r, p)
-                            for p in res["problems"])
-        for name in out:
-            if name not in seen and "*" not in seen:
-                out[name].append("rank %d reported no result" % r)
-    return out
+    return common.launch_ranks(optim_worker.run_rank, world, job, [c["name"] for c in cases],
+                               timeout * (len(cases) + 1))
 
 
 # -------------------------------------------------------------------- negative cases

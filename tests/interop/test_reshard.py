@@ -37,39 +37,30 @@ import io
 import json
 import os
 import shutil
-import socket
 import struct
 import subprocess
 import sys
 import tempfile
 import time
 import traceback
+import warnings
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-FIX = os.path.join(ROOT, "fixtures")
-GEN = os.path.join(FIX, "gen")
-for _p in (HERE, GEN):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
-
-import warnings  # noqa: E402
 warnings.filterwarnings("ignore")
 
 import torch  # noqa: E402
 
+import common  # noqa: E402
 import gen_dcp_train as gen  # noqa: E402
 import reshard_worker as rw  # noqa: E402
+from common import ROOT, fsdpconv_path  # noqa: E402
+
+FIX = common.FIXTURES
 
 WORLD_SIZES = (1, 2, 3, 8)
 ZSTD_DESC = ["stream.zstd/1"]
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 RANK_TIMEOUT = 120       # gloo collective timeout, seconds
 MAX_LISTED = 12
-
-
-def fsdpconv_path():
-    return os.path.abspath(os.environ.get("FSDPCONV") or os.path.join(ROOT, "fsdpconv"))
 
 
 class Results:
@@ -432,15 +423,8 @@ def judge_control(ctl, single, ranks):
 
 # --------------------------------------------------------------------------- ranks
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_world(world, inputs, cases, tmp):
     """All cases of one world size in one process group; ({label: problems}, seconds)."""
-    import torch.multiprocessing as mp
     t0 = time.time()
     rdir = tempfile.mkdtemp(dir=tmp, prefix="ranks%d_" % world)
     job = {"timeout": RANK_TIMEOUT, "result_dir": rdir,
@@ -448,39 +432,9 @@ def run_world(world, inputs, cases, tmp):
            "cases": [{"name": c["name"], "out": c["out"]} for c in cases]}
     labels = ["reference"] + (["zstd original == plain original"] if inputs.get("zstd")
                               else []) + [c["name"] for c in cases]
-    ctx = mp.get_context(os.environ.get("RESHARD_START", "fork"))
-    port = free_port()
-    procs = [ctx.Process(target=rw.run_rank, args=(r, world, port, job))
-             for r in range(world)]
-    for p in procs:
-        p.start()
-    deadline = time.time() + RANK_TIMEOUT * 2 + 30 * len(labels)
-    for p in procs:
-        p.join(max(1, deadline - time.time()))
-    out = {name: [] for name in labels}
-    for r, p in enumerate(procs):
-        if p.is_alive():
-            p.kill()
-            p.join()
-            for name in out:
-                out[name].append("rank %d hung (killed)" % r)
-        elif p.exitcode != 0:
-            for name in out:
-                out[name].append("rank %d exited with %s" % (r, p.exitcode))
-    for r in range(world):
-        path = os.path.join(rdir, "rank%d.json" % r)
-        seen = set()
-        if os.path.exists(path):
-            with open(path) as f:
-                for res in json.load(f):
-                    seen.add(res["case"])
-                    for name in (out if res["case"] == "*" else [res["case"]]):
-                        out.setdefault(name, []).extend(
-                            q if q.startswith("rank") else "rank %d: %s" % (r, q)
-                            for q in res["problems"])
-        for name in out:
-            if name not in seen and "*" not in seen:
-                out[name].append("rank %d reported no result" % r)
+    out = common.launch_ranks(rw.run_rank, world, job, labels,
+                              RANK_TIMEOUT * 2 + 30 * len(labels),
+                              os.environ.get("RESHARD_START", "fork"))
     return out, time.time() - t0
 
 
