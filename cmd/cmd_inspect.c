@@ -153,7 +153,10 @@ static int inspect_walk(const struct fc_inspect_opts *o, const struct fc_inspect
                 row->dtype = e->t.dtype;
                 row->ndim = e->t.ndim;
                 row->shape = e->t.shape;
-                row->store = &r->src->storages[e->storage];
+                /* Chunked sources (sharded safetensors) have no single storage. */
+                static const struct fc_storage chunked = {"(chunks)", 0, 0, 0, 1};
+                row->store =
+                    e->storage < r->src->nstorages ? &r->src->storages[e->storage] : &chunked;
             } else {
                 FC_TRY(fc_value_row(row, e->value));
             }

@@ -22,7 +22,8 @@ enum {
     OPT_MAXMEM,
     OPT_COMPRESS,
     OPT_DRY,
-    OPT_FORCE
+    OPT_FORCE,
+    OPT_FORMAT
 };
 
 /* clang-format off */
@@ -33,6 +34,9 @@ const struct fc_opt fc_cli_job_target_opts[] = {
      "FSDP2 on a 1-D mesh of n ranks: Shard(0), torch.chunk semantics"},
     {OPT_MESH, 0, "mesh", "replicate=<r>,shard=<s>", FC_OPT_ONE_OF, NULL, NULL,
      "HSDP: (Replicate(), Shard(0)) over r x s ranks"},
+    {OPT_FORMAT, 0, "format", "(dcp|safetensors)", 0, NULL, NULL,
+     "dcp (default), or one safetensors file per rank for torch's\n"
+     "HuggingFaceStorageReader (torch >= 2.8; tensors only)"},
     {0, 0, NULL, NULL, 0, NULL, NULL, NULL},
 };
 
@@ -70,6 +74,13 @@ int fc_cli_job_option(void *ctx, int id, const char *value)
     case OPT_COMPRESS: return fc_opt_compress(cmd, "--compress", value, &j->o->compress);
     case OPT_DRY: j->o->dry_run = 1; return 0;
     case OPT_FORCE: j->o->force = 1; return 0;
+    case OPT_FORMAT: {
+        static const char *const formats[] = {"dcp", "safetensors"}; /* enum fc_out_format */
+        int f = 0;
+        const int rc = fc_opt_choice(cmd, "--format", value, formats, 2, &f);
+        j->o->format = (enum fc_out_format)f;
+        return rc;
+    }
     default: return 1;
     }
 }

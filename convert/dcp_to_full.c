@@ -101,7 +101,7 @@ static int fc_write_safetensors(const struct fc_source *src, const struct fc_xfo
         memcpy(ts[i].shape, s->shape, sizeof(ts[i].shape));
         ts[i].nbytes = fc_spec_nbytes(s);
     }
-    FC_TRY_GOTO(fc_safetensors_write_header(&hdr, ts, n, meta, 1), rc, done);
+    FC_TRY_GOTO(fc_safetensors_write_header(&hdr, ts, n, meta, 1, 8), rc, done);
     FC_TRY_GOTO(fc_open_new(path, &o->fd), rc, done);
     o->path = path;
     o->pos = 0;

@@ -140,6 +140,16 @@ static int fc_write_tensor_item(struct fc_worker *w, struct fc_sink *k,
     struct fc_item_sink is = {k, w->sh, 0, 0};
     struct fc_tsblob blob;
     int rc = FC_OK;
+    if (ex->raw_items) {
+        FC_TRY(fc_stream_box(ex->src, spec, ch->box.offsets, ch->box.sizes, w->sh->worker_budget,
+                             &w->slabs, fc_item_sink_put, &is));
+        if (is.nbytes != it->length)
+            return fc_error_set(FC_ERROR,
+                                "%s: internal error: wrote %" PRIu64 " bytes of '%s', "
+                                "planned %" PRIu64,
+                                k->path, is.nbytes, pt->key, it->length);
+        return FC_OK;
+    }
     FC_TRY(fc_tsblob_init(&blob, pt->dtype, ch->box.sizes, pt->ndim));
     if (blob.total_size != it->length) {
         rc = fc_error_set(FC_ERROR,
@@ -209,6 +219,9 @@ static int fc_source_order_setup(struct fc_exec_shared *sh)
         sh->fds[f] = open(sh->paths[f], O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
         if (sh->fds[f] < 0)
             return fc_error_set(FC_EIO, "%s: cannot create: %s", sh->paths[f], strerror(errno));
+        if (ex->file_head != NULL)
+            FC_TRY(fc_pwrite_full(sh->fds[f], ex->file_head[f].data, ex->file_head[f].len, 0,
+                                  sh->paths[f]));
     }
     for (size_t i = 0; i < ex->plan->nitems; i++)
         sh->order[i] = i;
@@ -272,6 +285,8 @@ static int fc_write_file(struct fc_worker *w, size_t fi)
         }
         ZSTD_CCtx_setParameter(k.zs, ZSTD_c_compressionLevel, ex->compress_level);
     }
+    if (ex->file_head != NULL)
+        FC_TRY_GOTO(fc_sink_put(&k, ex->file_head[fi].data, ex->file_head[fi].len), rc, done);
     for (size_t i = 0; i < f->nitems; i++) {
         const size_t item = f->first_item + i;
         const struct fc_plan_item *it = &ex->plan->items[item];

@@ -40,11 +40,13 @@ struct fc_exec {
     int threads;
     fc_progress_fn progress;
     void *progress_ctx;
-    int compress_level;        /* > 0: each item is one zstd frame (torch's stream.zstd/1) */
-    struct fc_extent *extents; /* per plan item, filled by fc_exec_run (may be NULL) */
-    int engine;                /* resolved fc_engine: FC_ENGINE_CPU or FC_ENGINE_CUDA */
-    int device;                /* CUDA device (LOCAL_RANK, default 0) */
-    struct fc_comm *comm;      /* multi-process: files of other ranks go to their owner */
+    int compress_level;             /* > 0: each item is one zstd frame (torch's stream.zstd/1) */
+    struct fc_extent *extents;      /* per plan item, filled by fc_exec_run (may be NULL) */
+    int engine;                     /* resolved fc_engine: FC_ENGINE_CPU or FC_ENGINE_CUDA */
+    int device;                     /* CUDA device (LOCAL_RANK, default 0) */
+    struct fc_comm *comm;           /* multi-process: files of other ranks go to their owner */
+    const struct fc_buf *file_head; /* per plan file: bytes before its first item, or NULL */
+    int raw_items; /* tensor items are the chunk's bare bytes (safetensors), not torch.save blobs */
 };
 
 /* Returns FC_OK, FC_EIO (with the file named), FC_ECORRUPT (source), FC_ENOMEM. */

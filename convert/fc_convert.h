@@ -76,9 +76,13 @@ struct fc_rule_arg {
  */
 typedef void (*fc_progress_fn)(void *ctx, uint64_t done, uint64_t total);
 
+/* What full-to-dcp and reshard write: a DCP, or one safetensors file per rank (st_sink.h). */
+enum fc_out_format { FC_OUT_DCP, FC_OUT_SAFETENSORS };
+
 struct fc_full_to_dcp_opts {
     const char *input;
     const char *output;
+    enum fc_out_format format;
     int replicate; /* mesh: replicate x shard; plain FSDP2: 1 x world */
     int shard;
     const struct fc_rule_arg *rules; /* flags, in command-line order */
@@ -89,7 +93,7 @@ struct fc_full_to_dcp_opts {
     uint64_t max_memory; /* bytes of data buffers across all threads */
     int threads;
     int compress;             /* -1: keep the input's (DCP), 0: none, 1..22: zstd level */
-    int require_dcp;          /* reshard: the input must be a DCP checkpoint */
+    int require_dcp;          /* reshard: the input must be a DCP or safetensors checkpoint */
     const char *optim;        /* --optim FILE: a full optimizer state dict, or NULL */
     const char *optim_select; /* --optim-select KEY inside it (or inside input) */
     int layout;               /* enum fc_layout of xform.h: 0 none, 1 torchtitan, 2 app */

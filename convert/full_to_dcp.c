@@ -23,6 +23,7 @@
 #include "fc_io.h"
 #include "fc_torchsave.h"
 #include "plan.h"
+#include "st_sink.h"
 #include "xform.h"
 
 #define FC_PLAN_TEXT_CAP ((size_t)1 << 30)
@@ -191,6 +192,7 @@ struct fc_job {
     struct fc_plan *plan;
     struct fc_dcp_meta *meta;
     struct fc_extent *extents;
+    struct fc_st_sink st; /* --format safetensors: per-file headers */
     char *partial;
     char *parent;
     char *old;
@@ -213,6 +215,7 @@ static void fc_job_release(struct fc_job *j)
     fc_plan_free(j->plan);
     fc_dcp_meta_free(j->meta);
     fc_free(j->extents);
+    fc_st_sink_release(&j->st);
     fc_free(j->partial);
     fc_free(j->parent);
     fc_free(j->old);
@@ -220,9 +223,20 @@ static void fc_job_release(struct fc_job *j)
 
 static int fc_plan_job(const struct fc_full_to_dcp_opts *o, struct fc_job *j)
 {
+    const int st = o->format == FC_OUT_SAFETENSORS;
+    if (st && (o->optim != NULL || o->optim_select != NULL))
+        return fc_error_set(FC_EINVAL, "--optim: optimizer state holds non-tensor values "
+                                       "(param_groups) that safetensors cannot store; use "
+                                       "--format dcp");
+    if (st && o->compress > 0)
+        return fc_error_set(FC_EINVAL, "--compress: safetensors files are not compressed; use "
+                                       "--format dcp");
     FC_TRY(fc_source_open(&j->src, o->input));
-    if (o->require_dcp && strcmp(j->src->format, "dcp") != 0)
-        return fc_error_set(FC_EFORMAT, "%s: not a DCP checkpoint (a %s input; use full-to-dcp)",
+    if (o->require_dcp && strcmp(j->src->format, "dcp") != 0 &&
+        strncmp(j->src->format, "safetensors", 11) != 0)
+        return fc_error_set(FC_EFORMAT,
+                            "%s: not a DCP or safetensors checkpoint (a %s input; use "
+                            "full-to-dcp)",
                             o->input, j->src->format);
     if (o->rules_file != NULL)
         FC_TRY(fc_xform_rules_load(&j->rules, o->rules_file));
@@ -261,6 +275,11 @@ static int fc_plan_job(const struct fc_full_to_dcp_opts *o, struct fc_job *j)
         const struct fc_xspec *s = &j->xr.specs[i];
         j->spec_tensor[i] = -1;
         j->spec_value[i] = -1;
+        if (s->kind == FC_ENTRY_VALUE && st)
+            return fc_error_set(FC_EFORMAT,
+                                "'%s' is a non-tensor value, which safetensors cannot store; "
+                                "leave it out with --drop or use --format dcp",
+                                s->key);
         if (s->kind == FC_ENTRY_VALUE) {
             fc_buf_init(&j->blobs[nv], (size_t)1 << 30);
             j->nvalues = nv + 1;
@@ -279,17 +298,23 @@ static int fc_plan_job(const struct fc_full_to_dcp_opts *o, struct fc_job *j)
         t->ndim = s->ndim;
         memcpy(t->shape, s->shape, sizeof(t->shape));
         t->placement = s->ndim == 0 || s->replicate ? FC_PLACE_REPLICATE : FC_PLACE_SHARD0;
-        t->alias_of = s->alias_of >= 0 ? j->spec_tensor[s->alias_of] : -1;
+        /* Safetensors cannot share bytes between names: a tied tensor is stored again. */
+        t->alias_of = s->alias_of >= 0 && !st ? j->spec_tensor[s->alias_of] : -1;
         j->tensor_spec[nt] = i;
         j->spec_tensor[i] = (long)nt++;
     }
     const struct fc_mesh mesh = {o->replicate, o->shard};
-    return fc_plan_build(&j->plan, &mesh, j->tin, nt, j->vin, nv, fc_blob_size, NULL);
+    if (!st)
+        return fc_plan_build(&j->plan, &mesh, j->tin, nt, j->vin, nv, fc_blob_size, NULL);
+    FC_TRY(fc_plan_build(&j->plan, &mesh, j->tin, nt, NULL, 0, fc_st_sink_item_size, NULL));
+    return fc_st_sink_layout(&j->st, j->plan);
 }
 
 /* --compress / --decompress / default: keep the input's compression (DCP inputs). */
 static int fc_compress_level(const struct fc_full_to_dcp_opts *o, const struct fc_source *src)
 {
+    if (o->format == FC_OUT_SAFETENSORS)
+        return 0;
     if (o->compress >= 0)
         return o->compress;
     if (strcmp(src->format, "dcp") == 0 && fc_source_is_compressed(src))
@@ -316,20 +341,23 @@ static int fc_copy_notes(const struct fc_xform_result *xr, struct fc_full_to_dcp
 static int fc_commit(const struct fc_full_to_dcp_opts *o, struct fc_job *j, int exists)
 {
     struct fc_buf meta = FC_BUF_INIT((size_t)1 << 31);
-    int rc;
-    FC_TRY_GOTO(fc_build_meta(j->plan, &j->xr, j->spec_tensor, j->spec_value, o->output, j->extents,
-                              &j->meta),
-                rc, done);
-    FC_TRY_GOTO(fc_dcp_meta_write(&meta, j->meta), rc, done);
-    char *mpath = fc_path_join(j->partial, ".metadata");
-    if (mpath == NULL) {
-        rc = fc_error_set(FC_ENOMEM, "out of memory");
-        goto done;
+    int rc = FC_OK;
+    /* Safetensors files carry their own headers: there is no .metadata to add. */
+    if (o->format == FC_OUT_DCP) {
+        FC_TRY_GOTO(fc_build_meta(j->plan, &j->xr, j->spec_tensor, j->spec_value, o->output,
+                                  j->extents, &j->meta),
+                    rc, done);
+        FC_TRY_GOTO(fc_dcp_meta_write(&meta, j->meta), rc, done);
+        char *mpath = fc_path_join(j->partial, ".metadata");
+        if (mpath == NULL) {
+            rc = fc_error_set(FC_ENOMEM, "out of memory");
+            goto done;
+        }
+        rc = fc_write_file_atomic(mpath, meta.data, meta.len);
+        fc_free(mpath);
+        if (rc < 0)
+            goto done;
     }
-    rc = fc_write_file_atomic(mpath, meta.data, meta.len);
-    fc_free(mpath);
-    if (rc < 0)
-        goto done;
     FC_TRY_GOTO(fc_fsync_dir(j->partial), rc, done);
     if (exists) {
         /* --force: move the old checkpoint aside, put the new one in place, then delete. */
@@ -442,6 +470,8 @@ int fc_full_to_dcp(const struct fc_full_to_dcp_opts *o, struct fc_full_to_dcp_re
         .engine = engine,
         .device = fc_local_rank(),
         .comm = o->comm,
+        .file_head = j.st.heads,
+        .raw_items = o->format == FC_OUT_SAFETENSORS,
     };
     FC_TRY_GOTO(fc_exec_run(&ex), rc, done);
     /* Every worker has fsynced its files before .metadata makes the checkpoint exist. */

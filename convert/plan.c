@@ -9,6 +9,7 @@
 #include "fc_alloc.h"
 #include "fc_checked.h"
 #include "fc_error.h"
+#include "fc_sort.h"
 
 #define FC_PLAN_NONE SIZE_MAX
 
@@ -475,6 +476,76 @@ done:
     }
     *out = p;
     return FC_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Other item encodings                                                     */
+
+static int fc_plan__cmp_elem_size(const void *ctxp, size_t a, size_t b)
+{
+    const struct fc_plan *p = ctxp;
+    const size_t ea = fc_dtype_size(p->tensors[p->items[a].index].dtype);
+    const size_t eb = fc_dtype_size(p->tensors[p->items[b].index].dtype);
+    return ea > eb ? -1 : ea < eb;
+}
+
+int fc_plan_relayout(struct fc_plan *plan, fc_plan_file_head_fn head, void *ctx)
+{
+    size_t *order = NULL;
+    struct fc_plan_item *tmp = NULL;
+    int rc = FC_OK;
+    for (size_t i = 0; i < plan->nitems; i++) {
+        if (plan->items[i].kind != FC_ITEM_TENSOR)
+            return fc_error_set(FC_EINVAL, "plan: value '%s' cannot be relaid out",
+                                plan->values[plan->items[i].index].key);
+    }
+    order = fc_calloc(plan->nitems + 1, sizeof(*order));
+    tmp = fc_calloc(plan->nitems + 1, sizeof(*tmp));
+    if (order == NULL || tmp == NULL) {
+        rc = fc_error_set(FC_ENOMEM, "plan: out of memory for %zu items", plan->nitems);
+        goto done;
+    }
+    plan->total_bytes = 0;
+    for (size_t r = 0; r < plan->nfiles; r++) {
+        struct fc_plan_file *f = &plan->files[r];
+        size_t *v = order + f->first_item;
+        for (size_t i = 0; i < f->nitems; i++)
+            v[i] = f->first_item + i;
+        FC_TRY_GOTO(fc_sort_idx(v, f->nitems, fc_plan__cmp_elem_size, plan), rc, done);
+        for (size_t i = 0; i < f->nitems; i++)
+            tmp[f->first_item + i] = plan->items[v[i]];
+        memcpy(plan->items + f->first_item, tmp + f->first_item, f->nitems * sizeof(*tmp));
+        for (size_t i = 0; i < f->nitems; i++)
+            plan->chunks[plan->items[f->first_item + i].chunk].item = f->first_item + i;
+        uint64_t pos = 0;
+        FC_TRY_GOTO(head(ctx, plan, r, f->name, sizeof(f->name), &pos), rc, done);
+        for (size_t i = 0; i < f->nitems; i++) {
+            struct fc_plan_item *it = &plan->items[f->first_item + i];
+            it->offset = pos;
+            if (fc_add_u64(pos, it->length, &pos) < 0) {
+                rc = fc_error_set(FC_EINVAL, "plan: file %s exceeds 2^64 bytes", f->name);
+                goto done;
+            }
+        }
+        f->nbytes = pos;
+        if (fc_add_u64(plan->total_bytes, pos, &plan->total_bytes) < 0) {
+            rc = fc_error_set(FC_EINVAL, "plan: total size exceeds 2^64 bytes");
+            goto done;
+        }
+    }
+    /* Aliases keep pointing at their root's (moved) items. */
+    for (size_t i = 0; i < plan->ntensors; i++) {
+        const struct fc_plan_tensor *t = &plan->tensors[i];
+        if (t->alias_of == FC_PLAN_NONE)
+            continue;
+        const struct fc_plan_tensor *root = &plan->tensors[t->alias_of];
+        for (size_t j = 0; j < t->nchunks; j++)
+            plan->chunks[t->first_chunk + j].item = plan->chunks[root->first_chunk + j].item;
+    }
+done:
+    fc_free(order);
+    fc_free(tmp);
+    return rc;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -142,10 +142,10 @@ struct fc_plan_item {
     uint64_t length; /* byte length */
 };
 
-#define FC_PLAN_FILE_NAME_MAX 32
+#define FC_PLAN_FILE_NAME_MAX 64
 
 struct fc_plan_file {
-    char name[FC_PLAN_FILE_NAME_MAX]; /* "__{rank}_0.distcp" */
+    char name[FC_PLAN_FILE_NAME_MAX]; /* "__{rank}_0.distcp" (fc_plan_relayout may rename) */
     int rank;
     uint64_t nbytes;   /* file size */
     size_t first_item; /* its items are items[first_item .. first_item + nitems) */
@@ -189,6 +189,29 @@ int fc_plan_build(struct fc_plan **out, const struct fc_mesh *mesh,
                   fc_plan_blob_size_fn blob_size, void *ctx);
 
 void fc_plan_free(struct fc_plan *plan); /* accepts NULL */
+
+/*
+ * Another item encoding's file layout (fc_plan_relayout()): for file `file`,
+ * whose items are already in their final order, write its name into name
+ * (namesize bytes) and set *head_bytes to the bytes that precede its first
+ * item (a header, which may list the items).  Returns FC_OK or an fc_err.
+ */
+typedef int (*fc_plan_file_head_fn)(void *ctx, const struct fc_plan *plan, size_t file, char *name,
+                                    size_t namesize, uint64_t *head_bytes);
+
+/*
+ * fc_plan_relayout() - re-lay a built plan's files for an encoding whose
+ * items are the bare tensor bytes (safetensors): the blob_size callback
+ * given to fc_plan_build() returned numel * element size, and every
+ * chunk's owner stays as planned.  Within each file the items are reordered
+ * (stably) by descending element size, so items packed back to back stay
+ * aligned to their element size; then head() names the file and sizes its
+ * header, and the items follow it back to back.  Invariant 5 then holds
+ * with "first item at offset head_bytes" and the element-size order.  The
+ * plan must hold no values (FC_EINVAL).  Returns FC_OK, FC_EINVAL, FC_ENOMEM
+ * or head()'s error.
+ */
+int fc_plan_relayout(struct fc_plan *plan, fc_plan_file_head_fn head, void *ctx);
 
 /*
  * fc_plan_file_name() - "__{rank}_0.distcp" into buf (FC_PLAN_FILE_NAME_MAX

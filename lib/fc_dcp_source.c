@@ -27,12 +27,6 @@
 #include "fc_source.h"
 #include "fc_torchsave.h"
 
-struct fc_dcp_chunk_ref {
-    size_t file;                /* index into src->files */
-    uint64_t base;              /* absolute offset of the chunk storage's element 0 */
-    struct fc_tensor_desc desc; /* the chunk tensor as stored (shape == chunk sizes) */
-};
-
 /* Where an item's (decompressed) torch.save blob can be read. */
 struct fc_dcp_blob_loc {
     size_t file;
@@ -49,7 +43,7 @@ struct fc_dcp_source_impl {
     uint64_t scratch_size;
     struct fc_torchsave **blobs; /* every parsed item, kept for the values' trees */
     size_t nblobs;
-    struct fc_dcp_chunk_ref **chunks; /* per entry: its chunks (tensors), NULL for values */
+    struct fc_chunk_ref **chunks; /* per entry: its chunks (tensors), NULL for values */
     size_t *nchunks;
     size_t nentries;
 };
@@ -348,7 +342,7 @@ int fc_source_open_dcp(struct fc_source **out, const char *dir)
         }
         for (size_t c = 0; c < de->nchunks; c++) {
             const struct fc_dcp_chunk *dc = &de->chunks[c];
-            struct fc_dcp_chunk_ref *ref = &impl->chunks[i][c];
+            struct fc_chunk_ref *ref = &impl->chunks[i][c];
             struct fc_torchsave *ts;
             struct fc_dcp_blob_loc loc;
             FC_TRY_GOTO(fc_dcp_parse_item(src, impl, dir, de->fqn, &dc->storage, &loc, &ts), rc,
@@ -430,6 +424,15 @@ static int fc_dcp_read_box(const struct fc_source *src, const struct fc_entry *e
 {
     const struct fc_dcp_source_impl *impl = src->impl;
     const size_t ei = (size_t)(e - src->entries);
+    return fc_chunks_read_box(src, e, impl->chunks[ei], impl->boxes[ei], impl->index[ei], off, size,
+                              dst);
+}
+
+int fc_chunks_read_box(const struct fc_source *src, const struct fc_entry *e,
+                       const struct fc_chunk_ref *refs, const struct fc_box *boxes,
+                       const struct fc_chunk_index *index, const int64_t *off, const int64_t *size,
+                       void *dst)
+{
     const int ndim = e->t.ndim;
     const size_t esz = fc_dtype_size(e->t.dtype);
     int64_t covered = 0, want = 1;
@@ -442,12 +445,12 @@ static int fc_dcp_read_box(const struct fc_source *src, const struct fc_entry *e
         return FC_OK;
     struct fc_overlap *ov = NULL;
     size_t nov = 0;
-    FC_TRY(fc_chunk_intersect(impl->index[ei], off, size, &ov, &nov));
+    FC_TRY(fc_chunk_intersect(index, off, size, &ov, &nov));
     int rc = FC_OK;
     for (size_t k = 0; rc == FC_OK && k < nov; k++) {
         const size_t c = ov[k].chunk;
-        const struct fc_dcp_chunk_ref *ref = &impl->chunks[ei][c];
-        const int64_t *coff = impl->boxes[ei][c].offsets;
+        const struct fc_chunk_ref *ref = &refs[c];
+        const int64_t *coff = boxes[c].offsets;
         int64_t lo[FC_MAX_DIMS], doff[FC_MAX_DIMS];
         const int64_t *len = ov[k].sizes;
         int64_t n = 1;

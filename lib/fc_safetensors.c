@@ -53,6 +53,7 @@ struct fc_safetensors {
     struct fc_st_meta *meta;
     size_t nmeta;
     char *strings; /* every name, key and value above, NUL-terminated */
+    int sharded;   /* __metadata__ has DCP_SHARDING_INFO */
 };
 
 /* Safetensors dtype spellings (the reference Dtype enum) and their bit widths. */
@@ -448,6 +449,54 @@ static int fc_st_check_tiling(const struct fc_st_parse *ps, const struct fc_safe
     return FC_OK;
 }
 
+/*
+ * DCP_SHARDING_INFO (torch's distributed HF checkpoints): JSON {name:
+ * {"saved_offsets": [...]}} giving where each tensor of this file sits in
+ * its global tensor.  torch's reader fails with a KeyError on a tensor
+ * missing from it; we name the tensor instead.
+ */
+static int fc_st_parse_sharding(const char *path, struct fc_safetensors *st)
+{
+    const char *text = fc_safetensors_metadata(st, FC_ST_SHARDING_KEY);
+    json_error_t jerr;
+    int rc = FC_OK;
+    if (text == NULL)
+        return FC_OK;
+    json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
+    if (root == NULL || !json_is_object(root)) {
+        rc = fc_error_set(FC_ECORRUPT, "%s: __metadata__.%s is not a JSON object", path,
+                          FC_ST_SHARDING_KEY);
+        goto done;
+    }
+    for (size_t i = 0; i < st->ntensors; i++) {
+        struct fc_st_tensor *t = &st->tensors[i];
+        const json_t *offs = json_object_get(json_object_get(root, t->name), "saved_offsets");
+        if (!json_is_array(offs) || json_array_size(offs) != (size_t)t->ndim) {
+            rc = fc_error_set(FC_ECORRUPT,
+                              "%s: __metadata__.%s has no saved_offsets list of %d integers "
+                              "for tensor '%s'",
+                              path, FC_ST_SHARDING_KEY, t->ndim, t->name);
+            goto done;
+        }
+        for (int d = 0; d < t->ndim; d++) {
+            const json_t *v = json_array_get(offs, (size_t)d);
+            const json_int_t o = json_is_integer(v) ? json_integer_value(v) : -1;
+            if (o < 0 || o > INT64_MAX - t->shape[d]) {
+                rc = fc_error_set(FC_ECORRUPT,
+                                  "%s: __metadata__.%s: tensor '%s' saved_offsets[%d] is not an "
+                                  "integer in [0, 2^63 - size)",
+                                  path, FC_ST_SHARDING_KEY, t->name, d);
+                goto done;
+            }
+            t->saved_offsets[d] = (int64_t)o;
+        }
+    }
+    st->sharded = 1;
+done:
+    json_decref(root);
+    return rc;
+}
+
 int fc_safetensors_open(struct fc_safetensors **out, const struct fc_file *f)
 {
     int rc = FC_OK;
@@ -562,6 +611,7 @@ int fc_safetensors_open(struct fc_safetensors **out, const struct fc_file *f)
     root = NULL;
 
     FC_TRY_GOTO(fc_st_check_tiling(&ps, st, spans, f), rc, done);
+    FC_TRY_GOTO(fc_st_parse_sharding(path, st), rc, done);
     if (ps.format_pending) {
         rc = fc_error_set(FC_EFORMAT, "%s", ps.format_msg);
         goto done;
@@ -621,6 +671,11 @@ int fc_safetensors_metadata_at(const struct fc_safetensors *st, size_t i, const 
     *key_out = st->meta[i].key;
     *value_out = st->meta[i].value;
     return FC_OK;
+}
+
+int fc_safetensors_is_sharded(const struct fc_safetensors *st)
+{
+    return st->sharded;
 }
 
 uint64_t fc_safetensors_data_start(const struct fc_safetensors *st)
@@ -771,7 +826,7 @@ void fc_st_index_release(struct fc_st_index *idx)
 }
 
 int fc_safetensors_write_header(struct fc_buf *out, const struct fc_st_tensor *t, size_t n,
-                                const char *const *meta, size_t nmeta)
+                                const char *const *meta, size_t nmeta, size_t align)
 {
     json_t *root = json_object();
     json_t *md = json_object();
@@ -812,9 +867,10 @@ int fc_safetensors_write_header(struct fc_buf *out, const struct fc_st_tensor *t
         rc = fc_error_set(FC_ENOMEM, "out of memory");
         goto done;
     }
-    /* Pad with spaces so the byte buffer starts 8-aligned, as the reference writer does. */
+    /* Pad with spaces so the byte buffer (after the 8-byte length) starts align-aligned;
+     * the reference writer aligns to 8. */
     const size_t len = strlen(text);
-    const size_t padded = (len + 7) / 8 * 8;
+    const size_t padded = (8 + len + align - 1) / align * align - 8;
     FC_TRY_GOTO(fc_buf_put_le64(out, (uint64_t)padded), rc, done);
     FC_TRY_GOTO(fc_buf_append(out, text, len), rc, done);
     FC_TRY_GOTO(fc_buf_fill(out, ' ', padded - len), rc, done);
@@ -822,6 +878,42 @@ done:
     free(text);
     json_decref(md);
     json_decref(root);
+    return rc;
+}
+
+int fc_safetensors_write_sharded_header(struct fc_buf *out, const struct fc_st_tensor *t, size_t n,
+                                        size_t align)
+{
+    json_t *info = json_object();
+    char *text = NULL;
+    int rc = FC_OK;
+    if (info == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_object(), *offs = json_array();
+        for (int d = 0; d < t[i].ndim; d++)
+            json_array_append_new(offs, json_integer(t[i].saved_offsets[d]));
+        json_object_set_new(e, "saved_offsets", offs);
+        if (strcmp(t[i].name, FC_ST_META_KEY) == 0 ||
+            json_object_set_new(info, t[i].name, e) != 0) {
+            rc = fc_error_set(FC_EINVAL,
+                              "tensor name '%s' cannot be written to a safetensors "
+                              "header",
+                              t[i].name);
+            goto done;
+        }
+    }
+    text = json_dumps(info, JSON_COMPACT | JSON_ENSURE_ASCII);
+    if (text == NULL) {
+        rc = fc_error_set(FC_ENOMEM, "out of memory");
+        goto done;
+    }
+    /* What torch's HuggingFaceStorageWriter(save_distributed=True) puts in every file. */
+    const char *const meta[] = {FC_ST_SHARDING_KEY, text, "DCP_VERSION", "1.0", "format", "pt"};
+    rc = fc_safetensors_write_header(out, t, n, meta, 3, align);
+done:
+    free(text);
+    json_decref(info);
     return rc;
 }
 

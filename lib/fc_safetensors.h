@@ -42,8 +42,13 @@ struct fc_st_tensor {
     int64_t shape[FC_MAX_DIMS]; /* torch shape (F4: last dim halved) */
     uint64_t data_offset;       /* absolute file offset */
     uint64_t nbytes;
-    const char *st_dtype; /* the header's spelling ("BF16", "F4"); static storage */
+    const char *st_dtype;               /* the header's spelling ("BF16", "F4"); static storage */
+    int64_t saved_offsets[FC_MAX_DIMS]; /* sharded files: where it sits in the global
+                                           tensor (DCP_SHARDING_INFO); else zeros */
 };
+
+/* __metadata__ key of torch's distributed (sharded) safetensors checkpoints. */
+#define FC_ST_SHARDING_KEY "DCP_SHARDING_INFO"
 
 struct fc_safetensors; /* opaque */
 
@@ -67,6 +72,15 @@ size_t fc_safetensors_metadata_count(const struct fc_safetensors *st);
 /* Borrowed key and value of entry i.  Returns FC_OK or FC_ENOENT (i >= count, no message). */
 int fc_safetensors_metadata_at(const struct fc_safetensors *st, size_t i, const char **key_out,
                                const char **value_out);
+/*
+ * 1 when __metadata__ holds DCP_SHARDING_INFO (torch's
+ * HuggingFaceStorageWriter(save_distributed=True) output, or ours): every
+ * tensor is then a chunk at its saved_offsets.  fc_safetensors_open()
+ * checks that the JSON gives every tensor ndim non-negative offsets
+ * (FC_ECORRUPT otherwise); it does not check offset + shape against the
+ * global shape, which is the max of those ends over every file.
+ */
+int fc_safetensors_is_sharded(const struct fc_safetensors *st);
 /* File offset of the byte buffer: 8 + header length. */
 uint64_t fc_safetensors_data_start(const struct fc_safetensors *st);
 
@@ -103,14 +117,27 @@ void fc_st_index_release(struct fc_st_index *idx); /* leaves *idx empty */
 /*
  * fc_safetensors_write_header() - append the 8-byte length and the JSON
  * header for tensors t[0..n) laid out back to back in that order (each takes
- * t[i].nbytes; name, dtype, ndim, shape are read), padded with spaces to a
- * multiple of 8.  meta holds nmeta key/value pairs for __metadata__ (meta[2i],
- * meta[2i+1]).  The data of t[0] starts right after what this appends.
+ * t[i].nbytes; name, dtype, ndim, shape are read), padded with spaces so the
+ * data starts at a multiple of `align` bytes from the start of the file (a
+ * power of two >= 8; 8 is the reference writer's layout).  meta holds nmeta
+ * key/value pairs for __metadata__ (meta[2i], meta[2i+1]).  The data of t[0]
+ * starts right after what this appends.
  * Returns FC_OK, FC_EFORMAT (a dtype safetensors cannot spell), FC_ENOMEM.
  */
 struct fc_buf;
 int fc_safetensors_write_header(struct fc_buf *out, const struct fc_st_tensor *t, size_t n,
-                                const char *const *meta, size_t nmeta);
+                                const char *const *meta, size_t nmeta, size_t align);
+
+/*
+ * fc_safetensors_write_sharded_header() - fc_safetensors_write_header() for
+ * one file of a sharded checkpoint, with the __metadata__ torch's
+ * HuggingFaceStorageReader reads: {"DCP_SHARDING_INFO": JSON {name:
+ * {"saved_offsets": t[i].saved_offsets}}, "DCP_VERSION": "1.0", "format":
+ * "pt"}.  Returns FC_OK, FC_EFORMAT, FC_EINVAL (a tensor named
+ * __metadata__), FC_ENOMEM.
+ */
+int fc_safetensors_write_sharded_header(struct fc_buf *out, const struct fc_st_tensor *t, size_t n,
+                                        size_t align);
 
 /*
  * fc_st_index_write() - append a model.safetensors.index.json ({"metadata":

@@ -15,8 +15,10 @@
 #include "fc_alloc.h"
 #include "fc_buf.h"
 #include "fc_checked.h"
+#include "fc_chunks.h"
 #include "fc_error.h"
 #include "fc_safetensors.h"
+#include "fc_sort.h"
 #include "fc_torchsave.h"
 
 /* Gathering a strided box reads the whole covering span when it is at most this big. */
@@ -24,11 +26,21 @@
 #define FC_SOURCE_KEY_CAP   ((size_t)1 << 20)
 #define FC_SOURCE_MAX_DEPTH 256
 
+/* One tensor of a sharded safetensors source: its chunks in every file. */
+struct fc_st_chunks {
+    struct fc_chunk_ref *refs;
+    struct fc_box *boxes; /* offsets/sizes point into the files' parsed headers */
+    size_t n, cap;
+    struct fc_chunk_index *index;
+};
+
 /* Format-specific state kept alive for the source's lifetime. */
 struct fc_source_impl {
     struct fc_torchsave *ts;
     struct fc_safetensors **st;
     size_t nst;
+    struct fc_st_chunks *chunked; /* sharded safetensors: per entry */
+    size_t nchunked;
 };
 
 static void fc_source_impl_free(void *p)
@@ -40,6 +52,12 @@ static void fc_source_impl_free(void *p)
     for (size_t i = 0; i < impl->nst; i++)
         fc_safetensors_free(impl->st[i]);
     fc_free(impl->st);
+    for (size_t i = 0; i < impl->nchunked; i++) {
+        fc_free(impl->chunked[i].refs);
+        fc_free(impl->chunked[i].boxes);
+        fc_chunk_index_free(impl->chunked[i].index);
+    }
+    fc_free(impl->chunked);
     fc_free(impl);
 }
 
@@ -128,7 +146,7 @@ static int fc_source_add_entry(struct fc_source *src, struct fc_entry *e)
     }
     src->entries = es;
     src->entries[src->nentries++] = *e;
-    if (e->kind == FC_ENTRY_TENSOR)
+    if (e->kind == FC_ENTRY_TENSOR && e->storage != SIZE_MAX)
         src->storages[e->storage].nrefs++;
     /* Keys must stay findable while the source grows (duplicate checks). */
     const int put = fc_strmap_put(&src->key_index, e->key, src->nentries - 1, NULL);
@@ -295,46 +313,200 @@ static int fc_source_open_torchsave(struct fc_source *src, const char *path)
 
 /* ---- safetensors ---- */
 
-static int fc_source_add_safetensors(struct fc_source *src, const char *path)
+/* Open one safetensors file into impl->st[impl->nst - 1]; *file_out is its source file. */
+static int fc_source_open_st(struct fc_source *src, const char *path, size_t *file_out)
 {
     struct fc_source_impl *impl = src->impl;
-    size_t file;
-    FC_TRY(fc_source_add_file(src, path, &file));
+    FC_TRY(fc_source_add_file(src, path, file_out));
     struct fc_safetensors **st = fc_reallocarray(impl->st, impl->nst + 1, sizeof(*st));
     if (st == NULL)
         return fc_error_set(FC_ENOMEM, "%s: out of memory", path);
     impl->st = st;
-    FC_TRY(fc_safetensors_open(&impl->st[impl->nst], &src->files[file]));
-    const struct fc_safetensors *s = impl->st[impl->nst++];
+    FC_TRY(fc_safetensors_open(&impl->st[impl->nst], &src->files[*file_out]));
+    impl->nst++;
+    return FC_OK;
+}
+
+/* A tensor entry keyed by name, path = [name]; shape and storage left to the caller. */
+static int fc_source_add_st_entry(struct fc_source *src, const struct fc_st_tensor *t,
+                                  size_t storage)
+{
+    struct fc_entry e;
+    memset(&e, 0, sizeof(e));
+    e.kind = FC_ENTRY_TENSOR;
+    e.t.dtype = t->dtype;
+    e.t.ndim = t->ndim;
+    memcpy(e.t.shape, t->shape, sizeof(t->shape));
+    fc_tensor_set_contiguous(&e.t);
+    e.storage = storage;
+    struct fc_path_elem *p = fc_calloc(1, sizeof(*p));
+    char *key = fc_strdup(t->name);
+    char *pkey = fc_strdup(t->name);
+    if (p == NULL || key == NULL || pkey == NULL) {
+        fc_free(p);
+        fc_free(key);
+        fc_free(pkey);
+        return fc_error_set(FC_ENOMEM, "%s: out of memory", src->path);
+    }
+    p->key = pkey;
+    e.key = key;
+    e.path = p;
+    e.path_len = 1;
+    return fc_source_add_entry(src, &e);
+}
+
+/* The whole tensors of file `file` (= impl->st[file]) as entries; keys must be new. */
+static int fc_source_add_st_tensors(struct fc_source *src, size_t file)
+{
+    const struct fc_source_impl *impl = src->impl;
+    const struct fc_safetensors *s = impl->st[file];
     for (size_t i = 0; i < fc_safetensors_count(s); i++) {
         const struct fc_st_tensor *t = fc_safetensors_at(s, i);
         if (fc_source_find(src, t->name) >= 0)
-            return fc_error_set(FC_ECORRUPT, "%s: tensor '%s' appears in more than one shard", path,
-                                t->name);
+            return fc_error_set(FC_ECORRUPT, "%s: tensor '%s' appears in more than one shard",
+                                src->files[file].path, t->name);
         FC_TRY(fc_source_add_storage(src, t->name, file, t->data_offset, t->nbytes));
-        struct fc_entry e;
-        memset(&e, 0, sizeof(e));
-        e.kind = FC_ENTRY_TENSOR;
-        e.t.dtype = t->dtype;
-        e.t.ndim = t->ndim;
-        memcpy(e.t.shape, t->shape, sizeof(t->shape));
-        fc_tensor_set_contiguous(&e.t);
-        e.storage = src->nstorages - 1;
-        struct fc_path_elem *p = fc_calloc(1, sizeof(*p));
-        char *key = fc_strdup(t->name);
-        char *pkey = fc_strdup(t->name);
-        if (p == NULL || key == NULL || pkey == NULL) {
-            fc_free(p);
-            fc_free(key);
-            fc_free(pkey);
-            return fc_error_set(FC_ENOMEM, "%s: out of memory", path);
-        }
-        p->key = pkey;
-        e.key = key;
-        e.path = p;
-        e.path_len = 1;
-        FC_TRY(fc_source_add_entry(src, &e));
+        FC_TRY(fc_source_add_st_entry(src, t, src->nstorages - 1));
     }
+    return FC_OK;
+}
+
+static int fc_source_add_safetensors(struct fc_source *src, const char *path)
+{
+    size_t file;
+    FC_TRY(fc_source_open_st(src, path, &file));
+    return fc_source_add_st_tensors(src, file);
+}
+
+/* ---- sharded safetensors (torch's distributed HF checkpoints) ---- */
+
+static int fc_st_chunked_read_box(const struct fc_source *src, const struct fc_entry *e,
+                                  const int64_t *off, const int64_t *size, void *dst)
+{
+    const struct fc_source_impl *impl = src->impl;
+    const struct fc_st_chunks *c = &impl->chunked[e - src->entries];
+    return fc_chunks_read_box(src, e, c->refs, c->boxes, c->index, off, size, dst);
+}
+
+/* Chunk t of file `file` joins its tensor's entry (created on first sight). */
+static int fc_st_add_chunk(struct fc_source *src, size_t file, const struct fc_st_tensor *t)
+{
+    struct fc_source_impl *impl = src->impl;
+    long ei = fc_source_find(src, t->name);
+    if (ei < 0) {
+        struct fc_st_chunks *cs = fc_reallocarray(impl->chunked, impl->nchunked + 1, sizeof(*cs));
+        if (cs == NULL)
+            return fc_error_set(FC_ENOMEM, "%s: out of memory", src->path);
+        impl->chunked = cs;
+        memset(&cs[impl->nchunked++], 0, sizeof(*cs));
+        FC_TRY(fc_source_add_st_entry(src, t, SIZE_MAX));
+        ei = (long)src->nentries - 1;
+    }
+    struct fc_entry *e = &src->entries[ei];
+    struct fc_st_chunks *c = &impl->chunked[ei];
+    if (e->t.dtype != t->dtype || e->t.ndim != t->ndim)
+        return fc_error_set(FC_ECORRUPT,
+                            "%s: tensor '%s' is %s with %d dims here but %s with %d dims in an "
+                            "earlier file",
+                            src->files[file].path, t->name, fc_dtype_name(t->dtype), t->ndim,
+                            fc_dtype_name(e->t.dtype), e->t.ndim);
+    /* The global shape is the furthest chunk end on every dim, as torch's reader infers it. */
+    for (int d = 0; d < t->ndim; d++) {
+        const int64_t end = t->saved_offsets[d] + t->shape[d];
+        e->t.shape[d] = end > e->t.shape[d] ? end : e->t.shape[d];
+    }
+    if (c->n == c->cap) {
+        const size_t cap = c->cap == 0 ? 4 : 2 * c->cap;
+        struct fc_chunk_ref *nr = fc_reallocarray(c->refs, cap, sizeof(*nr));
+        if (nr != NULL)
+            c->refs = nr;
+        struct fc_box *nb = nr != NULL ? fc_reallocarray(c->boxes, cap, sizeof(*nb)) : NULL;
+        if (nb == NULL)
+            return fc_error_set(FC_ENOMEM, "%s: out of memory", src->path);
+        c->boxes = nb;
+        c->cap = cap;
+    }
+    struct fc_chunk_ref *r = &c->refs[c->n];
+    r->file = file;
+    r->base = t->data_offset;
+    memset(&r->desc, 0, sizeof(r->desc));
+    r->desc.dtype = t->dtype;
+    r->desc.ndim = t->ndim;
+    memcpy(r->desc.shape, t->shape, sizeof(t->shape));
+    fc_tensor_set_contiguous(&r->desc);
+    c->boxes[c->n++] = (struct fc_box){t->saved_offsets, t->shape};
+    return FC_OK;
+}
+
+static int fc_cmp_chunk_offsets(const void *ctx, size_t a, size_t b)
+{
+    const struct fc_st_chunks *c = ctx;
+    for (int d = 0; d < c->refs[a].desc.ndim; d++) {
+        const int64_t x = c->boxes[a].offsets[d], y = c->boxes[b].offsets[d];
+        if (x != y)
+            return x < y ? -1 : 1;
+    }
+    /* Same box start: the later file sorts last (file indices follow the listing). */
+    return c->refs[a].file < c->refs[b].file ? -1 : c->refs[a].file > c->refs[b].file;
+}
+
+/* Sort c's chunks by offsets, keep the last file's of equal offsets, and index them. */
+static int fc_st_chunks_finish(struct fc_st_chunks *c, int ndim)
+{
+    size_t *order = fc_calloc(c->n + 1, sizeof(*order));
+    struct fc_chunk_ref *refs = fc_calloc(c->n + 1, sizeof(*refs));
+    struct fc_box *boxes = fc_calloc(c->n + 1, sizeof(*boxes));
+    int rc = FC_OK;
+    if (order == NULL || refs == NULL || boxes == NULL) {
+        rc = fc_error_set(FC_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (size_t j = 0; j < c->n; j++)
+        order[j] = j;
+    FC_TRY_GOTO(fc_sort_idx(order, c->n, fc_cmp_chunk_offsets, c), rc, done);
+    size_t k = 0;
+    for (size_t j = 0; j < c->n; j++) {
+        const struct fc_box *b = &c->boxes[order[j]];
+        if (k > 0 && memcmp(boxes[k - 1].offsets, b->offsets, (size_t)ndim * sizeof(int64_t)) == 0)
+            k--;
+        refs[k] = c->refs[order[j]];
+        boxes[k++] = *b;
+    }
+    fc_free(c->refs);
+    fc_free(c->boxes);
+    c->refs = refs;
+    c->boxes = boxes;
+    c->n = k;
+    refs = NULL;
+    boxes = NULL;
+    rc = fc_chunk_index_new(&c->index, ndim, c->boxes, c->n);
+done:
+    fc_free(order);
+    fc_free(refs);
+    fc_free(boxes);
+    return rc;
+}
+
+/*
+ * Every tensor of every file is a chunk at its saved_offsets (zeros in files
+ * without DCP_SHARDING_INFO, as torch's reader takes them).  Of chunks with
+ * the same offsets the one in the last file wins, as in torch's reader.
+ */
+static int fc_source_finish_chunked(struct fc_source *src)
+{
+    struct fc_source_impl *impl = src->impl;
+    for (size_t f = 0; f < impl->nst; f++) {
+        for (size_t i = 0; i < fc_safetensors_count(impl->st[f]); i++)
+            FC_TRY(fc_st_add_chunk(src, f, fc_safetensors_at(impl->st[f], i)));
+    }
+    for (size_t i = 0; i < src->nentries; i++) {
+        struct fc_entry *e = &src->entries[i];
+        struct fc_st_chunks *c = &impl->chunked[i];
+        fc_tensor_set_contiguous(&e->t);
+        FC_TRY(fc_st_chunks_finish(c, e->t.ndim));
+    }
+    src->read_box = fc_st_chunked_read_box;
+    src->format = "safetensors-sharded";
     return FC_OK;
 }
 
@@ -393,6 +565,36 @@ static int fc_cmp_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/*
+ * Every *.safetensors file of a directory (names sorted): one key space of
+ * whole tensors, or, when any file carries DCP_SHARDING_INFO, the chunks of
+ * a sharded checkpoint (torch's HuggingFaceStorageReader reads it the same way).
+ */
+static int fc_source_open_st_dir(struct fc_source **out, const char *path, char *const *names,
+                                 size_t n)
+{
+    FC_TRY(fc_source_new(out, path, "safetensors"));
+    struct fc_source_impl *impl = (*out)->impl;
+    int sharded = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!fc_ends_with(names[i], ".safetensors"))
+            continue;
+        char *p = fc_path_join(path, names[i]);
+        if (p == NULL)
+            return fc_error_set(FC_ENOMEM, "%s: out of memory", path);
+        size_t file;
+        const int rc = fc_source_open_st(*out, p, &file);
+        fc_free(p);
+        FC_TRY(rc);
+        sharded |= fc_safetensors_is_sharded(impl->st[impl->nst - 1]);
+    }
+    if (sharded)
+        return fc_source_finish_chunked(*out);
+    for (size_t f = 0; f < impl->nst; f++)
+        FC_TRY(fc_source_add_st_tensors(*out, f));
+    return FC_OK;
+}
+
 /* Pick what a directory holds: an index, safetensors files, or one torch.save file. */
 static int fc_source_open_dir(struct fc_source **out, const char *path)
 {
@@ -446,18 +648,7 @@ static int fc_source_open_dir(struct fc_source **out, const char *path)
             rc = fc_source_open_index(*out, p);
         fc_free(p);
     } else if (nst > 0) {
-        rc = fc_source_new(out, path, "safetensors");
-        for (size_t i = 0; rc == FC_OK && i < n; i++) {
-            if (!fc_ends_with(names[i], ".safetensors"))
-                continue;
-            char *p = fc_path_join(path, names[i]);
-            if (p == NULL) {
-                rc = fc_error_set(FC_ENOMEM, "%s: out of memory", path);
-                break;
-            }
-            rc = fc_source_add_safetensors(*out, p);
-            fc_free(p);
-        }
+        rc = fc_source_open_st_dir(out, path, names, n);
     } else if (nts == 1) {
         char *p = fc_path_join(path, ts);
         if (p == NULL) {

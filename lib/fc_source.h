@@ -144,6 +144,30 @@ int fc_source_read_box(const struct fc_source *src, const struct fc_entry *e, co
 int fc_read_strided_box(const struct fc_file *f, uint64_t base, const struct fc_tensor_desc *t,
                         const int64_t *off, const int64_t *size, void *dst, const char *what);
 
+/*
+ * Chunked sources (DCP, sharded safetensors): a tensor is assembled from
+ * stored chunks, each a strided tensor in one file holding a box of the
+ * global tensor.
+ */
+struct fc_chunk_ref {
+    size_t file;                /* index into src->files */
+    uint64_t base;              /* absolute offset of the chunk storage's element 0 */
+    struct fc_tensor_desc desc; /* the chunk tensor as stored (shape == chunk sizes) */
+};
+
+/*
+ * fc_chunks_read_box() - fc_source_read_box() for tensor entry e stored as
+ * chunks refs[i] holding boxes[i], indexed by fc_chunk_index_new(): every
+ * overlapping chunk is read into place; FC_ECORRUPT when they do not cover
+ * the box exactly once.
+ */
+struct fc_box;
+struct fc_chunk_index;
+int fc_chunks_read_box(const struct fc_source *src, const struct fc_entry *e,
+                       const struct fc_chunk_ref *refs, const struct fc_box *boxes,
+                       const struct fc_chunk_index *index, const int64_t *off, const int64_t *size,
+                       void *dst);
+
 /* Total bytes of the tensor's logical elements (numel * elem size). */
 uint64_t fc_entry_nbytes(const struct fc_entry *e);
 

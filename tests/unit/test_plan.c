@@ -295,6 +295,62 @@ static void test_plan_records_identical_empty_boxes_once_at_offset_len(void **st
     fc_plan_free(p);
 }
 
+/* fc_plan_file_head_fn for the relayout test: a 100 + 10 * items byte header. */
+static int test_head(void *ctx, const struct fc_plan *plan, size_t file, char *name,
+                     size_t namesize, uint64_t *head_bytes)
+{
+    (void)ctx;
+    snprintf(name, namesize, "file-%zu", file);
+    *head_bytes = 100 + 10 * plan->files[file].nitems;
+    return FC_OK;
+}
+
+static int raw_size(void *ctx, fc_dtype dtype, const int64_t *sizes, int ndim, uint64_t *out)
+{
+    int64_t numel = 0;
+    (void)ctx;
+    assert_int_equal(fc_shape_numel(sizes, ndim, &numel), 0);
+    *out = (uint64_t)numel * fc_dtype_size(dtype);
+    return FC_OK;
+}
+
+static void test_plan_relayout_orders_by_element_size_after_the_head(void **state)
+{
+    (void)state;
+    struct fc_plan_tensor_in t[3] = {tin("b", FC_DTYPE_UINT8, FC_PLACE_SHARD0, 1, 5, 0, 0),
+                                     tin("h", FC_DTYPE_BFLOAT16, FC_PLACE_SHARD0, 1, 6, 0, 0),
+                                     tin("d", FC_DTYPE_FLOAT64, FC_PLACE_SHARD0, 2, 3, 2, 0)};
+    const struct fc_mesh m = {1, 2};
+    struct fc_plan *p = NULL;
+    assert_fc_ok(fc_plan_build(&p, &m, t, 3, NULL, 0, raw_size, NULL));
+    const size_t owner0 = p->chunks[p->tensors[0].first_chunk].item;
+    assert_fc_ok(fc_plan_relayout(p, test_head, NULL));
+    /* rank 0 holds b[0:3] (3 B), h[0:3] (6 B), d[0:2] (32 B): d, h, b after a 130 B head */
+    const struct fc_plan_file *f = &p->files[0];
+    assert_string_equal(f->name, "file-0");
+    assert_int_equal(f->nitems, 3);
+    const struct fc_plan_item *it = &p->items[f->first_item];
+    assert_int_equal(it[0].index, 2);
+    assert_int_equal(it[0].offset, 130);
+    assert_int_equal(it[1].index, 1);
+    assert_int_equal(it[1].offset, 130 + 32);
+    assert_int_equal(it[2].index, 0);
+    assert_int_equal(it[2].offset, 130 + 32 + 6);
+    assert_int_equal(f->nbytes, 130 + 32 + 6 + 3);
+    /* chunks follow their moved items */
+    for (size_t c = 0; c < p->nchunks; c++)
+        assert_int_equal(p->items[p->chunks[c].item].chunk, c);
+    assert_int_not_equal(p->chunks[p->tensors[0].first_chunk].item, owner0);
+    assert_int_equal(p->total_bytes, p->files[0].nbytes + p->files[1].nbytes);
+    fc_plan_free(p);
+
+    /* values cannot be relaid out */
+    struct fc_plan_value_in v = {"step", 10};
+    assert_fc_ok(fc_plan_build(&p, &m, t, 1, &v, 1, raw_size, NULL));
+    assert_fc_fails(fc_plan_relayout(p, test_head, NULL), FC_EINVAL, "value 'step'");
+    fc_plan_free(p);
+}
+
 static void test_plan_gives_a_scalar_one_chunk_with_no_dims(void **state)
 {
     (void)state;
@@ -1244,6 +1300,7 @@ int main(void)
         cmocka_unit_test(test_plan_tiles_every_tensor_on_1d_meshes),
         cmocka_unit_test(test_plan_tiles_every_tensor_on_hsdp_meshes),
         cmocka_unit_test(test_plan_records_identical_empty_boxes_once_at_offset_len),
+        cmocka_unit_test(test_plan_relayout_orders_by_element_size_after_the_head),
         cmocka_unit_test(test_plan_gives_a_scalar_one_chunk_with_no_dims),
         cmocka_unit_test(test_plan_alias_shares_the_items_of_its_root),
         cmocka_unit_test(test_plan_rejects_bad_aliases),

@@ -30,6 +30,7 @@
 #include "fc_alloc.h"
 #include "fc_dtype.h"
 #include "fc_endian.h"
+#include "fc_buf.h"
 #include "fc_safetensors.h"
 
 struct expect_tensor {
@@ -729,6 +730,60 @@ static void test_safetensors_maps_f4_to_float4_x2_and_rejects_f6(void **state)
         FC_ECORRUPT, "overlap");
 }
 
+/* ---- sharded (DCP_SHARDING_INFO) files, as torch's distributed HF writer makes them ---- */
+
+static void test_safetensors_sharded_header_round_trips_offsets_and_alignment(void **state)
+{
+    struct fc_st_tensor t[3];
+    struct fc_buf b = FC_BUF_INIT(1 << 20);
+    (void)state;
+    memset(t, 0, sizeof(t));
+    t[0] = (struct fc_st_tensor){.name = "w", .dtype = FC_DTYPE_FLOAT32, .ndim = 2,
+                                 .shape = {2, 3}, .nbytes = 24, .saved_offsets = {4, 0}};
+    t[1] = (struct fc_st_tensor){.name = "empty", .dtype = FC_DTYPE_BFLOAT16, .ndim = 1,
+                                 .shape = {0}, .nbytes = 0, .saved_offsets = {7}};
+    t[2] = (struct fc_st_tensor){.name = "s", .dtype = FC_DTYPE_INT64, .ndim = 0, .nbytes = 8};
+    assert_fc_ok(fc_safetensors_write_sharded_header(&b, t, 3, 4096));
+    assert_int_equal(b.len, 4096);
+    assert_fc_ok(fc_buf_fill(&b, 0x11, 32));
+    assert_fc_ok(open_bytes(b.data, b.len));
+    assert_true(fc_safetensors_is_sharded(g_st));
+    assert_string_equal(fc_safetensors_metadata(g_st, "DCP_VERSION"), "1.0");
+    assert_string_equal(fc_safetensors_metadata(g_st, "format"), "pt");
+    const struct fc_st_tensor *w = fc_safetensors_at(g_st, 0);
+    assert_string_equal(w->name, "w");
+    assert_int_equal(w->data_offset, 4096);
+    assert_int_equal(w->saved_offsets[0], 4);
+    assert_int_equal(w->saved_offsets[1], 0);
+    assert_int_equal(fc_safetensors_at(g_st, 1)->saved_offsets[0], 7);
+    assert_int_equal(fc_safetensors_at(g_st, 2)->ndim, 0);
+    assert_int_equal(fc_safetensors_at(g_st, 2)->data_offset, 4096 + 24);
+    fc_buf_release(&b);
+
+    /* A plain file is not sharded and reads offsets of zero. */
+    assert_fc_ok(open_bytes(st_all_dtypes, sizeof(st_all_dtypes)));
+    assert_false(fc_safetensors_is_sharded(g_st));
+    assert_int_equal(fc_safetensors_at(g_st, 0)->saved_offsets[0], 0);
+}
+
+#define SHARDED(info)                                                                              \
+    "{\"__metadata__\":{\"DCP_SHARDING_INFO\":\"" info "\"}," U8("a", 0, 4, 4) "}"
+
+static void test_safetensors_rejects_bad_sharding_info(void **state)
+{
+    (void)state;
+    assert_fc_ok(open_header(SHARDED("{\\\"a\\\":{\\\"saved_offsets\\\":[3]}}"), 4));
+    assert_int_equal(fc_safetensors_at(g_st, 0)->saved_offsets[0], 3);
+    assert_fc_fails(open_header(SHARDED("{\\\"b\\\":{\\\"saved_offsets\\\":[3]}}"), 4),
+                    FC_ECORRUPT, "no saved_offsets list of 1 integers for tensor 'a'");
+    assert_fc_fails(open_header(SHARDED("{\\\"a\\\":{\\\"saved_offsets\\\":[3,0]}}"), 4),
+                    FC_ECORRUPT, "for tensor 'a'");
+    assert_fc_fails(open_header(SHARDED("{\\\"a\\\":{\\\"saved_offsets\\\":[-1]}}"), 4),
+                    FC_ECORRUPT, "saved_offsets[0] is not an integer");
+    assert_fc_fails(open_header(SHARDED("[1]"), 4), FC_ECORRUPT, "is not a JSON object");
+    assert_fc_fails(open_header(SHARDED("{"), 4), FC_ECORRUPT, "is not a JSON object");
+}
+
 static void test_safetensors_survives_every_allocation_failure(void **state)
 {
     (void)state;
@@ -960,6 +1015,8 @@ int main(void)
         T(test_safetensors_rejects_negative_and_non_integer_numbers),
         T(test_safetensors_rejects_duplicate_keys_and_missing_fields),
         T(test_safetensors_maps_f4_to_float4_x2_and_rejects_f6),
+        T(test_safetensors_sharded_header_round_trips_offsets_and_alignment),
+        T(test_safetensors_rejects_bad_sharding_info),
         T(test_safetensors_survives_every_allocation_failure),
         T(test_index_reads_what_torch_writes_and_matches_its_shards),
         T(test_index_dedups_files_in_first_appearance_order),

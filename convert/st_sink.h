@@ -1,0 +1,50 @@
+/*
+ * st_sink.h - the safetensors sink: the same plan as a DCP, written as one
+ * safetensors file per rank that torch's HuggingFaceStorageReader loads
+ * (torch >= 2.8; the layout of HuggingFaceStorageWriter(save_distributed=True)).
+ *
+ * Only the item encoding and the metadata differ from DCP: an item is the
+ * chunk's bare C-contiguous bytes, and instead of .metadata every file
+ * starts with a safetensors header listing its chunks with their global
+ * offsets (__metadata__.DCP_SHARDING_INFO).  Files are named
+ * shard-{rank+1:05d}-model-00001-of-00001.safetensors, as torch names them.
+ * The header is padded so the data starts on a page boundary; within a file
+ * chunks go by descending element size so each starts aligned to it.
+ */
+#ifndef FC_ST_SINK_H
+#define FC_ST_SINK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fc_buf.h"
+#include "fc_dtype.h"
+#include "plan.h"
+
+/* Data in every file starts at a multiple of this. */
+#define FC_ST_SINK_ALIGN 4096
+
+struct fc_st_sink {
+    struct fc_buf *heads; /* per plan file: its header bytes */
+    size_t nfiles;
+};
+
+/*
+ * fc_st_sink_check_dtype() - FC_OK when torch's reader can load `dtype`
+ * from safetensors, else FC_EFORMAT naming the tensor and --format dcp.
+ */
+int fc_st_sink_check_dtype(const char *key, fc_dtype dtype);
+
+/* fc_plan_blob_size_fn for bare chunk bytes: numel * element size. */
+int fc_st_sink_item_size(void *ctx, fc_dtype dtype, const int64_t *sizes, int ndim,
+                         uint64_t *nbytes_out);
+
+/*
+ * fc_st_sink_layout() - lay plan out as safetensors files (fc_plan_relayout)
+ * and build every file's header into sink->heads.  The plan must hold no
+ * values and no aliases.  Returns FC_OK, FC_EINVAL, FC_EFORMAT, FC_ENOMEM.
+ */
+int fc_st_sink_layout(struct fc_st_sink *sink, struct fc_plan *plan);
+void fc_st_sink_release(struct fc_st_sink *sink);
+
+#endif
