@@ -29,7 +29,7 @@ enum {
 /* clang-format off */
 const struct fc_opt fc_cli_job_target_opts[] = {
     {'o', 'o', "output", "<dir>", FC_OPT_REQUIRED, NULL, NULL,
-     "DCP directory to create (written atomically)"},
+     "directory to create (written atomically)"},
     {OPT_WORLD, 0, "world-size", "<n>", FC_OPT_ONE_OF, NULL, NULL,
      "FSDP2 on a 1-D mesh of n ranks: Shard(0), torch.chunk semantics"},
     {OPT_MESH, 0, "mesh", "replicate=<r>,shard=<s>", FC_OPT_ONE_OF, NULL, NULL,
