@@ -11,9 +11,13 @@
 #   fsdpconv_ws8_st    the same from model.safetensors (information only)
 #   fsdpconv_ws8_bf16  --dtype bfloat16 (information only)
 #   torch_save_to_dcp  yardstick 2: torch_save_to_dcp(model.pt, out) (torch_convert.py)
-# Load side, BENCH_LOAD_REPS (default 2) interleaved rounds after one fsdpconv_ws4 conversion:
-#   load_fsdpconv_ws4, load_torch: 4 gloo ranks dcp.load into Shard(0) DTensors (bench_load.py)
-#   from fsdpconv's --world-size 4 output and from torch_save_to_dcp's output.
+# Load side, BENCH_LOAD_REPS (default 2) interleaved rounds after one --world-size 4 conversion
+# to each format (fsdpconv_ws4, fsdpconv_ws4_safetensors): 4 gloo ranks dcp.load into Shard(0)
+# DTensors (bench_load.py), page cache dropped before each job, from
+#   load_fsdpconv_ws4     fsdpconv's DCP (torch's default FileSystemReader)
+#   load_fsdpconv_ws4_st  fsdpconv's --format safetensors output (HuggingFaceStorageReader)
+#   load_torch            torch_save_to_dcp's DCP (torch's own dcp.save)
+#   load_hf_original      the unsharded model.safetensors (HuggingFaceStorageReader)
 # Results are appended to BENCH_DIR/results.jsonl; outputs are removed at the end.
 set -eu
 if [ $# -ne 3 ]; then
@@ -65,12 +69,18 @@ done
 echo "load side (4 gloo ranks, Shard(0) DTensors), $load_reps rounds:"
 m fsdpconv_ws4 --clean "$out/ws4" -- \
     "$bin" full-to-dcp --world-size 4 -o "$out/ws4" "$pt"
+m fsdpconv_ws4_safetensors --clean "$out/ws4_st" -- \
+    "$bin" full-to-dcp --format safetensors --world-size 4 -o "$out/ws4_st" "$pt"
 r=0
 while [ $r -lt "$load_reps" ]; do
     r=$((r + 1))
     "$py" "$here/bench_load.py" --ckpt "$out/ws4" --world 4 --name load_fsdpconv_ws4 \
         --results "$res"
+    "$py" "$here/bench_load.py" --ckpt "$out/ws4_st" --world 4 --name load_fsdpconv_ws4_st \
+        --reader hf --results "$res"
     "$py" "$here/bench_load.py" --ckpt "$out/torch" --world 4 --name load_torch \
         --results "$res"
+    "$py" "$here/bench_load.py" --ckpt "$dir/model" --world 4 --name load_hf_original \
+        --reader hf --results "$res"
 done
 rm -rf "$out"

@@ -1,7 +1,11 @@
-"""Load side: N gloo processes (CPU) dcp.load a DCP directory into FSDP2-style DTensors.
+"""Load side: N gloo processes (CPU) dcp.load a checkpoint directory into FSDP2-style DTensors.
 
 usage: python bench_load.py --ckpt DIR --world N --name NAME --results FILE [--cache auto|cold|warm]
-                            [--timeout S]
+                            [--timeout S] [--reader dcp|hf]
+
+--reader dcp (default): a DCP directory through torch's default FileSystemReader; --reader hf:
+a safetensors directory (one file per rank with DCP_SHARDING_INFO, or a plain Hugging Face
+directory) through torch's HuggingFaceStorageReader (metadata and data).
 
 The orchestrator drops the page cache (cold; or, without root, runs the whole job once unmeasured
 first: warm), then starts N copies of this script as workers (env RANK, WORLD_SIZE, MASTER_ADDR,
@@ -17,7 +21,9 @@ viewed as same-width integers, int64 sum: exact, order-independent) and rank 0 g
 one digest, so two loads of the same values give the same digest.
 
 One JSON line goes to FILE: total DCP bytes (all files) and, per rank, wall_s, rchar, read_bytes,
-syscr, local_bytes (bytes of its shards) and peak RSS, plus the digest. Exits 1 on any failure.
+syscr, cpu_s (user + sys seconds of the process around dcp.load, all threads), local_bytes (bytes
+of its shards) and peak RSS, plus the digest.  total_bytes counts the files the reader reads (hf:
+*.safetensors only).  Exits 1 on any failure.
 """
 
 import argparse
@@ -52,11 +58,21 @@ def bits_sum(t):
     return int(t.view(view).sum(dtype=torch.int64))
 
 
-def worker(ckpt, out_path):
+def cpu_seconds():
+    import resource
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def make_reader(ckpt, reader):
+    from torch.distributed.checkpoint import FileSystemReader, HuggingFaceStorageReader
+    return HuggingFaceStorageReader(ckpt) if reader == "hf" else FileSystemReader(ckpt)
+
+
+def worker(ckpt, reader, out_path):
     import torch
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint import FileSystemReader
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, Replicate, Shard
@@ -65,7 +81,7 @@ def worker(ckpt, out_path):
     world = int(os.environ["WORLD_SIZE"])
     dist.init_process_group("gloo")
     mesh = init_device_mesh("cpu", (world,))
-    md = FileSystemReader(ckpt).read_metadata()
+    md = make_reader(ckpt, reader).read_metadata()
     state = {}
     local_bytes = 0
     for key, m in md.state_dict_metadata.items():
@@ -94,9 +110,11 @@ def worker(ckpt, out_path):
                                         shape=torch.Size(shape), stride=stride)
     dist.barrier()
     io0 = proc_io()
+    c0 = cpu_seconds()
     t0 = time.perf_counter()
-    dcp.load(state, checkpoint_id=ckpt)
+    dcp.load(state, storage_reader=make_reader(ckpt, reader))
     t1 = time.perf_counter()
+    c1 = cpu_seconds()
     io1 = proc_io()
     dist.barrier()
     sums = torch.tensor([bits_sum(state[k].to_local()) for k in sorted(state)], dtype=torch.int64)
@@ -106,7 +124,7 @@ def worker(ckpt, out_path):
     res = {
         "rank": rank, "wall_s": t1 - t0, "tensors": len(state), "local_bytes": local_bytes,
         "rchar": io1["rchar"] - io0["rchar"], "read_bytes": io1["read_bytes"] - io0["read_bytes"],
-        "syscr": io1["syscr"] - io0["syscr"], "digest": digest,
+        "syscr": io1["syscr"] - io0["syscr"], "cpu_s": c1 - c0, "digest": digest,
     }
     with open(out_path, "w") as f:
         json.dump(res, f)
@@ -114,7 +132,7 @@ def worker(ckpt, out_path):
     return 0
 
 
-def run_job(ckpt, world, timeout, tmp):
+def run_job(ckpt, reader, world, timeout, tmp):
     port = common.free_port()
     procs = []
     for r in range(world):
@@ -122,7 +140,7 @@ def run_job(ckpt, world, timeout, tmp):
                    MASTER_PORT=str(port), OMP_NUM_THREADS="1")
         log = open(os.path.join(tmp, "rank%d.log" % r), "wb")
         p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", ckpt,
-                              os.path.join(tmp, "rank%d.json" % r)],
+                              reader, os.path.join(tmp, "rank%d.json" % r)],
                              env=env, stdout=log, stderr=subprocess.STDOUT)
         log.close()
         procs.append(p)
@@ -163,8 +181,8 @@ def run_job(ckpt, world, timeout, tmp):
 
 
 def main():
-    if len(sys.argv) == 4 and sys.argv[1] == "--worker":
-        return worker(sys.argv[2], sys.argv[3])
+    if len(sys.argv) == 5 and sys.argv[1] == "--worker":
+        return worker(sys.argv[2], sys.argv[3], sys.argv[4])
     ap = argparse.ArgumentParser()
     ap.add_argument("--ckpt", required=True)
     ap.add_argument("--world", type=int, default=4)
@@ -172,12 +190,15 @@ def main():
     ap.add_argument("--results", required=True)
     ap.add_argument("--cache", choices=("auto", "cold", "warm"), default="auto")
     ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--reader", choices=("dcp", "hf"), default="dcp")
     args = ap.parse_args()
     ckpt = os.path.abspath(args.ckpt)
     total = 0
     data = 0
     files = 0
     for name in os.listdir(ckpt):
+        if args.reader == "hf" and not name.endswith(".safetensors"):
+            continue
         size = os.path.getsize(os.path.join(ckpt, name))
         total += size
         files += 1
@@ -188,23 +209,24 @@ def main():
         print("bench_load: cannot drop the page cache", file=sys.stderr)
         return 1
     with tempfile.TemporaryDirectory(prefix="bench_load.") as tmp:
-        if mode == "warm" and run_job(ckpt, args.world, args.timeout, tmp) is None:
+        if mode == "warm" and run_job(ckpt, args.reader, args.world, args.timeout, tmp) is None:
             return 1
         t0 = time.perf_counter()
-        ranks = run_job(ckpt, args.world, args.timeout, tmp)
+        ranks = run_job(ckpt, args.reader, args.world, args.timeout, tmp)
         job_wall = time.perf_counter() - t0
     if ranks is None:
         return 1
     digests = {r["digest"] for r in ranks}
     rec = {
-        "name": args.name, "kind": "load", "cache": mode, "world": args.world, "ckpt": ckpt,
+        "name": args.name, "kind": "load", "reader": args.reader, "cache": mode,
+        "world": args.world, "ckpt": ckpt,
         "total_bytes": total, "distcp_bytes": data, "files": files, "job_wall_s": job_wall,
         "digest": digests.pop() if len(digests) == 1 else "MISMATCH", "ranks": ranks,
     }
     with open(args.results, "a") as f:
         f.write(json.dumps(rec) + "\n")
-    print("  %-28s load max %.3f s/rank, rchar/total %s (%s cache, digest %s)"
-          % (args.name, max(r["wall_s"] for r in ranks),
+    print("  %-28s load max %.3f s/rank, cpu %.2f s, rchar/total %s (%s cache, digest %s)"
+          % (args.name, max(r["wall_s"] for r in ranks), sum(r["cpu_s"] for r in ranks),
              " ".join("%.3f" % (r["rchar"] / total) for r in ranks), mode, rec["digest"]))
     return 0
 

@@ -47,6 +47,53 @@ def verdict(value, op, target):
     return "met" if ok else "MISSED"
 
 
+def load_formats(p, recs):
+    """Output formats compared on the load side, against fsdpconv's safetensors output."""
+    st = recs.get("load_fsdpconv_ws4_st")
+    if not st:
+        return
+    rows = [("fsdpconv --format safetensors (HuggingFaceStorageReader)", st),
+            ("fsdpconv DCP (FileSystemReader)", recs.get("load_fsdpconv_ws4")),
+            ("torch dcp.save DCP (torch_save_to_dcp)", recs.get("load_torch")),
+            ("original model.safetensors (HuggingFaceStorageReader)",
+             recs.get("load_hf_original"))]
+    p("### Output formats on the load side (4 gloo ranks, cold cache, best round)")
+    p("")
+    p("| checkpoint | slowest-rank wall s | cpu s (user+sys, all ranks) | max read_bytes / total "
+      "| wall / safetensors | cpu / safetensors |")
+    p("|---|---|---|---|---|---|")
+    for label, rec in rows:
+        if not rec:
+            continue
+        w = slowest_rank(rec)
+        c = sum(r.get("cpu_s", float("nan")) for r in rec["ranks"])
+        rb = max(r["read_bytes"] for r in rec["ranks"]) / rec["total_bytes"]
+        p("| %s | %.3f | %.2f | %.3f | %.2f | %.2f |"
+          % (label, w, c, rb, w / slowest_rank(st), c / sum(r["cpu_s"] for r in st["ranks"])))
+    p("")
+    dcp_, orig = recs.get("load_fsdpconv_ws4"), recs.get("load_hf_original")
+    st_w, st_c = slowest_rank(st), sum(r["cpu_s"] for r in st["ranks"])
+    figs = []
+    if dcp_:
+        figs.append(("fsdpconv DCP cpu / safetensors cpu",
+                     sum(r["cpu_s"] for r in dcp_["ranks"]) / st_c, ">=", 1.8))
+        figs.append(("fsdpconv DCP wall / safetensors wall", slowest_rank(dcp_) / st_w, ">=", 1.3))
+    if orig:
+        figs.append(("original safetensors wall / safetensors wall", slowest_rank(orig) / st_w,
+                     ">=", 1.0))
+    figs.append(("max per-rank read_bytes / total, safetensors output",
+                 max(r["read_bytes"] for r in st["ranks"]) / st["total_bytes"], "<=",
+                 1.0 / st["world"] + 0.02))
+    p("| figure | measured | target | |")
+    p("|---|---|---|---|")
+    for label, val, op, target in figs:
+        p("| %s | %.2f | %s %.2f | %s |" % (label, val, op, target, verdict(val, op, target)))
+    digests = {r["digest"] for r in (st, dcp_, orig) if r}
+    p("| loaded values (bit sums of every local shard) | %s | equal | |"
+      % ("identical" if len(digests) == 1 and "MISMATCH" not in digests else "DIFFER"))
+    p("")
+
+
 def main():
     dirpath, binpath = sys.argv[1], sys.argv[2]
     recs = load(dirpath)
@@ -178,7 +225,8 @@ def main():
     p("")
 
     loads = [recs.get("load_fsdpconv_ws4"), recs.get("load_torch")]
-    if any(loads):
+    formats = [recs.get(n) for n in ("load_fsdpconv_ws4_st", "load_hf_original")]
+    if any(loads + formats):
         p("## Load side: 4 gloo ranks, dcp.load into Shard(0) DTensors")
         p("")
         p("Each checkpoint's fastest round (by its slowest rank) is shown. "
@@ -188,19 +236,20 @@ def main():
           "dropped before the job; a page shared by several ranks is charged to the first "
           "reader). Target for fsdpconv: about 1/N = 0.25 per rank.")
         p("")
-        p("| checkpoint | files | total MiB | rank | load wall s | rchar MiB | rchar / total "
+        p("| checkpoint | files | total MiB | rank | load wall s | cpu s | rchar MiB | rchar / total "
           "| read_bytes / total | local shard / total | peak RSS MiB |")
-        p("|---|---|---|---|---|---|---|---|---|---|")
-        for rec in loads:
+        p("|---|---|---|---|---|---|---|---|---|---|---|")
+        for rec in loads + formats:
             if not rec:
                 continue
             for r in rec["ranks"]:
-                p("| %s | %d | %.1f | %d | %.3f | %.1f | %.3f | %.3f | %.3f | %.1f |"
+                p("| %s | %d | %.1f | %d | %.3f | %s | %.1f | %.3f | %.3f | %.3f | %.1f |"
                   % (rec["name"], rec["files"], rec["total_bytes"] / MIB, r["rank"], r["wall_s"],
-                     r["rchar"] / MIB, r["rchar"] / rec["total_bytes"],
-                     r["read_bytes"] / rec["total_bytes"],
+                     fmt(r.get("cpu_s"), "%.3f"), r["rchar"] / MIB,
+                     r["rchar"] / rec["total_bytes"], r["read_bytes"] / rec["total_bytes"],
                      r["local_bytes"] / rec["total_bytes"], r["maxrss_kib"] / 1024.0))
         p("")
+        load_formats(p, recs)
         a, b = loads
         if a and b:
             wa = max(r["wall_s"] for r in a["ranks"])
