@@ -342,6 +342,19 @@ static int fc_plan__assign(struct fc_plan *p, const struct fc_plan_value_in *val
     return FC_OK;
 }
 
+/* An alias's chunks store nothing: they point at their root's items. */
+static void fc_plan__point_aliases(struct fc_plan *p)
+{
+    for (size_t i = 0; i < p->ntensors; i++) {
+        const struct fc_plan_tensor *t = &p->tensors[i];
+        if (t->alias_of == FC_PLAN_NONE)
+            continue;
+        const struct fc_plan_tensor *root = &p->tensors[t->alias_of];
+        for (size_t j = 0; j < t->nchunks; j++)
+            p->chunks[t->first_chunk + j].item = p->chunks[root->first_chunk + j].item;
+    }
+}
+
 /* Groups the plan-order items by file (stable) and lays out offsets. */
 static void fc_plan__layout(struct fc_plan *p, const struct fc_plan_item *tmp, size_t *cursor)
 {
@@ -373,14 +386,7 @@ static void fc_plan__layout(struct fc_plan *p, const struct fc_plan_item *tmp, s
     p->total_bytes = 0;
     for (size_t r = 0; r < p->nfiles; r++)
         p->total_bytes += p->files[r].nbytes; /* checked by the caller */
-    for (size_t i = 0; i < p->ntensors; i++) {
-        const struct fc_plan_tensor *t = &p->tensors[i];
-        if (t->alias_of == FC_PLAN_NONE)
-            continue;
-        const struct fc_plan_tensor *root = &p->tensors[t->alias_of];
-        for (size_t j = 0; j < t->nchunks; j++)
-            p->chunks[t->first_chunk + j].item = p->chunks[root->first_chunk + j].item;
-    }
+    fc_plan__point_aliases(p);
 }
 
 int fc_plan_build(struct fc_plan **out, const struct fc_mesh *mesh,
@@ -533,15 +539,7 @@ int fc_plan_relayout(struct fc_plan *plan, fc_plan_file_head_fn head, void *ctx)
             goto done;
         }
     }
-    /* Aliases keep pointing at their root's (moved) items. */
-    for (size_t i = 0; i < plan->ntensors; i++) {
-        const struct fc_plan_tensor *t = &plan->tensors[i];
-        if (t->alias_of == FC_PLAN_NONE)
-            continue;
-        const struct fc_plan_tensor *root = &plan->tensors[t->alias_of];
-        for (size_t j = 0; j < t->nchunks; j++)
-            plan->chunks[t->first_chunk + j].item = plan->chunks[root->first_chunk + j].item;
-    }
+    fc_plan__point_aliases(plan); /* their roots' items moved */
 done:
     fc_free(order);
     fc_free(tmp);

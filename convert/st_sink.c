@@ -39,6 +39,9 @@ int fc_st_sink_item_size(void *ctx, fc_dtype dtype, const int64_t *sizes, int nd
     return FC_OK;
 }
 
+/* Readers (safetensors, and so torch's) refuse larger headers. */
+#define FC_ST_SINK_HEADER_MAX 100000000u
+
 /* fc_plan_file_head_fn: torch's file name, and the header of the file's chunks in order. */
 static int fc_st_sink_head(void *ctx, const struct fc_plan *plan, size_t file, char *name,
                            size_t namesize, uint64_t *head_bytes)
@@ -67,8 +70,15 @@ static int fc_st_sink_head(void *ctx, const struct fc_plan *plan, size_t file, c
         memcpy(t[i].saved_offsets, ch->box.offsets, (size_t)pt->ndim * sizeof(int64_t));
     }
     struct fc_buf *h = &sink->heads[file];
-    fc_buf_init(h, (size_t)100000000 + FC_ST_SINK_ALIGN);
+    fc_buf_init(h, (size_t)2 * FC_ST_SINK_HEADER_MAX);
     FC_TRY_GOTO(fc_safetensors_write_sharded_header(h, t, f->nitems, FC_ST_SINK_ALIGN), rc, done);
+    if (h->len - 8 > FC_ST_SINK_HEADER_MAX) {
+        rc = fc_error_set(FC_EINVAL,
+                          "%s: a %zu-byte header exceeds safetensors' limit of %u bytes (%zu "
+                          "chunks); use --format dcp",
+                          name, h->len - 8, FC_ST_SINK_HEADER_MAX, f->nitems);
+        goto done;
+    }
     *head_bytes = h->len;
 done:
     fc_free(t);

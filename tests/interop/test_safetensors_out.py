@@ -8,27 +8,31 @@ Conversions (fsdpconv, this process):
   ws4    full-to-dcp --format safetensors --world-size 4
   bf16   the same with --dtype bfloat16
   hsdp   full-to-dcp --format safetensors --mesh replicate=2,shard=2
-  torch  torch's HuggingFaceStorageWriter(save_distributed=True) of the live FSDP2 state
-         (saved by the ranks of the ws4 case), then `fsdpconv diff torch input` (equal),
-         `fsdpconv inspect torch` and `fsdpconv reshard --format safetensors --world-size 3`
-  plain  `fsdpconv reshard --format safetensors --world-size 4` of a plain HF directory
-Per output: torch's file names, files written whole (no partial directory left), and
+  plain  reshard --format safetensors --world-size 4 of a plain HF directory
+  torch  torch's HuggingFaceStorageWriter(save_distributed=True) of the live FSDP2 state of the
+         plain case (saved by its 4 ranks, empty shards included), then `fsdpconv diff torch
+         input` (equal), `fsdpconv inspect torch`, and ws3 = `fsdpconv reshard --format
+         safetensors --world-size 3 torch`
+  dtypes fixtures/full/dtypes.pt less the four dtypes fsdpconv refuses, --world-size 2, loaded
+         in one process (no_dist) into byte-inverted targets: bit-exact
+Per fsdpconv output: torch's file names and nothing else, no partial directory left, and
 `fsdpconv diff OUT input` equal (fsdpconv reads its own output back).
 
 Loads (4 gloo ranks: meshes [4] and [2, 2]; then 3 gloo ranks): meta-init OddNet,
 fully_shard, poison every local tensor, dcp.load(sd, storage_reader=
 HuggingFaceStorageReader(out)), then every local shard and full_tensor() bit-equal the
-expected tensors.  On ws4, from a cold page cache (posix_fadvise DONTNEED on every file):
-each rank's reader reads the sharded tensors only from its own file (what its read plan
-asks), and /proc/self/io read_bytes of the load is at least the rank's own payload and less
-than its own file plus a readahead allowance - far below any other rank's file.
-At 3 ranks: the ws4 output (written for 4) and the reshard of torch's output load bit-exact.
-Exits 0 when every case passes, 1 otherwise.
+expected tensors (bf16: the input cast by torch).  ws4 loads the sharded tensors only (the 0-d
+buffer is stored once, so every rank would read its file): each rank's read plan names only
+its own file, and with the files evicted from the page cache after the metadata was read,
+/proc/self/io read_bytes while reading the data is at least the rank's payload and at most its
+own file plus page rounding - any other rank's file is larger than that margin.
+At 3 ranks: ws4 (written for 4) and ws3 (the reshard of torch's output) load bit-exact.
+Exits 0 when every case passes, 1 otherwise.  ST_OUT_KEEP=1 keeps the temp directory.
 """
 
-import datetime
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -171,14 +175,14 @@ def run_case(rank, mesh, case):
 
 
 def run_rank(rank, world, port, job):
-    import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
-    torch.set_num_threads(1)
-    if os.path.exists("/sys/class/net/lo"):
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    results = {}
-    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank,
-                            world_size=world, timeout=datetime.timedelta(seconds=120))
+    try:
+        common.rank_init(rank, world, port, 120)
+    except Exception:
+        common.write_rank_results(job["result_dir"], rank, [{"case": "*", "problems": [
+            "rank %d: process group setup failed: %s" % (rank, ref.short_exc())]}])
+        return
+    results = []
     meshes = {}
     for case in job["cases"]:
         shape = tuple(case["mesh"])
@@ -186,46 +190,17 @@ def run_rank(rank, world, port, job):
             names = ("replicate", "shard") if len(shape) == 2 else ("shard",)
             meshes[shape] = init_device_mesh("cpu", shape, mesh_dim_names=names)
         try:
-            results[case["name"]] = run_case(rank, meshes[shape], case)
+            problems = run_case(rank, meshes[shape], case)
         except Exception:
-            results[case["name"]] = ["rank %d raised: %s" % (rank, ref.short_exc())]
-        with open(os.path.join(job["dir"], "rank%d.json" % rank), "w") as f:
-            json.dump(results, f)
-    dist.destroy_process_group()
+            problems = ["rank %d raised: %s" % (rank, ref.short_exc())]
+        results.append({"case": case["name"], "problems": common.cap_problems(problems)})
+        common.write_rank_results(job["result_dir"], rank, results)
+    common.rank_finish()
 
 
 def run_ranks(world, cases, tmp):
-    import torch.multiprocessing as mp
-    rdir = tempfile.mkdtemp(dir=tmp, prefix="ranks_")
-    job = {"dir": rdir, "cases": cases}
-    port = _free_port()
-    procs = [mp.get_context("fork").Process(target=run_rank, args=(r, world, port, job))
-             for r in range(world)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(300)
-    out = {c["name"]: [] for c in cases}
-    for r, p in enumerate(procs):
-        if p.is_alive():
-            p.kill()
-            p.join()
-        path = os.path.join(rdir, "rank%d.json" % r)
-        got = json.load(open(path)) if os.path.exists(path) else {}
-        for name in out:
-            if name not in got:
-                out[name].append("rank %d reported nothing (exit %s)" % (r, p.exitcode))
-            out[name].extend(got.get(name, []))
-    return out
-
-
-def _free_port():
-    import socket
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    job = {"result_dir": tempfile.mkdtemp(dir=tmp, prefix="ranks_"), "cases": cases}
+    return common.launch_ranks(run_rank, world, job, [c["name"] for c in cases], wait_s=300)
 
 
 # ------------------------------------------------------------------------ this process
@@ -256,6 +231,32 @@ def evict(out):
         os.close(fd)
 
 
+def flipped(t):
+    """t with every byte inverted (ref.poisoned has no + 1 for uint16/32/64)."""
+    if t.dtype == torch.bool:
+        return ~t
+    out = t.clone()
+    out.view(torch.uint8).bitwise_not_()
+    return out
+
+
+def check_dtypes(tmp):
+    """Every dtype fsdpconv lets through loads bit-exact (one process, no_dist)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import HuggingFaceStorageReader
+    src = os.path.join(common.FIXTURES, "full", "dtypes.pt")
+    out = os.path.join(tmp, "dtypes")
+    refused = "^(complex128|complex32|float8_e8m0fnu|float4_e2m1fn_x2)$"
+    p = fsdpconv("full-to-dcp", "--format", "safetensors", "--world-size", "2", "--drop",
+                 refused, src, "-o", out)
+    if p:
+        return p
+    want = torch.load(src, weights_only=True)
+    sd = {k: flipped(v) for k, v in want.items() if not re.match(refused, k)}
+    dcp.load(sd, storage_reader=HuggingFaceStorageReader(out), no_dist=True)
+    return ["%s: %s" % (k, d) for k in sorted(sd) for d in [ref.diff(sd[k], want[k])] if d]
+
+
 def main():
     torch.set_num_threads(1)
     rep = common.Report("safetensors_out")
@@ -282,6 +283,7 @@ def main():
         p = fsdpconv("reshard", "--format", "safetensors", "--world-size", "4", outs["hfdir"],
                      "-o", outs["plain"])
         rep.case("reshard plain HF directory", p or check_output(outs["plain"], 4, src))
+        rep.case("every dtype torch's reader holds, no_dist load", check_dtypes(tmp))
         evict(outs["ws4"])
         cases = [
             {"name": "ws4", "mesh": [4], "out": outs["ws4"], "expected": expected,
