@@ -98,16 +98,22 @@ static const char *fc_value_type(const struct fc_pv *v)
     }
 }
 
-static int fc_value_row(struct inspect_row *row, const struct fc_pv *v)
+static int fc_value_row(struct inspect_row *row, const struct fc_entry *e)
 {
     struct fc_buf b = FC_BUF_INIT(4096);
     int rc;
-    if (v == NULL)
+    if (e == NULL || (e->value == NULL && e->opaque == NULL))
         return FC_OK;
-    row->type = fc_value_type(v);
-    rc = fc_pv_repr(&b, v, 200);
-    if (rc == FC_OK)
-        rc = fc_buf_putc(&b, '\0');
+    if (e->opaque != NULL) {
+        /* torch loads it only with weights_only=False: what it is, read symbolically */
+        row->type = "opaque";
+        rc = fc_opaque_describe(&b, e->opaque);
+    } else {
+        row->type = fc_value_type(e->value);
+        rc = fc_pv_repr(&b, e->value, 200);
+        if (rc == FC_OK)
+            rc = fc_buf_putc(&b, '\0');
+    }
     if (rc == FC_OK)
         row->repr = (char *)fc_buf_detach(&b, NULL);
     fc_buf_release(&b);
@@ -143,7 +149,7 @@ static int inspect_walk(const struct fc_inspect_opts *o, const struct fc_inspect
                 row->shape = e->size;
             } else {
                 /* The value of a DCP bytes entry, when the source parsed it. */
-                FC_TRY(fc_value_row(row, r->src != NULL ? r->src->entries[i].value : NULL));
+                FC_TRY(fc_value_row(row, r->src != NULL ? &r->src->entries[i] : NULL));
             }
         } else {
             const struct fc_entry *e = &r->src->entries[i];
@@ -158,7 +164,7 @@ static int inspect_walk(const struct fc_inspect_opts *o, const struct fc_inspect
                 row->store =
                     e->storage < r->src->nstorages ? &r->src->storages[e->storage] : &chunked;
             } else {
-                FC_TRY(fc_value_row(row, e->value));
+                FC_TRY(fc_value_row(row, e));
             }
         }
         if (row->is_tensor) {
@@ -275,7 +281,11 @@ static int print_table_dcp(const char *path, const struct fc_inspect_result *r,
     printf("\nFILES\n");
     for (size_t i = 0; i < r->nfiles; i++)
         printf("%s  %" PRIu64 " bytes\n", r->files[i], r->file_bytes[i]);
-    if (r->coverage_problems == 0)
+    if (r->coverage_problems == 0 && r->replicas > 0)
+        printf("\ncoverage: ok (every element stored; %zu replica chunks repeat a box another "
+               "rank saved)\n",
+               r->replicas);
+    else if (r->coverage_problems == 0)
         printf("\ncoverage: ok (every element stored exactly once)\n");
     else
         printf("\ncoverage: %zu problems\n%s", r->coverage_problems, r->coverage_report);
@@ -396,6 +406,8 @@ static int json_dcp_tail(json_t *root, const struct fc_inspect_result *r)
     }
     FC_TRY(jset(cov, "ok", json_boolean(r->coverage_problems == 0)));
     FC_TRY(jset(cov, "problems", problems));
+    if (r->replicas > 0)
+        FC_TRY(jset(cov, "replicas", json_integer((json_int_t)r->replicas)));
     for (const char *p = r->coverage_report; p != NULL && *p != '\0';) {
         const char *nl = strchr(p, '\n');
         const size_t len = nl != NULL ? (size_t)(nl - p) : strlen(p);

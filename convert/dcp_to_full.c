@@ -224,18 +224,62 @@ static int fc_tree_insert(struct fc_node *root, const struct fc_xspec *s, long s
     return FC_OK;
 }
 
+/* A storage of a tensor found inside a value, copied into the archive as it is. */
+struct fc_value_store {
+    size_t file;
+    uint64_t offset, nbytes;
+};
+
 struct fc_ts_export {
     const struct fc_source *src;
     const struct fc_xform_result *xr;
     const long *storage_of; /* spec -> storage number, -1 for values */
+    size_t nst;             /* storages of tensor entries; values' storages come after */
+    struct fc_value_store *vst;
+    size_t nvst, vst_alloc;
+    const struct fc_entry *entry; /* the value being written */
 };
 
-static int fc_pickle_node(struct fc_buf *b, const struct fc_ts_export *x, const struct fc_node *n)
+/* A tensor inside a value: its storage becomes record data/<nst + k>, as torch.save writes it. */
+static int fc_pickle_value_tensor(void *ctx, struct fc_buf *b, const struct fc_pv_tensor *t)
+{
+    struct fc_ts_export *x = ctx;
+    struct fc_storage st;
+    FC_TRY(fc_source_value_storage(x->src, x->entry, t, &st));
+    size_t k = 0;
+    while (k < x->nvst && !(x->vst[k].file == st.file && x->vst[k].offset == st.offset))
+        k++;
+    if (k == x->nvst) {
+        if (x->nvst == x->vst_alloc) {
+            const size_t n = x->vst_alloc == 0 ? 8 : x->vst_alloc * 2;
+            struct fc_value_store *v = fc_reallocarray(x->vst, n, sizeof(*v));
+            if (v == NULL)
+                return fc_error_set(FC_ENOMEM, "out of memory");
+            x->vst = v;
+            x->vst_alloc = n;
+        }
+        x->vst[x->nvst++] = (struct fc_value_store){st.file, st.offset, st.nbytes};
+    }
+    char key[32];
+    snprintf(key, sizeof(key), "%zu", x->nst + k);
+    const size_t esz = fc_dtype_size(t->desc.dtype);
+    return fc_torchsave_pw_tensor_view(b, &t->desc, esz > 0 ? st.nbytes / esz : 0, t->requires_grad,
+                                       key);
+}
+
+static int fc_pickle_node(struct fc_buf *b, struct fc_ts_export *x, const struct fc_node *n)
 {
     if (n->spec >= 0) {
         const struct fc_xspec *s = &x->xr->specs[n->spec];
-        if (s->kind == FC_ENTRY_VALUE)
-            return fc_pw_value(b, s->value != NULL ? s->value : s->src->entries[s->entry].value);
+        if (s->kind == FC_ENTRY_VALUE && s->value != NULL)
+            return fc_pw_value(b, s->value);
+        if (s->kind == FC_ENTRY_VALUE) {
+            /* Opaque values go in as their symbolic trees: the same globals, calls and
+             * state, so torch.load(weights_only=False) builds the same objects. */
+            const struct fc_pw_tensor_hook h = {fc_pickle_value_tensor, x};
+            x->entry = &s->src->entries[s->entry];
+            return fc_pw_value_with(b, x->entry->value, &h);
+        }
         char key[32];
         int64_t numel = 0;
         snprintf(key, sizeof(key), "%ld", x->storage_of[n->spec]);
@@ -255,6 +299,51 @@ static int fc_pickle_node(struct fc_buf *b, const struct fc_ts_export *x, const 
     return FC_OK;
 }
 
+/* Copy n bytes at offset of f into the output (a value's tensor storage). */
+static int fc_copy_range(const struct fc_file *f, uint64_t offset, uint64_t n, struct fc_out *o)
+{
+    unsigned char *buf = fc_malloc((size_t)1 << 20);
+    int rc = FC_OK;
+    if (buf == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    for (uint64_t pos = 0; rc == FC_OK && pos < n;) {
+        const size_t step = n - pos < ((size_t)1 << 20) ? (size_t)(n - pos) : ((size_t)1 << 20);
+        rc = fc_file_pread(f, buf, step, offset + pos);
+        if (rc == FC_OK)
+            rc = fc_out_put(o, buf, step);
+        pos += step;
+    }
+    fc_free(buf);
+    return rc;
+}
+
+/*
+ * Opaque values go into a .pt as their symbolic trees; one whose pickle could not even be
+ * read symbolically cannot: refuse, naming them (the first few) and the way out.
+ */
+static int fc_check_embeddable(const struct fc_xform_result *xr, const char *output)
+{
+    char keys[512] = "";
+    size_t n = 0, used = 0;
+    for (size_t i = 0; i < xr->n; i++) {
+        const struct fc_xspec *s = &xr->specs[i];
+        if (s->kind != FC_ENTRY_VALUE || s->value != NULL)
+            continue;
+        const struct fc_entry *e = &s->src->entries[s->entry];
+        if (e->opaque == NULL || e->value != NULL)
+            continue;
+        if (n++ < 4 && used < sizeof(keys))
+            used += (size_t)snprintf(keys + used, sizeof(keys) - used, "%s'%s'", n > 1 ? ", " : "",
+                                     e->key);
+    }
+    if (n == 0)
+        return FC_OK;
+    return fc_error_set(FC_EFORMAT,
+                        "%s: %zu value%s cannot be embedded (%s%s: their pickles could not be "
+                        "read); leave them out with --drop REGEX, or export to .safetensors",
+                        output, n, n == 1 ? "" : "s", keys, n > 4 ? ", ..." : "");
+}
+
 static int fc_write_torchsave(const struct fc_source *src, const struct fc_xform_result *xr,
                               const char *path, const char *final_name, uint64_t budget,
                               struct fc_slabs *slabs, struct fc_out *o, size_t *ntensors_out)
@@ -262,8 +351,9 @@ static int fc_write_torchsave(const struct fc_source *src, const struct fc_xform
     struct fc_node *root = fc_node_new(NULL, -1);
     long *storage_of = fc_calloc(xr->n + 1, sizeof(*storage_of));
     size_t *storage_spec = fc_calloc(xr->n + 1, sizeof(*storage_spec));
-    struct fc_zipw_record *recs = fc_calloc(xr->n + 4, sizeof(*recs));
-    char(*names)[32] = fc_calloc(xr->n + 1, sizeof(*names));
+    struct fc_zipw_record *recs = NULL;
+    char(*names)[32] = NULL;
+    struct fc_ts_export x = {src, xr, storage_of, 0, NULL, 0, 0, NULL};
     struct fc_buf pkl = FC_BUF_INIT((size_t)1 << 31), tail = FC_BUF_INIT((size_t)1 << 31);
     static const unsigned char little[] = "little", version[] = "3\n";
     char prefix[256];
@@ -271,11 +361,11 @@ static int fc_write_torchsave(const struct fc_source *src, const struct fc_xform
     uint64_t total = 0;
     int rc = FC_OK;
     o->fd = -1;
-    if (root == NULL || storage_of == NULL || storage_spec == NULL || recs == NULL ||
-        names == NULL) {
+    if (root == NULL || storage_of == NULL || storage_spec == NULL) {
         rc = fc_error_set(FC_ENOMEM, "out of memory");
         goto done;
     }
+    FC_TRY_GOTO(fc_check_embeddable(xr, final_name), rc, done);
     /* Archive folder: the target's basename without its extension, as torch.save names it. */
     {
         const char *base = strrchr(final_name, '/');
@@ -302,15 +392,22 @@ static int fc_write_torchsave(const struct fc_source *src, const struct fc_xform
         FC_TRY_GOTO(fc_tree_insert(root, s, (long)i), rc, done);
     }
     FC_TRY_GOTO(fc_pw_proto(&pkl), rc, done);
-    const struct fc_ts_export x = {src, xr, storage_of};
+    x.nst = nst;
     FC_TRY_GOTO(fc_pickle_node(&pkl, &x, root), rc, done);
     FC_TRY_GOTO(fc_pw_stop(&pkl), rc, done);
+    recs = fc_calloc(nst + x.nvst + 4, sizeof(*recs));
+    names = fc_calloc(nst + x.nvst + 1, sizeof(*names));
+    if (recs == NULL || names == NULL) {
+        rc = fc_error_set(FC_ENOMEM, "out of memory");
+        goto done;
+    }
     recs[nrec++] = (struct fc_zipw_record){"data.pkl", pkl.len, pkl.data, 0, 0, 0};
     recs[nrec++] = (struct fc_zipw_record){"byteorder", 6, little, 0, 0, 0};
-    for (size_t k = 0; k < nst; k++) {
+    for (size_t k = 0; k < nst + x.nvst; k++) {
         snprintf(names[k], sizeof(names[k]), "data/%zu", k);
-        recs[nrec++] = (struct fc_zipw_record){
-            names[k], fc_spec_nbytes(&xr->specs[storage_spec[k]]), NULL, 0, 0, 0};
+        const uint64_t size =
+            k < nst ? fc_spec_nbytes(&xr->specs[storage_spec[k]]) : x.vst[k - nst].nbytes;
+        recs[nrec++] = (struct fc_zipw_record){names[k], size, NULL, 0, 0, 0};
     }
     recs[nrec++] = (struct fc_zipw_record){"version", 2, version, 0, 0, 0};
     FC_TRY_GOTO(fc_zipw_layout(recs, nrec, prefix, &total), rc, done);
@@ -324,6 +421,13 @@ static int fc_write_torchsave(const struct fc_source *src, const struct fc_xform
         o->crc = 0;
         FC_TRY_GOTO(fc_stream_box(src, s, zero, s->shape, budget, slabs, fc_out_put, o), rc, done);
         recs[2 + k].crc32 = o->crc;
+    }
+    for (size_t k = 0; k < x.nvst; k++) {
+        o->pos = recs[2 + nst + k].data_offset;
+        o->crc = 0;
+        FC_TRY_GOTO(fc_copy_range(&src->files[x.vst[k].file], x.vst[k].offset, x.vst[k].nbytes, o),
+                    rc, done);
+        recs[2 + nst + k].crc32 = o->crc;
     }
     uint64_t from = 0;
     for (size_t r = 0; r <= nrec; r++) {
@@ -348,6 +452,7 @@ done:
     fc_free(storage_spec);
     fc_free(recs);
     fc_free(names);
+    fc_free(x.vst);
     fc_buf_release(&pkl);
     fc_buf_release(&tail);
     return rc;

@@ -167,6 +167,21 @@ static int fc_diff_pair(const struct fc_diff_opts *o, struct fc_diff_result *res
         return fc_diff_add(res, ea->key, FC_DIFF_KIND,
                            ea->kind == FC_ENTRY_TENSOR ? "tensor vs value" : "value vs tensor", 0,
                            0, NAN);
+    if (ea->kind == FC_ENTRY_VALUE && (ea->opaque != NULL || eb->opaque != NULL)) {
+        /* Values torch loads only with weights_only=False are never unpickled: their
+         * stored bytes must be equal. */
+        fc_buf_clear(ra);
+        fc_buf_clear(rb);
+        FC_TRY(fc_source_value_blob(res->src_a, ea, ra));
+        FC_TRY(fc_source_value_blob(res->src_b, eb, rb));
+        if (ea->opaque != NULL && eb->opaque != NULL && ra->len == rb->len &&
+            memcmp(ra->data, rb->data, ra->len) == 0)
+            return FC_OK;
+        snprintf(detail, sizeof(detail), "opaque values: %s%zu stored bytes vs %s%zu",
+                 ea->opaque != NULL ? "" : "(not opaque) ", ra->len,
+                 eb->opaque != NULL ? "" : "(not opaque) ", rb->len);
+        return fc_diff_add(res, ea->key, FC_DIFF_VALUE, detail, 0, 0, NAN);
+    }
     if (ea->kind == FC_ENTRY_VALUE) {
         FC_TRY(fc_repr_of(ea->value, ra));
         FC_TRY(fc_repr_of(eb->value, rb));
@@ -200,7 +215,7 @@ int fc_diff(const struct fc_diff_opts *o, struct fc_diff_result *res)
     regex_t re;
     int have_re = 0, rc = FC_OK;
     struct fc_keyref *ka = NULL, *kb = NULL;
-    struct fc_buf ra = FC_BUF_INIT((size_t)1 << 21), rb = FC_BUF_INIT((size_t)1 << 21);
+    struct fc_buf ra = FC_BUF_INIT((size_t)1 << 30), rb = FC_BUF_INIT((size_t)1 << 30);
     memset(res, 0, sizeof(*res));
     if (o->key_regex != NULL) {
         if (regcomp(&re, o->key_regex, REG_EXTENDED | REG_NOSUB) != 0)

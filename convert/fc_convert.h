@@ -45,7 +45,8 @@ struct fc_inspect_result {
     char (*sha256)[65];    /* per selected entry when checksum was asked; "" for values */
     char *coverage_report; /* DCP: one line per problem found, or NULL */
     size_t coverage_problems;
-    char **files; /* DCP: file names and their sizes */
+    size_t replicas; /* DCP: chunks whose box another chunk already stores (rank-local saves) */
+    char **files;    /* DCP: file names and their sizes */
     uint64_t *file_bytes;
     size_t nfiles;
 };

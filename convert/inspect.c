@@ -243,7 +243,7 @@ static int fc_inspect_dcp(const struct fc_inspect_opts *opts, struct fc_inspect_
     FC_TRY(fc_dcp_meta_load_dir(&r->dcp, opts->path));
     r->format = "dcp";
     FC_TRY_GOTO(fc_inspect_list_files(opts->path, r), rc, done);
-    if (fc_dcp_check(r->dcp, &rep) < 0) {
+    if (fc_dcp_check(r->dcp, &rep, &r->replicas) < 0) {
         /* Problems are in rep; count its lines. */
         for (size_t i = 0; i < rep.len; i++)
             r->coverage_problems += rep.data[i] == '\n';
@@ -265,6 +265,8 @@ static int fc_inspect_dcp(const struct fc_inspect_opts *opts, struct fc_inspect_
     /* The source parses every item: values get their repr, blobs get checked. */
     if ((opts->checksum || opts->verify || !compressed) && r->coverage_problems == 0)
         FC_TRY_GOTO(fc_source_open_dcp(&r->src, opts->path), rc, done);
+    if (opts->verify && r->src != NULL)
+        FC_TRY_GOTO(fc_source_verify_replicas(r->src), rc, done);
     r->selected = fc_calloc(r->dcp->nentries + 1, sizeof(*r->selected));
     r->sha256 = fc_calloc(r->dcp->nentries + 1, sizeof(*r->sha256));
     if (r->selected == NULL || r->sha256 == NULL) {

@@ -56,7 +56,14 @@ struct fc_cov_ctx {
     const struct fc_box *chunks;
     int dim; /* sweep dim */
     struct fc_buf *report;
+    const size_t *first_of; /* FC_COVERAGE_REPLICAS: fc_chunks_replicas(), else NULL */
 };
+
+/* 1 when chunk i is a replica of an earlier chunk (and replicas were asked for). */
+static int fc_cov__is_replica(const struct fc_cov_ctx *ctx, size_t i)
+{
+    return ctx->first_of != NULL && ctx->first_of[i] != i;
+}
 
 /* Lexicographic order of offset tuples, then index (stable and total). */
 static int fc_cov__cmp_offsets(const void *ctxp, size_t a, size_t b)
@@ -340,6 +347,8 @@ static int fc_cov__duplicates(struct fc_cov_ctx *ctx, size_t n, struct fc_covera
             first = i;
             continue;
         }
+        if (fc_cov__is_replica(ctx, idx[i]))
+            continue;
         cov->duplicate_offsets++;
         if (ctx->report != NULL && cov->duplicate_offsets <= FC_COVERAGE_REPORT_MAX) {
             rc = fc_buf_printf(ctx->report,
@@ -360,6 +369,7 @@ static int fc_cov__duplicates(struct fc_cov_ctx *ctx, size_t n, struct fc_covera
 /* 0-d tensors: every 0-d chunk covers the one element, so every pair overlaps. */
 static int fc_cov__scalar(struct fc_cov_ctx *ctx, size_t n, struct fc_coverage *cov)
 {
+    n -= cov->replicas; /* every 0-d chunk has the same (empty) box: one of them counts */
     cov->overlaps = n < 2 ? 0 : (uint64_t)n * (uint64_t)(n - 1) / 2;
     cov->missing_elems = n == 0;
     cov->gaps = n == 0;
@@ -376,8 +386,49 @@ static int fc_cov__scalar(struct fc_cov_ctx *ctx, size_t n, struct fc_coverage *
     return FC_OK;
 }
 
+/* Same box: offsets (already known equal when called from a sorted run) and sizes. */
+static int fc_same_box(int ndim, const struct fc_box *a, const struct fc_box *b)
+{
+    for (int d = 0; d < ndim; d++) {
+        if (a->offsets[d] != b->offsets[d] || a->sizes[d] != b->sizes[d])
+            return 0;
+    }
+    return 1;
+}
+
+int fc_chunks_replicas(int ndim, const struct fc_box *chunks, size_t n, size_t *first_of,
+                       size_t *nreplicas)
+{
+    size_t *idx = fc_calloc(n + 1, sizeof(*idx));
+    int rc = FC_OK;
+    *nreplicas = 0;
+    if (idx == NULL)
+        return fc_error_set(FC_ENOMEM, "coverage: out of memory for %zu chunks", n);
+    for (size_t i = 0; i < n; i++)
+        idx[i] = first_of[i] = i;
+    const struct fc_cov_ctx ctx = {ndim, NULL, chunks, 0, NULL, NULL};
+    /* Equal offset tuples end up adjacent, lowest index first; compare sizes within a run. */
+    FC_TRY_GOTO(fc_sort_idx(idx, n, fc_cov__cmp_offsets, &ctx), rc, done);
+    for (size_t i = 1, run = 0; i < n; i++) {
+        if (!fc_cov__same_offsets(&ctx, idx[run], idx[i])) {
+            run = i;
+            continue;
+        }
+        for (size_t j = run; j < i; j++) {
+            if (first_of[idx[j]] == idx[j] && fc_same_box(ndim, &chunks[idx[j]], &chunks[idx[i]])) {
+                first_of[idx[i]] = idx[j];
+                ++*nreplicas;
+                break;
+            }
+        }
+    }
+done:
+    fc_free(idx);
+    return rc;
+}
+
 int fc_chunks_check_coverage(int ndim, const int64_t *shape, const struct fc_box *chunks, size_t n,
-                             struct fc_coverage *out, struct fc_buf *report)
+                             unsigned flags, struct fc_coverage *out, struct fc_buf *report)
 {
     assert(out != NULL && (n == 0 || chunks != NULL));
     memset(out, 0, sizeof(*out));
@@ -389,17 +440,24 @@ int fc_chunks_check_coverage(int ndim, const int64_t *shape, const struct fc_box
     if (fc_shape_numel(shape, ndim, &numel) < 0)
         return fc_error_set(FC_EINVAL, "coverage: shape has a negative dim or too many elements");
 
-    struct fc_cov_ctx ctx = {ndim, shape, chunks, 0, report};
-    if (ndim == 0) {
-        FC_TRY(fc_cov__duplicates(&ctx, n, out));
-        return fc_cov__scalar(&ctx, n, out);
-    }
-
+    struct fc_cov_ctx ctx = {ndim, shape, chunks, 0, report, NULL};
     int rc = FC_OK;
-    size_t *full = NULL, *nedges = NULL;
+    size_t *full = NULL, *nedges = NULL, *first_of = NULL;
     int64_t *edges = NULL;
     size_t m = 0;
-    full = fc_calloc(n, sizeof(*full));
+    if (flags & FC_COVERAGE_REPLICAS) {
+        first_of = fc_calloc(n + 1, sizeof(*first_of));
+        if (first_of == NULL)
+            return fc_error_set(FC_ENOMEM, "coverage: out of memory for %zu chunks", n);
+        FC_TRY_GOTO(fc_chunks_replicas(ndim, chunks, n, first_of, &out->replicas), rc, done);
+        ctx.first_of = first_of;
+    }
+    if (ndim == 0) {
+        FC_TRY_GOTO(fc_cov__duplicates(&ctx, n, out), rc, done);
+        rc = fc_cov__scalar(&ctx, n, out);
+        goto done;
+    }
+    full = fc_calloc(n + 1, sizeof(*full));
     if (full == NULL) {
         rc = fc_error_set(FC_ENOMEM, "coverage: out of memory for %zu chunks", n);
         goto done;
@@ -407,7 +465,8 @@ int fc_chunks_check_coverage(int ndim, const int64_t *shape, const struct fc_box
     for (size_t i = 0; i < n; i++) {
         const int kind = fc_cov__classify(&ctx, i);
         if (kind == FC_CHUNK_FULL) {
-            full[m++] = i;
+            if (!fc_cov__is_replica(&ctx, i))
+                full[m++] = i;
         } else if (kind == FC_CHUNK_EMPTY) {
             out->empty++;
         } else {
@@ -451,6 +510,7 @@ int fc_chunks_check_coverage(int ndim, const int64_t *shape, const struct fc_box
     FC_TRY_GOTO(fc_cov__gaps(&ctx, full, m, edges, stride, nedges, numel, out), rc, done);
 
 done:
+    fc_free(first_of);
     fc_free(full);
     fc_free(edges);
     fc_free(nedges);
@@ -516,7 +576,7 @@ int fc_chunk_index_new(struct fc_chunk_index **out, int ndim, const struct fc_bo
     for (size_t i = 0; i < n; i++)
         idx->order[i] = i;
     if (ndim > 0) {
-        struct fc_cov_ctx ctx = {ndim, NULL, chunks, 0, NULL};
+        struct fc_cov_ctx ctx = {ndim, NULL, chunks, 0, NULL, NULL};
         const int rc = fc_sort_idx(idx->order, n, fc_cov__cmp_start, &ctx);
         if (rc < 0) {
             fc_chunk_index_free(idx);

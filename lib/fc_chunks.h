@@ -47,10 +47,31 @@ struct fc_coverage {
     uint64_t overlaps;        /* pairs of non-empty in-bounds chunks that intersect */
     uint64_t gaps;            /* uncovered boxes of the grid cut by all chunk edges */
     uint64_t missing_elems;   /* elements covered by no in-bounds chunk */
+    size_t replicas;          /* FC_COVERAGE_REPLICAS: chunks whose box equals an earlier
+                                 chunk's (0 without the flag) */
     int exact;                /* 1: every count is exact; 0: a work bound was hit on a
                                  pathological list and overlaps/gaps/missing_elems are
                                  lower bounds */
 };
+
+/*
+ * Flags of fc_chunks_check_coverage().  FC_COVERAGE_REPLICAS: a chunk whose
+ * box (offsets and sizes) equals an earlier chunk's is a replica of it, the
+ * same elements saved again (DCP rank-local metadata lists a replicated item
+ * once per rank): counted in ->replicas and otherwise ignored, never a
+ * duplicate offset or an overlap.  Without it (the planner) identical boxes
+ * are problems like any other.
+ */
+#define FC_COVERAGE_REPLICAS 1u
+
+/*
+ * fc_chunks_replicas() - first_of[i] = the lowest index of a chunk with the
+ * same box as chunk i (i itself when none), for the n chunks; *nreplicas =
+ * how many chunks have first_of[i] != i.  Sorts by offsets: O(n d log n)
+ * plus the pairs of chunks with equal offsets.  Returns FC_OK or FC_ENOMEM.
+ */
+int fc_chunks_replicas(int ndim, const struct fc_box *chunks, size_t n, size_t *first_of,
+                       size_t *nreplicas);
 
 /*
  * fc_chunks_check_coverage() - do chunks[0..n) tile a tensor of `shape`
@@ -84,7 +105,7 @@ struct fc_coverage {
  * element count overflows int64, or FC_ENOMEM.
  */
 int fc_chunks_check_coverage(int ndim, const int64_t *shape, const struct fc_box *chunks, size_t n,
-                             struct fc_coverage *out, struct fc_buf *report);
+                             unsigned flags, struct fc_coverage *out, struct fc_buf *report);
 
 /* fc_coverage_ok() - 1 when the list tiles the tensor exactly once. */
 int fc_coverage_ok(const struct fc_coverage *cov);

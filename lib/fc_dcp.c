@@ -1371,6 +1371,7 @@ done:
 
 struct ck {
     struct fc_buf *report;
+    size_t replicas;
     size_t nproblems;
     size_t lines;
     size_t dropped; /* report lines past CHECK_MAX_LINES */
@@ -1429,8 +1430,10 @@ static int check_tensor(struct ck *k, const struct fc_dcp_entry *e)
     }
     for (size_t c = 0; c < e->nchunks; c++)
         boxes[c] = (struct fc_box){e->chunks[c].offsets, e->chunks[c].sizes};
-    FC_TRY_GOTO(fc_chunks_check_coverage(e->ndim, e->size, boxes, e->nchunks, &cov, &rep), rc,
-                done);
+    FC_TRY_GOTO(fc_chunks_check_coverage(e->ndim, e->size, boxes, e->nchunks, FC_COVERAGE_REPLICAS,
+                                         &cov, &rep),
+                rc, done);
+    k->replicas += cov.replicas;
     if (fc_coverage_ok(&cov))
         goto done;
     /* Each report line, named by tensor; the first one leads the error message. */
@@ -1451,11 +1454,13 @@ done:
     return rc;
 }
 
-int fc_dcp_check(const struct fc_dcp_meta *m, struct fc_buf *report)
+int fc_dcp_check(const struct fc_dcp_meta *m, struct fc_buf *report, size_t *replicas)
 {
     struct ck k;
     memset(&k, 0, sizeof(k));
     k.report = report;
+    if (replicas != NULL)
+        *replicas = 0;
     for (size_t i = 0; i < m->nentries; i++) {
         const struct fc_dcp_entry *e = &m->entries[i];
         if (e->kind == FC_DCP_BYTES) {
@@ -1469,6 +1474,8 @@ int fc_dcp_check(const struct fc_dcp_meta *m, struct fc_buf *report)
         if (fc_buf_printf(k.report, "... and %zu more lines\n", k.dropped) < 0)
             k.oom = 1;
     }
+    if (replicas != NULL)
+        *replicas = k.replicas;
     if (k.oom)
         return fc_error_set(FC_ENOMEM, "dcp metadata: out of memory writing the check report");
     if (k.nproblems > 0)

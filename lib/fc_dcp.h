@@ -229,9 +229,12 @@ int fc_dcp_meta_load(struct fc_dcp_meta **out, const char *path);
  * (fc_chunks_check_coverage(): in bounds, distinct offsets, no overlap, no
  * gap).  The checker's report lines, each prefixed "tensor '<fqn>': ", are
  * appended to report (may be NULL; at most 100 lines, then "... and N more
- * lines").  Returns FC_OK when everything holds, FC_ECORRUPT
- * (message names the first problem and the total), FC_ENOMEM.
+ * lines").  Chunks with identical boxes are replicas (rank-local metadata
+ * lists a replicated item once per rank; FC_COVERAGE_REPLICAS), not
+ * problems: *replicas (may be NULL) receives their count.  Returns FC_OK when
+ * everything holds, FC_ECORRUPT (message names the first problem and the
+ * total), FC_ENOMEM.
  */
-int fc_dcp_check(const struct fc_dcp_meta *m, struct fc_buf *report);
+int fc_dcp_check(const struct fc_dcp_meta *m, struct fc_buf *report, size_t *replicas);
 
 #endif

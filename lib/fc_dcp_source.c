@@ -36,9 +36,14 @@ struct fc_dcp_blob_loc {
 
 struct fc_dcp_source_impl {
     struct fc_dcp_meta *meta;
-    struct fc_box **boxes;             /* per entry: its chunks' boxes (tensors; from meta) */
+    struct fc_box **boxes;           /* per entry: its distinct chunk boxes (tensors; from meta) */
+    struct fc_chunk_ref **read_refs; /* per entry with replicas: refs of boxes[] (NULL: chunks) */
+    size_t **first_of; /* per entry with replicas: the chunk each chunk replicates (or itself) */
     struct fc_chunk_index **index;     /* per entry: the boxes indexed for box reads */
     struct fc_dcp_blob_loc *value_loc; /* per entry: the bytes item's blob (values only) */
+    struct fc_opaque *opaque;          /* per entry: opaque values' descriptions */
+    struct fc_torchsave **value_ts;    /* per entry: the parsed blob of a value (weights-only) */
+    char **opaque_why;                 /* per entry: the string an opaque description owns */
     long scratch_file; /* index of the temp file holding decompressed items, or -1 */
     uint64_t scratch_size;
     struct fc_torchsave **blobs; /* every parsed item, kept for the values' trees */
@@ -63,10 +68,19 @@ static void fc_dcp_source_impl_free(void *p)
     for (size_t i = 0; impl->boxes != NULL && i < impl->nentries; i++) {
         fc_chunk_index_free(impl->index[i]);
         fc_free(impl->boxes[i]);
+        fc_free(impl->read_refs[i]);
+        fc_free(impl->first_of[i]);
     }
     fc_free(impl->boxes);
+    fc_free(impl->read_refs);
+    fc_free(impl->first_of);
     fc_free(impl->index);
     fc_free(impl->value_loc);
+    for (size_t i = 0; impl->opaque_why != NULL && i < impl->nentries; i++)
+        fc_free(impl->opaque_why[i]);
+    fc_free(impl->opaque_why);
+    fc_free(impl->value_ts);
+    fc_free(impl->opaque);
     fc_dcp_meta_free(impl->meta);
     fc_free(impl);
 }
@@ -202,10 +216,10 @@ done:
     return rc;
 }
 
-/* Parse the blob of one stored item; *ts_out stays owned by impl. */
-static int fc_dcp_parse_item(struct fc_source *src, struct fc_dcp_source_impl *impl,
-                             const char *dir, const char *fqn, const struct fc_dcp_storage *st,
-                             struct fc_dcp_blob_loc *loc, struct fc_torchsave **ts_out)
+/* Where the (decompressed) torch.save blob of one stored item is; what[] names it. */
+static int fc_dcp_locate_item(struct fc_source *src, struct fc_dcp_source_impl *impl,
+                              const char *dir, const char *fqn, const struct fc_dcp_storage *st,
+                              struct fc_dcp_blob_loc *loc, char *what, size_t what_size)
 {
     size_t fi = 0;
     FC_TRY(fc_dcp_file(src, dir, st->relative_path, &fi));
@@ -215,8 +229,7 @@ static int fc_dcp_parse_item(struct fc_source *src, struct fc_dcp_source_impl *i
                             "%s: item '%s' [%" PRIu64 ", +%" PRIu64
                             ") runs past the end of the file (%" PRIu64 " bytes)",
                             f->path, fqn, st->offset, st->length, f->size);
-    char what[768];
-    snprintf(what, sizeof(what), "%s @ %" PRIu64 " (item '%s')", f->path, st->offset, fqn);
+    snprintf(what, what_size, "%s @ %" PRIu64 " (item '%s')", f->path, st->offset, fqn);
     *loc = (struct fc_dcp_blob_loc){fi, st->offset, st->length};
     for (size_t t = 0; t < st->ntransforms; t++) {
         if (!fc_is_zstd_descriptor(st->transforms[t]))
@@ -225,29 +238,146 @@ static int fc_dcp_parse_item(struct fc_source *src, struct fc_dcp_source_impl *i
             return fc_error_set(FC_EFORMAT, "%s: more than one transform", what);
         FC_TRY(fc_dcp_inflate(src, impl, fi, st, what, loc));
     }
+    return FC_OK;
+}
+
+/* Parse the blob of one stored item; *ts_out stays owned by impl. */
+static int fc_dcp_parse_item(struct fc_source *src, struct fc_dcp_source_impl *impl,
+                             const char *dir, const char *fqn, const struct fc_dcp_storage *st,
+                             struct fc_dcp_blob_loc *loc, struct fc_torchsave **ts_out)
+{
+    char what[768];
     struct fc_torchsave *ts;
+    FC_TRY(fc_dcp_locate_item(src, impl, dir, fqn, st, loc, what, sizeof(what)));
     FC_TRY(fc_torchsave_open(&ts, &src->files[loc->file], loc->base, loc->len, what));
     impl->blobs[impl->nblobs++] = ts;
     *ts_out = ts;
     return FC_OK;
 }
 
+/* What the top level of a symbolically read value builds: its class or callable, or its kind. */
+static const char *fc_opaque_type(const struct fc_pv *v, char *buf, size_t size)
+{
+    if (v->kind == FC_PV_CALL || v->kind == FC_PV_OBJECT) {
+        const struct fc_pv *c = v->u.call.callable;
+        const struct fc_pv *a = v->u.call.args;
+        /* copyreg's and numpy's reconstructors name the real class as their first argument. */
+        const int reconstructor =
+            c->kind == FC_PV_GLOBAL && (strcmp(c->u.global.module, "copyreg") == 0 ||
+                                        strcmp(c->u.global.name, "_reconstruct") == 0);
+        if (reconstructor && a != NULL && a->kind == FC_PV_TUPLE && a->u.seq.n > 0 &&
+            a->u.seq.items[0]->kind == FC_PV_GLOBAL)
+            c = a->u.seq.items[0];
+        if (c->kind == FC_PV_GLOBAL) {
+            snprintf(buf, size, "%s.%s", c->u.global.module, c->u.global.name);
+            return buf;
+        }
+        return "object";
+    }
+    switch (v->kind) {
+    case FC_PV_NONE: return "None";
+    case FC_PV_BOOL: return "bool";
+    case FC_PV_INT:
+    case FC_PV_BIGINT: return "int";
+    case FC_PV_FLOAT: return "float";
+    case FC_PV_STR: return "str";
+    case FC_PV_BYTES: return "bytes";
+    case FC_PV_LIST: return "list";
+    case FC_PV_TUPLE: return "tuple";
+    case FC_PV_SET: return "set";
+    case FC_PV_DICT: return "dict";
+    default: return "object";
+    }
+}
+
+/*
+ * A bytes item: its value, unpickled as torch.load(weights_only=True) would.  When that
+ * refuses (FC_EFORMAT: a global outside the allowlist, ...), the item is opaque: read its
+ * pickle symbolically for inspect (type and globals; nothing runs), and carry its bytes.
+ */
+static int fc_dcp_open_value(struct fc_source *src, struct fc_dcp_source_impl *impl,
+                             const char *dir, size_t i, struct fc_entry *e)
+{
+    const struct fc_dcp_entry *de = &impl->meta->entries[i];
+    struct fc_dcp_blob_loc *loc = &impl->value_loc[i];
+    char what[768];
+    struct fc_torchsave *ts = NULL;
+    FC_TRY(fc_dcp_locate_item(src, impl, dir, de->fqn, &de->storage, loc, what, sizeof(what)));
+    e->kind = FC_ENTRY_VALUE;
+    int rc = fc_torchsave_open(&ts, &src->files[loc->file], loc->base, loc->len, what);
+    if (rc != FC_EFORMAT) {
+        FC_TRY(rc);
+        impl->blobs[impl->nblobs++] = ts;
+        impl->value_ts[i] = ts;
+        e->value = fc_torchsave_root(ts);
+        return FC_OK;
+    }
+    struct fc_opaque *op = &impl->opaque[i];
+    char tbuf[512];
+    e->opaque = op;
+    rc = fc_torchsave_open_symbolic(&ts, &src->files[loc->file], loc->base, loc->len, what);
+    if (rc == FC_ENOMEM)
+        return rc;
+    if (rc < 0) {
+        /* Not even a symbolic reading: still copied verbatim, shown as unreadable. */
+        op->type = "?";
+        op->unreadable = impl->opaque_why[i] = fc_strdup(fc_error_last());
+        return op->unreadable != NULL ? FC_OK : fc_error_set(FC_ENOMEM, "out of memory");
+    }
+    impl->blobs[impl->nblobs++] = ts;
+    e->value = fc_torchsave_root(ts);
+    op->nglobals = fc_torchsave_globals(ts, &op->globals);
+    op->type = impl->opaque_why[i] = fc_strdup(fc_opaque_type(e->value, tbuf, sizeof(tbuf)));
+    return op->type != NULL ? FC_OK : fc_error_set(FC_ENOMEM, "out of memory");
+}
+
 static int fc_dcp_read_box(const struct fc_source *src, const struct fc_entry *e,
                            const int64_t *off, const int64_t *size, void *dst);
 static int fc_dcp_value_blob(const struct fc_source *src, const struct fc_entry *e,
                              struct fc_buf *out);
+static int fc_dcp_value_storage(const struct fc_source *src, const struct fc_entry *e,
+                                const struct fc_pv_tensor *t, struct fc_storage *out);
 
-/* Index an entry's chunk boxes, so a box read finds the chunks it overlaps by binary search
- * instead of scanning every chunk (resharding thousands of chunks). */
+/*
+ * Index an entry's chunk boxes, so a box read finds the chunks it overlaps by binary search
+ * instead of scanning every chunk (resharding thousands of chunks).  Replicas (the same box
+ * saved by several ranks, rank-local metadata) are read from their first copy only.
+ */
 static int fc_dcp_index_chunks(struct fc_dcp_source_impl *impl, size_t i,
                                const struct fc_dcp_entry *de)
 {
-    impl->boxes[i] = fc_calloc(de->nchunks + 1, sizeof(**impl->boxes));
-    if (impl->boxes[i] == NULL)
-        return fc_error_set(FC_ENOMEM, "out of memory");
-    for (size_t c = 0; c < de->nchunks; c++)
+    const size_t n = de->nchunks;
+    size_t *first_of = fc_calloc(n + 1, sizeof(*first_of)), nrep = 0;
+    int rc = FC_OK;
+    impl->boxes[i] = fc_calloc(n + 1, sizeof(**impl->boxes));
+    if (first_of == NULL || impl->boxes[i] == NULL) {
+        rc = fc_error_set(FC_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (size_t c = 0; c < n; c++)
         impl->boxes[i][c] = (struct fc_box){de->chunks[c].offsets, de->chunks[c].sizes};
-    return fc_chunk_index_new(&impl->index[i], de->ndim, impl->boxes[i], de->nchunks);
+    FC_TRY_GOTO(fc_chunks_replicas(de->ndim, impl->boxes[i], n, first_of, &nrep), rc, done);
+    if (nrep > 0) {
+        impl->first_of[i] = first_of;
+        first_of = NULL;
+        /* The distinct boxes and their chunks' refs, in chunk order, for reads. */
+        impl->read_refs[i] = fc_calloc(n + 1, sizeof(**impl->read_refs));
+        if (impl->read_refs[i] == NULL) {
+            rc = fc_error_set(FC_ENOMEM, "out of memory");
+            goto done;
+        }
+        size_t k = 0;
+        for (size_t c = 0; c < n; c++) {
+            if (impl->first_of[i][c] == c) {
+                impl->boxes[i][k] = impl->boxes[i][c];
+                impl->read_refs[i][k++] = impl->chunks[i][c];
+            }
+        }
+    }
+    rc = fc_chunk_index_new(&impl->index[i], de->ndim, impl->boxes[i], n - nrep);
+done:
+    fc_free(first_of);
+    return rc;
 }
 
 int fc_source_open_dcp(struct fc_source **out, const char *dir)
@@ -267,6 +397,7 @@ int fc_source_open_dcp(struct fc_source **out, const char *dir)
     src->impl_free = fc_dcp_source_impl_free;
     src->read_box = fc_dcp_read_box;
     src->value_blob = fc_dcp_value_blob;
+    src->value_storage = fc_dcp_value_storage;
     src->format = "dcp";
     src->path = fc_strdup(dir);
     fc_free(mpath);
@@ -284,13 +415,19 @@ int fc_source_open_dcp(struct fc_source **out, const char *dir)
     impl->chunks = fc_calloc(m->nentries + 1, sizeof(*impl->chunks));
     impl->nchunks = fc_calloc(m->nentries + 1, sizeof(*impl->nchunks));
     impl->value_loc = fc_calloc(m->nentries + 1, sizeof(*impl->value_loc));
+    impl->opaque = fc_calloc(m->nentries + 1, sizeof(*impl->opaque));
+    impl->value_ts = fc_calloc(m->nentries + 1, sizeof(*impl->value_ts));
+    impl->opaque_why = fc_calloc(m->nentries + 1, sizeof(*impl->opaque_why));
     impl->boxes = fc_calloc(m->nentries + 1, sizeof(*impl->boxes));
+    impl->read_refs = fc_calloc(m->nentries + 1, sizeof(*impl->read_refs));
+    impl->first_of = fc_calloc(m->nentries + 1, sizeof(*impl->first_of));
     impl->index = fc_calloc(m->nentries + 1, sizeof(*impl->index));
     impl->scratch_file = -1;
     src->entries = fc_calloc(m->nentries + 1, sizeof(*src->entries));
     if (impl->blobs == NULL || impl->chunks == NULL || impl->nchunks == NULL ||
-        impl->value_loc == NULL || impl->boxes == NULL || impl->index == NULL ||
-        src->entries == NULL) {
+        impl->value_loc == NULL || impl->opaque == NULL || impl->value_ts == NULL ||
+        impl->opaque_why == NULL || impl->boxes == NULL || impl->read_refs == NULL ||
+        impl->first_of == NULL || impl->index == NULL || src->entries == NULL) {
         rc = fc_error_set(FC_ENOMEM, "out of memory");
         goto fail;
     }
@@ -322,12 +459,7 @@ int fc_source_open_dcp(struct fc_source **out, const char *dir)
         }
         e->storage = SIZE_MAX;
         if (de->kind == FC_DCP_BYTES) {
-            struct fc_torchsave *ts;
-            FC_TRY_GOTO(
-                fc_dcp_parse_item(src, impl, dir, de->fqn, &de->storage, &impl->value_loc[i], &ts),
-                rc, fail);
-            e->kind = FC_ENTRY_VALUE;
-            e->value = fc_torchsave_root(ts);
+            FC_TRY_GOTO(fc_dcp_open_value(src, impl, dir, i, e), rc, fail);
             continue;
         }
         e->kind = FC_ENTRY_TENSOR;
@@ -424,8 +556,9 @@ static int fc_dcp_read_box(const struct fc_source *src, const struct fc_entry *e
 {
     const struct fc_dcp_source_impl *impl = src->impl;
     const size_t ei = (size_t)(e - src->entries);
-    return fc_chunks_read_box(src, e, impl->chunks[ei], impl->boxes[ei], impl->index[ei], off, size,
-                              dst);
+    const struct fc_chunk_ref *refs =
+        impl->read_refs[ei] != NULL ? impl->read_refs[ei] : impl->chunks[ei];
+    return fc_chunks_read_box(src, e, refs, impl->boxes[ei], impl->index[ei], off, size, dst);
 }
 
 int fc_chunks_read_box(const struct fc_source *src, const struct fc_entry *e,
@@ -546,10 +679,9 @@ static int fc_dcp_merge(struct fc_dcp_meta *m, const struct fc_dcp_meta *part, c
         for (size_t c = 0; c < pe->nchunks; c++) {
             const struct fc_dcp_chunk *pc = &pe->chunks[c];
             size_t ci;
-            const int rc = fc_dcp_meta_add_chunk(m, idx, pc->offsets, pc->sizes, &ci);
-            if (rc == FC_EINVAL)
-                continue; /* the same box saved by a replica */
-            FC_TRY(rc);
+            /* A replicated item appears in every rank's file: all copies are kept (inspect
+             * --verify compares them), reads use the first (fc_dcp_index_chunks). */
+            FC_TRY(fc_dcp_meta_add_chunk(m, idx, pc->offsets, pc->sizes, &ci));
             struct fc_dcp_storage *st = &m->entries[idx].chunks[ci].storage;
             FC_TRY(fc_dcp_storage_set(st, pc->storage.relative_path, pc->storage.offset,
                                       pc->storage.length));
@@ -629,6 +761,79 @@ int fc_dcp_meta_load_dir(struct fc_dcp_meta **out, const char *dir)
         *out = NULL;
     }
     return rc;
+}
+
+/* Compare chunk c of tensor entry ei with chunk f, the copy reads use, dim-0 slab by slab. */
+static int fc_dcp_compare_replica(const struct fc_source *src, size_t ei, size_t c, size_t f)
+{
+    const struct fc_dcp_source_impl *impl = src->impl;
+    const struct fc_chunk_ref *a = &impl->chunks[ei][f], *b = &impl->chunks[ei][c];
+    const struct fc_tensor_desc *d = &a->desc;
+    const size_t esz = fc_dtype_size(d->dtype);
+    size_t row = esz;
+    for (int k = 1; k < d->ndim; k++)
+        row *= (size_t)d->shape[k];
+    const int64_t rows = d->ndim > 0 ? d->shape[0] : 1;
+    const int64_t step = row >= ((size_t)8 << 20) ? 1 : (int64_t)(((size_t)8 << 20) / row);
+    unsigned char *x = fc_malloc((size_t)(step < rows ? step : rows) * row + 1);
+    unsigned char *y = fc_malloc((size_t)(step < rows ? step : rows) * row + 1);
+    const char *key = src->entries[ei].key;
+    int rc = FC_OK;
+    if (x == NULL || y == NULL) {
+        rc = fc_error_set(FC_ENOMEM, "out of memory comparing the replicas of '%s'", key);
+        goto done;
+    }
+    for (int64_t r0 = 0; rc == FC_OK && r0 < rows && row > 0; r0 += step) {
+        int64_t off[FC_MAX_DIMS] = {0}, len[FC_MAX_DIMS];
+        memcpy(len, d->shape, sizeof(len));
+        if (d->ndim > 0) {
+            off[0] = r0;
+            len[0] = rows - r0 < step ? rows - r0 : step;
+        }
+        const size_t nb = (size_t)(d->ndim > 0 ? len[0] : 1) * row;
+        rc = fc_read_strided_box(&src->files[a->file], a->base, &a->desc, off, len, x, key);
+        if (rc == FC_OK)
+            rc = fc_read_strided_box(&src->files[b->file], b->base, &b->desc, off, len, y, key);
+        if (rc == FC_OK && memcmp(x, y, nb) != 0)
+            rc = fc_error_set(FC_ECORRUPT,
+                              "%s: replicas of '%s' differ: chunk %zu (%s) and chunk %zu (%s) "
+                              "have the same box but other bytes",
+                              src->path, key, f, src->files[a->file].path, c,
+                              src->files[b->file].path);
+    }
+done:
+    fc_free(x);
+    fc_free(y);
+    return rc;
+}
+
+static int fc_dcp_value_storage(const struct fc_source *src, const struct fc_entry *e,
+                                const struct fc_pv_tensor *t, struct fc_storage *out)
+{
+    const struct fc_dcp_source_impl *impl = src->impl;
+    const size_t i = (size_t)(e - src->entries);
+    const struct fc_torchsave *ts = impl->value_ts[i];
+    const size_t k = ts != NULL ? fc_torchsave_storage_index(ts, t) : SIZE_MAX;
+    if (k == SIZE_MAX)
+        return fc_error_set(FC_ECORRUPT, "%s: '%s': no storage '%s' for a tensor inside the value",
+                            src->path, e->key, t->storage_key);
+    const struct fc_ts_storage *st = fc_torchsave_storage_at(ts, k);
+    *out = (struct fc_storage){st->key, impl->value_loc[i].file, st->data_offset, st->nbytes, 1};
+    return FC_OK;
+}
+
+int fc_source_verify_replicas(const struct fc_source *src)
+{
+    if (src->read_box != fc_dcp_read_box)
+        return FC_OK;
+    const struct fc_dcp_source_impl *impl = src->impl;
+    for (size_t i = 0; i < impl->nentries; i++) {
+        for (size_t c = 0; impl->first_of[i] != NULL && c < impl->nchunks[i]; c++) {
+            if (impl->first_of[i][c] != c)
+                FC_TRY(fc_dcp_compare_replica(src, i, c, impl->first_of[i][c]));
+        }
+    }
+    return FC_OK;
 }
 
 int fc_source_is_compressed(const struct fc_source *src)

@@ -11,8 +11,6 @@
  */
 #include "fc_pickle.h"
 
-#include "fc_strmap.h"
-
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -24,6 +22,7 @@
 #include "fc_checked.h"
 #include "fc_endian.h"
 #include "fc_error.h"
+#include "fc_strmap.h"
 
 /* ---- opcodes ---- */
 
@@ -264,6 +263,9 @@ struct fc_pickle {
     size_t arena_bytes;
     size_t arena_cap;
     const struct fc_pv *root;
+    const struct fc_pv **globals; /* distinct GLOBAL/STACK_GLOBAL names, first use first */
+    size_t nglobals, globals_alloc;
+    struct fc_strmap global_names; /* "module name" (arena strings) -> index in globals */
 };
 
 /* Internal node kind for a persistent-id storage; never left in a result. */
@@ -1697,6 +1699,32 @@ static int fc_op_binpersid(struct fc_vm *vm)
     return fc_vm_push(vm, s);
 }
 
+/* Record a global's name once (fc_pickle_globals()), in the order pickles first name them. */
+static int fc_vm_note_global(struct fc_vm *vm, const struct fc_pv *g)
+{
+    struct fc_pickle *p = vm->p;
+    const size_t ml = strlen(g->u.global.module), nl = strlen(g->u.global.name);
+    char *key = fc_arena_alloc(vm, ml + nl + 2);
+    if (key == NULL)
+        return FC_ENOMEM;
+    memcpy(key, g->u.global.module, ml);
+    key[ml] = ' ';
+    memcpy(key + ml + 1, g->u.global.name, nl + 1);
+    if (fc_strmap_get(&p->global_names, key, NULL))
+        return FC_OK;
+    if (p->nglobals == p->globals_alloc) {
+        const size_t n = p->globals_alloc == 0 ? 8 : p->globals_alloc * 2;
+        const struct fc_pv **a = fc_reallocarray(p->globals, n, sizeof(*a));
+        if (a == NULL)
+            return fc_error_set(FC_ENOMEM, "%s: out of memory", vm->what);
+        p->globals = a;
+        p->globals_alloc = n;
+    }
+    FC_TRY(fc_strmap_put(&p->global_names, key, p->nglobals, NULL));
+    p->globals[p->nglobals++] = g;
+    return FC_OK;
+}
+
 static int fc_op_global(struct fc_vm *vm, const unsigned char *mod, size_t mlen,
                         const unsigned char *name, size_t nlen)
 {
@@ -1716,6 +1744,7 @@ static int fc_op_global(struct fc_vm *vm, const unsigned char *mod, size_t mlen,
         return FC_ENOMEM;
     g->u.global.module = rm;
     g->u.global.name = rn;
+    FC_TRY(fc_vm_note_global(vm, g));
     if (vm->profile == FC_PICKLE_WEIGHTS_ONLY) {
         const struct fc_sym_entry *e;
         const enum fc_sym sym = fc_sym_of(g, &e);
@@ -2324,10 +2353,18 @@ const struct fc_pv *fc_pickle_root(const struct fc_pickle *p)
     return p != NULL ? p->root : NULL;
 }
 
+size_t fc_pickle_globals(const struct fc_pickle *p, const struct fc_pv *const **out)
+{
+    *out = p->globals;
+    return p->nglobals;
+}
+
 void fc_pickle_free(struct fc_pickle *p)
 {
     if (p == NULL)
         return;
+    fc_free(p->globals);
+    fc_strmap_release(&p->global_names);
     struct fc_arena_chunk *c = p->chunks;
     while (c != NULL) {
         struct fc_arena_chunk *next = c->next;
@@ -2902,27 +2939,30 @@ int fc_pw_global(struct fc_buf *b, const char *module, const char *name)
 
 #define FC_PW_BATCH 1000
 
-static int fc_pw_value_at(struct fc_buf *b, const struct fc_pv *v, int depth);
+static int fc_pw_value_at(struct fc_buf *b, const struct fc_pv *v, int depth,
+                          const struct fc_pw_tensor_hook *h);
 
 /* pickle._batch_appends: MARK ... APPENDS per 1000, a lone item with APPEND. */
-static int fc_pw_batch_appends(struct fc_buf *b, struct fc_pv *const *items, size_t n, int depth)
+static int fc_pw_batch_appends(struct fc_buf *b, struct fc_pv *const *items, size_t n, int depth,
+                               const struct fc_pw_tensor_hook *h)
 {
     for (size_t i = 0; i < n; i += FC_PW_BATCH) {
         const size_t k = n - i < FC_PW_BATCH ? n - i : FC_PW_BATCH;
         if (k == 1) {
-            FC_TRY(fc_pw_value_at(b, items[i], depth + 1));
+            FC_TRY(fc_pw_value_at(b, items[i], depth + 1, h));
             FC_TRY(fc_pw_append(b));
             continue;
         }
         FC_TRY(fc_pw_mark(b));
         for (size_t j = 0; j < k; j++)
-            FC_TRY(fc_pw_value_at(b, items[i + j], depth + 1));
+            FC_TRY(fc_pw_value_at(b, items[i + j], depth + 1, h));
         FC_TRY(fc_pw_appends(b));
     }
     return FC_OK;
 }
 
-static int fc_pw_batch_setitems(struct fc_buf *b, const struct fc_pv *d, int depth)
+static int fc_pw_batch_setitems(struct fc_buf *b, const struct fc_pv *d, int depth,
+                                const struct fc_pw_tensor_hook *h)
 {
     const size_t n = d->u.dict.n;
     for (size_t i = 0; i < n; i += FC_PW_BATCH) {
@@ -2930,15 +2970,16 @@ static int fc_pw_batch_setitems(struct fc_buf *b, const struct fc_pv *d, int dep
         if (k > 1)
             FC_TRY(fc_pw_mark(b));
         for (size_t j = 0; j < k; j++) {
-            FC_TRY(fc_pw_value_at(b, d->u.dict.keys[i + j], depth + 1));
-            FC_TRY(fc_pw_value_at(b, d->u.dict.vals[i + j], depth + 1));
+            FC_TRY(fc_pw_value_at(b, d->u.dict.keys[i + j], depth + 1, h));
+            FC_TRY(fc_pw_value_at(b, d->u.dict.vals[i + j], depth + 1, h));
         }
         FC_TRY(k > 1 ? fc_pw_setitems(b) : fc_pw_setitem(b));
     }
     return FC_OK;
 }
 
-static int fc_pw_value_at(struct fc_buf *b, const struct fc_pv *v, int depth)
+static int fc_pw_value_at(struct fc_buf *b, const struct fc_pv *v, int depth,
+                          const struct fc_pw_tensor_hook *h)
 {
     if (v == NULL)
         return fc_error_set(FC_EINVAL, "pickle writer: NULL value");
@@ -2955,7 +2996,7 @@ static int fc_pw_value_at(struct fc_buf *b, const struct fc_pv *v, int depth)
     case FC_PV_BYTES: return fc_pw_bytes(b, v->u.str.s, v->u.str.len);
     case FC_PV_LIST:
         FC_TRY(fc_pw_empty_list(b));
-        return fc_pw_batch_appends(b, v->u.seq.items, v->u.seq.n, depth);
+        return fc_pw_batch_appends(b, v->u.seq.items, v->u.seq.n, depth, h);
     case FC_PV_TUPLE: {
         const size_t n = v->u.seq.n;
         if (n == 0)
@@ -2963,13 +3004,13 @@ static int fc_pw_value_at(struct fc_buf *b, const struct fc_pv *v, int depth)
         if (n > 3)
             FC_TRY(fc_pw_mark(b));
         for (size_t i = 0; i < n; i++)
-            FC_TRY(fc_pw_value_at(b, v->u.seq.items[i], depth + 1));
+            FC_TRY(fc_pw_value_at(b, v->u.seq.items[i], depth + 1, h));
         return n > 3 ? fc_pw_tuple(b) : fc_pw_tuple_n(b, (int)n);
     }
     case FC_PV_SET:
         FC_TRY(fc_pw_global(b, "builtins", "set"));
         FC_TRY(fc_pw_empty_list(b));
-        FC_TRY(fc_pw_batch_appends(b, v->u.seq.items, v->u.seq.n, depth));
+        FC_TRY(fc_pw_batch_appends(b, v->u.seq.items, v->u.seq.n, depth, h));
         FC_TRY(fc_pw_tuple_n(b, 1));
         return fc_pw_reduce(b);
     case FC_PV_DICT:
@@ -2980,9 +3021,9 @@ static int fc_pw_value_at(struct fc_buf *b, const struct fc_pv *v, int depth)
         } else {
             FC_TRY(fc_pw_empty_dict(b));
         }
-        FC_TRY(fc_pw_batch_setitems(b, v, depth));
+        FC_TRY(fc_pw_batch_setitems(b, v, depth, h));
         if (v->u.dict.state != NULL) {
-            FC_TRY(fc_pw_value_at(b, v->u.dict.state, depth + 1));
+            FC_TRY(fc_pw_value_at(b, v->u.dict.state, depth + 1, h));
             FC_TRY(fc_pw_build(b));
         }
         return FC_OK;
@@ -2991,15 +3032,18 @@ static int fc_pw_value_at(struct fc_buf *b, const struct fc_pv *v, int depth)
     case FC_PV_OBJECT:
         if (v->u.call.args == NULL || v->u.call.args->kind != FC_PV_TUPLE)
             return fc_error_set(FC_EINVAL, "pickle writer: call arguments are not a tuple");
-        FC_TRY(fc_pw_value_at(b, v->u.call.callable, depth + 1));
-        FC_TRY(fc_pw_value_at(b, v->u.call.args, depth + 1));
+        FC_TRY(fc_pw_value_at(b, v->u.call.callable, depth + 1, h));
+        FC_TRY(fc_pw_value_at(b, v->u.call.args, depth + 1, h));
         FC_TRY(v->kind == FC_PV_CALL ? fc_pw_reduce(b) : fc_pw_newobj(b));
         if (v->u.call.state != NULL) {
-            FC_TRY(fc_pw_value_at(b, v->u.call.state, depth + 1));
+            FC_TRY(fc_pw_value_at(b, v->u.call.state, depth + 1, h));
             FC_TRY(fc_pw_build(b));
         }
         return FC_OK;
     case FC_PV_TENSOR:
+        if (h != NULL)
+            return h->fn(h->ctx, b, &v->u.tensor);
+        /* fall through */
     default:
         return fc_error_set(FC_EINVAL, "pickle writer: a %s cannot be written as a plain value",
                             fc_pv_kind_name(v->kind));
@@ -3008,7 +3052,12 @@ static int fc_pw_value_at(struct fc_buf *b, const struct fc_pv *v, int depth)
 
 int fc_pw_value(struct fc_buf *b, const struct fc_pv *v)
 {
-    return fc_pw_value_at(b, v, 0);
+    return fc_pw_value_at(b, v, 0, NULL);
+}
+
+int fc_pw_value_with(struct fc_buf *b, const struct fc_pv *v, const struct fc_pw_tensor_hook *h)
+{
+    return fc_pw_value_at(b, v, 0, h);
 }
 
 /*

@@ -159,6 +159,14 @@ struct fc_pickle; /* the arena and the result */
 int fc_pickle_load(struct fc_pickle **out, const unsigned char *data, size_t len,
                    enum fc_pickle_profile profile, const char *what);
 const struct fc_pv *fc_pickle_root(const struct fc_pickle *p);
+
+/*
+ * fc_pickle_globals() - every distinct global (module, name) the pickle named
+ * with GLOBAL or STACK_GLOBAL, in the order it first named them, as
+ * FC_PV_GLOBAL nodes of p; *out is borrowed from p.  Names only: nothing was
+ * imported.  Returns the count.
+ */
+size_t fc_pickle_globals(const struct fc_pickle *p, const struct fc_pv *const **out);
 void fc_pickle_free(struct fc_pickle *p); /* accepts NULL */
 
 /*
@@ -244,6 +252,17 @@ int fc_pw_binpersid(struct fc_buf *b);
  * name with a newline, nesting deeper than FC_PICKLE_MAX_NESTING).
  */
 int fc_pw_value(struct fc_buf *b, const struct fc_pv *v);
+
+/*
+ * fc_pw_value_with() - fc_pw_value(), except that each FC_PV_TENSOR node is
+ * written by h->fn (a torch.save writer placing the tensor's storage in its
+ * archive): a tuple holding a tensor is written as torch.save writes it.
+ */
+struct fc_pw_tensor_hook {
+    int (*fn)(void *ctx, struct fc_buf *b, const struct fc_pv_tensor *t);
+    void *ctx;
+};
+int fc_pw_value_with(struct fc_buf *b, const struct fc_pv *v, const struct fc_pw_tensor_hook *h);
 
 /*
  * fc_pw_memoize() - copy a stream written with the fc_pw_* functions to out,

@@ -849,9 +849,40 @@ int fc_source_read_box(const struct fc_source *src, const struct fc_entry *e, co
     return fc_read_strided_box(&src->files[st->file], st->offset, &e->t, off, size, dst, what);
 }
 
+int fc_source_value_storage(const struct fc_source *src, const struct fc_entry *e,
+                            const struct fc_pv_tensor *t, struct fc_storage *out)
+{
+    if (src->value_storage != NULL)
+        return src->value_storage(src, e, t, out);
+    /* One archive (torch.save): its storage table holds the values' storages too. */
+    for (size_t i = 0; i < src->nstorages; i++) {
+        if (strcmp(src->storages[i].name, t->storage_key) == 0) {
+            *out = src->storages[i];
+            return FC_OK;
+        }
+    }
+    return fc_error_set(FC_ECORRUPT, "%s: '%s': no storage '%s' for a tensor inside the value",
+                        src->path, e->key, t->storage_key);
+}
+
 int fc_source_value_blob(const struct fc_source *src, const struct fc_entry *e, struct fc_buf *out)
 {
     if (src->value_blob != NULL)
         return src->value_blob(src, e, out);
     return fc_torchsave_value_blob(out, e->value);
+}
+
+int fc_opaque_describe(struct fc_buf *b, const struct fc_opaque *op)
+{
+    if (op->unreadable != NULL)
+        FC_TRY(fc_buf_printf(b, "opaque (pickle not readable: %s)", op->unreadable));
+    else
+        FC_TRY(
+            fc_buf_printf(b, "opaque %s (torch.load needs weights_only=False; globals", op->type));
+    for (size_t i = 0; op->unreadable == NULL && i < op->nglobals; i++)
+        FC_TRY(fc_buf_printf(b, "%s %s.%s", i > 0 ? "," : "", op->globals[i]->u.global.module,
+                             op->globals[i]->u.global.name));
+    if (op->unreadable == NULL)
+        FC_TRY(fc_buf_putc(b, ')'));
+    return fc_buf_putc(b, '\0');
 }

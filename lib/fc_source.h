@@ -47,14 +47,37 @@ struct fc_storage {
     unsigned nrefs; /* tensor entries using it; > 1 means shared (tied/view) */
 };
 
+/*
+ * A value that torch.load reads only with weights_only=False (a DCP bytes item
+ * pickling an io.BytesIO, a numpy array, an argparse.Namespace, ...).  It is
+ * never unpickled: copies carry its stored bytes verbatim, and what it is comes
+ * from reading its pickle symbolically (the globals it names, what its top
+ * level builds).
+ */
+struct fc_opaque {
+    const char *type;                   /* "_io.BytesIO", "argparse.Namespace", "tuple", ... */
+    const struct fc_pv *const *globals; /* distinct globals the pickle names, first use first */
+    size_t nglobals;
+    const char *unreadable; /* NULL, or why even a symbolic reading failed (value NULL then) */
+};
+
+/*
+ * fc_opaque_describe() - append, NUL-terminated, "opaque <type> (torch.load
+ * needs weights_only=False; globals a.b, c.d)" or, for an unreadable pickle,
+ * "opaque (pickle not readable: <why>)".  Returns FC_OK or FC_ENOMEM.
+ */
+int fc_opaque_describe(struct fc_buf *b, const struct fc_opaque *op);
+
 struct fc_entry {
     const char *key;
     enum fc_entry_kind kind;
     const struct fc_path_elem *path;
     size_t path_len;
-    struct fc_tensor_desc t;   /* tensors: dtype, shape, strides, storage_offset */
-    size_t storage;            /* tensors: index into the storage table */
-    const struct fc_pv *value; /* values: the unpickled value */
+    struct fc_tensor_desc t; /* tensors: dtype, shape, strides, storage_offset */
+    size_t storage;          /* tensors: index into the storage table */
+    const struct fc_pv
+        *value; /* values: the unpickled value (opaque: its symbolic tree, or NULL) */
+    const struct fc_opaque *opaque; /* values torch loads only with weights_only=False, or NULL */
 };
 
 struct fc_source {
@@ -71,6 +94,9 @@ struct fc_source {
     /* Box reader for formats whose tensors are not one strided storage (DCP); NULL: generic. */
     int (*read_box)(const struct fc_source *src, const struct fc_entry *e, const int64_t *off,
                     const int64_t *size, void *dst);
+    /* Where the storage of a tensor inside value e lives (DCP bytes items); NULL: storages[]. */
+    int (*value_storage)(const struct fc_source *src, const struct fc_entry *e,
+                         const struct fc_pv_tensor *t, struct fc_storage *out);
     /* The stored torch.save blob of a value entry (DCP bytes items), or NULL: re-pickle. */
     int (*value_blob)(const struct fc_source *src, const struct fc_entry *e, struct fc_buf *out);
     struct fc_strmap key_index; /* key -> entry index, for fc_source_find() */
@@ -103,10 +129,28 @@ int fc_source_open_dcp(struct fc_source **out, const char *dir);
 int fc_source_value_blob(const struct fc_source *src, const struct fc_entry *e, struct fc_buf *out);
 
 /*
+ * fc_source_value_storage() - where the storage of tensor t, found inside the
+ * value of entry e (a tuple holding a tensor), lives: *out gets its file,
+ * absolute offset and byte length (name = its record key).  Returns FC_OK or
+ * FC_ECORRUPT when the value's archive has no such storage.
+ */
+int fc_source_value_storage(const struct fc_source *src, const struct fc_entry *e,
+                            const struct fc_pv_tensor *t, struct fc_storage *out);
+
+/*
  * fc_dcp_meta_load_dir() - the metadata of a DCP directory: .metadata, or,
  * when it is absent, the merge of every rank-local __{rank}.metadata.  No
  * metadata at all is FC_ECORRUPT ("incomplete checkpoint").
  */
+/*
+ * fc_source_verify_replicas() - DCP sources: every replica chunk (the same box
+ * saved by several ranks, as rank-local metadata lists a replicated item) must
+ * hold the same bytes as the copy that reads use.  Reads them in slabs of at
+ * most 8 MiB.  Returns FC_OK (also for other sources), FC_ECORRUPT naming the
+ * tensor, both chunks and their files, FC_EIO, FC_ENOMEM.
+ */
+int fc_source_verify_replicas(const struct fc_source *src);
+
 /* fc_source_is_compressed() - 1 for a DCP source whose items were zstd-compressed. */
 int fc_source_is_compressed(const struct fc_source *src);
 

@@ -590,8 +590,8 @@ done:
     return rc;
 }
 
-int fc_torchsave_open(struct fc_torchsave **out, const struct fc_file *f, uint64_t base,
-                      uint64_t len, const char *what)
+static int ts_open(struct fc_torchsave **out, const struct fc_file *f, uint64_t base, uint64_t len,
+                   const char *what, enum fc_pickle_profile profile)
 {
     struct fc_torchsave *ts = NULL;
     unsigned char *pkl = NULL;
@@ -646,10 +646,10 @@ int fc_torchsave_open(struct fc_torchsave **out, const struct fc_file *f, uint64
     FC_TRY_GOTO(ts_check_byteorder(ts), rc, done);
     FC_TRY_GOTO(fc_zip_read_record(ts->zr, pe, TS_PKL_CAP, &pkl), rc, done);
     FC_TRY_GOTO(fc_buf_printf(&pwhat, "%s: data.pkl", what), rc, done);
-    FC_TRY_GOTO(fc_pickle_load(&ts->pk, pkl, (size_t)pe->size, FC_PICKLE_WEIGHTS_ONLY,
-                               (const char *)pwhat.data),
+    FC_TRY_GOTO(fc_pickle_load(&ts->pk, pkl, (size_t)pe->size, profile, (const char *)pwhat.data),
                 rc, done);
-    FC_TRY_GOTO(ts_collect(ts), rc, done);
+    if (profile == FC_PICKLE_WEIGHTS_ONLY)
+        FC_TRY_GOTO(ts_collect(ts), rc, done);
     *out = ts;
     ts = NULL;
 done:
@@ -657,6 +657,23 @@ done:
     fc_buf_release(&pwhat);
     fc_torchsave_free(ts);
     return rc;
+}
+
+int fc_torchsave_open(struct fc_torchsave **out, const struct fc_file *f, uint64_t base,
+                      uint64_t len, const char *what)
+{
+    return ts_open(out, f, base, len, what, FC_PICKLE_WEIGHTS_ONLY);
+}
+
+int fc_torchsave_open_symbolic(struct fc_torchsave **out, const struct fc_file *f, uint64_t base,
+                               uint64_t len, const char *what)
+{
+    return ts_open(out, f, base, len, what, FC_PICKLE_SYMBOLIC);
+}
+
+size_t fc_torchsave_globals(const struct fc_torchsave *ts, const struct fc_pv *const **out)
+{
+    return fc_pickle_globals(ts->pk, out);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -669,20 +686,13 @@ done:
  * BINPUT memo opcodes): _rebuild_tensor_v2 with the legacy storage class, or
  * _rebuild_tensor_v3 with UntypedStorage (numel in bytes) and the dtype.
  */
-int fc_torchsave_pw_tensor(struct fc_buf *b, fc_dtype dt, const int64_t *shape, int ndim,
-                           uint64_t numel, const char *storage_key)
+int fc_torchsave_pw_tensor_view(struct fc_buf *b, const struct fc_tensor_desc *d,
+                                uint64_t storage_numel, int requires_grad, const char *storage_key)
 {
-    const struct fc_dtype_info *info = fc_dtype_info(dt);
-    if (info == NULL || ndim < 0 || ndim > FC_MAX_DIMS)
+    const struct fc_dtype_info *info = fc_dtype_info(d->dtype);
+    if (info == NULL || d->ndim < 0 || d->ndim > FC_MAX_DIMS)
         return fc_error_set(FC_EINVAL, "torch.save pickle: invalid dtype or ndim");
     const int v3 = info->storage_class == NULL;
-    struct fc_tensor_desc d;
-    memset(&d, 0, sizeof(d));
-    d.ndim = ndim;
-    if (ndim > 0)
-        memcpy(d.shape, shape, (size_t)ndim * sizeof(*shape));
-    fc_tensor_set_contiguous(&d);
-
     FC_TRY(fc_pw_global(b, "torch._utils", v3 ? "_rebuild_tensor_v3" : "_rebuild_tensor_v2"));
     FC_TRY(fc_pw_mark(b));
     FC_TRY(fc_pw_mark(b));
@@ -693,13 +703,13 @@ int fc_torchsave_pw_tensor(struct fc_buf *b, fc_dtype dt, const int64_t *shape, 
         FC_TRY(fc_pw_global(b, "torch", info->storage_class));
     FC_TRY(fc_pw_str(b, storage_key, strlen(storage_key)));
     FC_TRY(fc_pw_str(b, "cpu", 3));
-    FC_TRY(fc_pw_int(b, (int64_t)(v3 ? numel * info->elem_size : numel)));
+    FC_TRY(fc_pw_int(b, (int64_t)(v3 ? storage_numel * info->elem_size : storage_numel)));
     FC_TRY(fc_pw_tuple(b));
     FC_TRY(fc_pw_binpersid(b));
-    FC_TRY(fc_pw_int(b, 0));
-    FC_TRY(fc_pw_int_tuple(b, d.shape, ndim));
-    FC_TRY(fc_pw_int_tuple(b, d.stride, ndim));
-    FC_TRY(fc_pw_bool(b, 0));
+    FC_TRY(fc_pw_int(b, d->storage_offset));
+    FC_TRY(fc_pw_int_tuple(b, d->shape, d->ndim));
+    FC_TRY(fc_pw_int_tuple(b, d->stride, d->ndim));
+    FC_TRY(fc_pw_bool(b, requires_grad));
     FC_TRY(fc_pw_global(b, "collections", "OrderedDict"));
     FC_TRY(fc_pw_empty_tuple(b));
     FC_TRY(fc_pw_reduce(b));
@@ -707,6 +717,21 @@ int fc_torchsave_pw_tensor(struct fc_buf *b, fc_dtype dt, const int64_t *shape, 
         FC_TRY(fc_pw_global(b, "torch", info->torch_name));
     FC_TRY(fc_pw_tuple(b));
     return fc_pw_reduce(b);
+}
+
+int fc_torchsave_pw_tensor(struct fc_buf *b, fc_dtype dt, const int64_t *shape, int ndim,
+                           uint64_t numel, const char *storage_key)
+{
+    struct fc_tensor_desc d;
+    if (ndim < 0 || ndim > FC_MAX_DIMS)
+        return fc_error_set(FC_EINVAL, "torch.save pickle: invalid dtype or ndim");
+    memset(&d, 0, sizeof(d));
+    d.dtype = dt;
+    d.ndim = ndim;
+    if (ndim > 0)
+        memcpy(d.shape, shape, (size_t)ndim * sizeof(*shape));
+    fc_tensor_set_contiguous(&d);
+    return fc_torchsave_pw_tensor_view(b, &d, numel, 0, storage_key);
 }
 
 /*

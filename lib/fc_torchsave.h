@@ -55,6 +55,20 @@ int fc_torchsave_open(struct fc_torchsave **out, const struct fc_file *f, uint64
                       uint64_t len, const char *what);
 void fc_torchsave_free(struct fc_torchsave *ts); /* accepts NULL */
 
+/*
+ * fc_torchsave_open_symbolic() - the same checks, but data.pkl goes through
+ * the symbolic profile (fc_pickle.h): any global is a symbol, REDUCE/NEWOBJ/
+ * BUILD are CALL/OBJECT nodes, nothing is imported or run.  For values that
+ * torch.load reads only with weights_only=False (a DCP bytes item holding an
+ * io.BytesIO, a numpy array, an argparse.Namespace); tensors inside them
+ * (persistent ids) are FC_EFORMAT.  The archive has no storage table.
+ */
+int fc_torchsave_open_symbolic(struct fc_torchsave **out, const struct fc_file *f, uint64_t base,
+                               uint64_t len, const char *what);
+
+/* The distinct globals data.pkl names, first use first (fc_pickle_globals()); borrowed. */
+size_t fc_torchsave_globals(const struct fc_torchsave *ts, const struct fc_pv *const **out);
+
 /* The unpickled object; tensors are FC_PV_TENSOR nodes. */
 const struct fc_pv *fc_torchsave_root(const struct fc_torchsave *ts);
 
@@ -116,6 +130,14 @@ void fc_tsblob_release(struct fc_tsblob *b);
 int fc_tsblob_head(const struct fc_tsblob *b, struct fc_buf *out);
 /* Bytes [data_offset + data_size, total_size), given the data's CRC-32 (fc_crc32). */
 int fc_tsblob_tail(struct fc_tsblob *b, uint32_t data_crc, struct fc_buf *out);
+
+/*
+ * fc_torchsave_pw_tensor_view() - the same for any view d (dtype, shape,
+ * stride, storage_offset in elements) of a storage of storage_numel elements
+ * of d->dtype, with its requires_grad flag (a tensor inside a non-tensor value).
+ */
+int fc_torchsave_pw_tensor_view(struct fc_buf *b, const struct fc_tensor_desc *d,
+                                uint64_t storage_numel, int requires_grad, const char *storage_key);
 
 /*
  * fc_torchsave_pw_tensor() - append the pickle of one dense C-contiguous

@@ -25,7 +25,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     if (fc_dcp_meta_read(&m, data, size, "fuzz.metadata") < 0)
         return 0;
-    (void)fc_dcp_check(m, &report);
+    (void)fc_dcp_check(m, &report, NULL);
     if (fc_dcp_meta_write(&a, m) < 0 || fc_dcp_meta_write(&b, m) < 0)
         abort(); /* every model the reader returns must be writable */
     if (a.len != b.len || memcmp(a.data, b.data, a.len) != 0)

@@ -131,7 +131,7 @@ static void check_tensor(const struct fc_plan *p, size_t i)
             CHECK(ch->box.offsets[0] > p->chunks[t->first_chunk + j - 1].box.offsets[0]);
     }
     struct fc_coverage cov;
-    CHECK(fc_chunks_check_coverage(t->ndim, t->shape, boxes, t->nchunks, &cov, NULL) == FC_OK);
+    CHECK(fc_chunks_check_coverage(t->ndim, t->shape, boxes, t->nchunks, 0, &cov, NULL) == FC_OK);
     CHECK(fc_coverage_ok(&cov) && cov.exact);
 
     int64_t numel = 0;
@@ -244,7 +244,7 @@ static void fuzz_lists(struct rd *r)
     }
     struct fc_coverage cov;
     struct fc_buf rep = FC_BUF_INIT(1 << 16);
-    CHECK(fc_chunks_check_coverage(ndim, shape, b, n, &cov, &rep) == FC_OK);
+    CHECK(fc_chunks_check_coverage(ndim, shape, b, n, 0, &cov, &rep) == FC_OK);
     fc_buf_release(&rep);
     CHECK(cov.exact && cov.nchunks == n);
 

@@ -18,6 +18,7 @@
 
 #include "fc_alloc.h"
 #include "fc_buf.h"
+#include "fc_chunks.h"
 #include "fc_dcp.h"
 #include "fc_pickle.h"
 
@@ -174,7 +175,7 @@ static void test_dcp_reads_every_fixture_as_torch_sees_it(void **state)
         assert_true(m->checkpoint_id_was_path); /* FileSystemWriter stores a PosixPath */
         assert_int_equal(m->orphan_storage, 0);
         assert_int_equal(m->planner_data_dropped, 0);
-        assert_fc_ok(fc_dcp_check(m, NULL));
+        assert_fc_ok(fc_dcp_check(m, NULL, NULL));
         json_decref(j);
         fc_dcp_meta_free(m);
     }
@@ -430,7 +431,7 @@ static void test_dcp_writer_round_trips_and_is_deterministic(void **state)
     (void)state;
     struct fc_dcp_meta *m = build_synthetic(), *r = NULL, *r2 = NULL;
     struct fc_buf a = FC_BUF_INIT(BUF_CAP), b = FC_BUF_INIT(BUF_CAP), d = FC_BUF_INIT(1 << 16);
-    assert_fc_ok(fc_dcp_check(m, NULL));
+    assert_fc_ok(fc_dcp_check(m, NULL, NULL));
     assert_fc_ok(fc_dcp_meta_write(&a, m));
     assert_fc_ok(fc_dcp_meta_write(&b, m));
     assert_int_equal(a.len, b.len);
@@ -602,7 +603,7 @@ static void test_dcp_writer_refuses_items_without_storage(void **state)
     assert_fc_ok(fc_dcp_meta_add_tensor(m, "w", FC_DTYPE_FLOAT32, 1, size, &e));
     assert_fc_ok(fc_dcp_meta_add_chunk(m, e, off, size, NULL));
     assert_fc_fails(fc_dcp_meta_write(&a, m), FC_EINVAL, "'w'");
-    assert_fc_fails(fc_dcp_check(m, NULL), FC_ECORRUPT, "no storage");
+    assert_fc_fails(fc_dcp_check(m, NULL, NULL), FC_ECORRUPT, "no storage");
     fc_buf_release(&a);
     assert_fc_ok(fc_dcp_meta_add_bytes(m, "b", &e));
     assert_fc_ok(fc_dcp_storage_set(&m->entries[0].chunks[0].storage, "f", 0, 1));
@@ -677,7 +678,7 @@ static void test_dcp_check_accepts_tilings_with_empty_shards(void **state)
         const int64_t o[2] = {offs[r], 0}, s[2] = {lens[r], 3};
         add_box(m, o, s);
     }
-    assert_fc_ok(fc_dcp_check(m, NULL));
+    assert_fc_ok(fc_dcp_check(m, NULL, NULL));
     fc_dcp_meta_free(m);
 
     /* 2-D grid 3 x 4 of a (6, 8) tensor */
@@ -688,18 +689,55 @@ static void test_dcp_check_accepts_tilings_with_empty_shards(void **state)
             const int64_t o[2] = {2 * i, 2 * j}, s[2] = {2, 2};
             add_box(m, o, s);
         }
-    assert_fc_ok(fc_dcp_check(m, NULL));
+    assert_fc_ok(fc_dcp_check(m, NULL, NULL));
     fc_dcp_meta_free(m);
 
     /* 0-d tensor: one chunk; and a zero-element tensor with no chunks */
     m = one_tensor(0, NULL);
     add_box(m, NULL, NULL);
-    assert_fc_ok(fc_dcp_check(m, NULL));
+    assert_fc_ok(fc_dcp_check(m, NULL, NULL));
     fc_dcp_meta_free(m);
     const int64_t zero[1] = {0};
     m = one_tensor(1, zero);
-    assert_fc_ok(fc_dcp_check(m, NULL));
+    assert_fc_ok(fc_dcp_check(m, NULL, NULL));
     fc_dcp_meta_free(m);
+}
+
+static void test_dcp_check_takes_identical_boxes_for_replicas(void **state)
+{
+    (void)state;
+    /* Rank-local metadata lists a replicated item once per rank: same box, other storage. */
+    struct fc_dcp_meta *m = one_tensor(0, NULL);
+    add_box(m, NULL, NULL);
+    add_box(m, NULL, NULL);
+    add_box(m, NULL, NULL);
+    assert_fc_ok(fc_dcp_check(m, NULL, NULL));
+    fc_dcp_meta_free(m);
+
+    const int64_t size[2] = {5, 2}, o0[2] = {0, 0}, s0[2] = {3, 2}, o1[2] = {3, 0}, s1[2] = {2, 2};
+    m = one_tensor(2, size);
+    add_box(m, o0, s0);
+    add_box(m, o1, s1);
+    add_box(m, o1, s1);
+    add_box(m, o0, s0);
+    assert_fc_ok(fc_dcp_check(m, NULL, NULL));
+    fc_dcp_meta_free(m);
+
+    /* replicas do not hide a gap */
+    m = one_tensor(2, size);
+    add_box(m, o0, s0);
+    add_box(m, o0, s0);
+    assert_fc_fails(fc_dcp_check(m, NULL, NULL), FC_ECORRUPT, "gap: [3:5, 0:2]");
+    fc_dcp_meta_free(m);
+
+    struct fc_box b[4] = {{o0, s0}, {o1, s1}, {o0, s0}, {o0, s1}};
+    size_t first_of[4], nrep;
+    assert_fc_ok(fc_chunks_replicas(2, b, 4, first_of, &nrep));
+    assert_int_equal(nrep, 1);
+    assert_int_equal(first_of[0], 0);
+    assert_int_equal(first_of[1], 1);
+    assert_int_equal(first_of[2], 0);
+    assert_int_equal(first_of[3], 3); /* same offsets, other sizes: not a replica */
 }
 
 static void test_dcp_check_reports_overlap_holes_bounds_and_duplicates(void **state)
@@ -711,7 +749,7 @@ static void test_dcp_check_reports_overlap_holes_bounds_and_duplicates(void **st
     const int64_t o0[2] = {0, 0}, s0[2] = {3, 4}, o1[2] = {2, 0}, s1[2] = {2, 4};
     add_box(m, o0, s0);
     add_box(m, o1, s1); /* rows 2 overlap */
-    assert_fc_fails(fc_dcp_check(m, &rep), FC_ECORRUPT,
+    assert_fc_fails(fc_dcp_check(m, &rep, NULL), FC_ECORRUPT,
                     "1 coverage problem; first: tensor 't': overlap: chunk 0 [0:3, 0:4] and "
                     "chunk 1 [2:4, 0:4]");
     fc_dcp_meta_free(m);
@@ -720,7 +758,7 @@ static void test_dcp_check_reports_overlap_holes_bounds_and_duplicates(void **st
     m = one_tensor(2, size);
     const int64_t s2[2] = {2, 4};
     add_box(m, o0, s2); /* rows 2..3 missing */
-    assert_fc_fails(fc_dcp_check(m, &rep), FC_ECORRUPT,
+    assert_fc_fails(fc_dcp_check(m, &rep, NULL), FC_ECORRUPT,
                     "tensor 't': gap: [2:4, 0:4] (8 elements) is covered by no chunk");
     fc_dcp_meta_free(m);
 
@@ -729,7 +767,7 @@ static void test_dcp_check_reports_overlap_holes_bounds_and_duplicates(void **st
     const int64_t o3[2] = {3, 0};
     add_box(m, o0, s0);
     add_box(m, o3, s2); /* 3 + 2 > 4 */
-    assert_fc_fails(fc_dcp_check(m, &rep), FC_ECORRUPT,
+    assert_fc_fails(fc_dcp_check(m, &rep, NULL), FC_ECORRUPT,
                     "out of bounds: chunk 1 offsets [3, 0] sizes [2, 4] do not fit shape [4, 4]");
     assert_fc_ok(fc_buf_putc(&rep, '\0'));
     assert_string_equal((const char *)rep.data,
@@ -740,23 +778,24 @@ static void test_dcp_check_reports_overlap_holes_bounds_and_duplicates(void **st
 
     fc_buf_clear(&rep);
     m = one_tensor(2, size);
-    const int64_t o4[2] = {4, 0}, e4[2] = {0, 4}, full[2] = {4, 4};
+    const int64_t o4[2] = {4, 0}, e4[2] = {0, 4}, e2[2] = {0, 2}, full[2] = {4, 4};
     add_box(m, o0, full);
     add_box(m, o4, e4);
-    add_box(m, o4, e4); /* two empty chunks with the same key */
-    assert_fc_fails(fc_dcp_check(m, &rep), FC_ECORRUPT,
+    add_box(m, o4, e2); /* two empty chunks with the same key but other boxes */
+    assert_fc_fails(fc_dcp_check(m, &rep, NULL), FC_ECORRUPT,
                     "duplicate offsets: chunk 2 has the offsets of chunk 1 [4, 0]");
     fc_dcp_meta_free(m);
 
+    /* a chunk with the offsets of another but a smaller box: a duplicate and an overlap */
     fc_buf_clear(&rep);
-    m = one_tensor(0, NULL);
-    add_box(m, NULL, NULL);
-    add_box(m, NULL, NULL);
-    assert_fc_fails(fc_dcp_check(m, &rep), FC_ECORRUPT,
+    m = one_tensor(2, size);
+    add_box(m, o0, full);
+    add_box(m, o0, s2);
+    assert_fc_fails(fc_dcp_check(m, &rep, NULL), FC_ECORRUPT,
                     "2 coverage problems; first: tensor 't': duplicate offsets: chunk 1 has the "
-                    "offsets of chunk 0 []");
+                    "offsets of chunk 0 [0, 0]");
     assert_non_null(
-        strstr((const char *)rep.data, "tensor 't': overlap: chunk 0 [] and chunk 1 []"));
+        strstr((const char *)rep.data, "tensor 't': overlap: chunk 0 [0:4, 0:4] and chunk 1"));
     fc_dcp_meta_free(m);
 
     /* many problems: the count covers all of them, the report lists a few of each kind */
@@ -767,7 +806,7 @@ static void test_dcp_check_reports_overlap_holes_bounds_and_duplicates(void **st
         const int64_t o[1] = {20 + i}, s[1] = {1};
         add_box(m, o, s);
     }
-    assert_fc_fails(fc_dcp_check(m, &rep), FC_ECORRUPT, "301 coverage problems");
+    assert_fc_fails(fc_dcp_check(m, &rep, NULL), FC_ECORRUPT, "301 coverage problems");
     assert_non_null(strstr((const char *)rep.data, "tensor 't': ... and 292 more out of bounds"));
     fc_dcp_meta_free(m);
 
@@ -785,7 +824,7 @@ static void test_dcp_check_reports_overlap_holes_bounds_and_duplicates(void **st
             assert_fc_ok(fc_dcp_storage_set(&m->entries[e].chunks[c].storage, "f", 0, 1));
         }
     }
-    assert_fc_fails(fc_dcp_check(m, &rep), FC_ECORRUPT, "220 coverage problems");
+    assert_fc_fails(fc_dcp_check(m, &rep, NULL), FC_ECORRUPT, "220 coverage problems");
     assert_non_null(strstr((const char *)rep.data, "\n... and 100 more lines\n"));
     fc_dcp_meta_free(m);
     fc_buf_release(&rep);
@@ -1069,7 +1108,7 @@ static void test_dcp_hand_built_metadata_reads_and_unknown_fields_are_skipped(vo
     assert_int_equal(m->nentries, 2);
     assert_int_equal(m->entries[0].chunks[1].storage.offset, 100);
     assert_int_equal(m->entries[1].storage.offset, 200);
-    assert_fc_ok(fc_dcp_check(m, NULL));
+    assert_fc_ok(fc_dcp_check(m, NULL, NULL));
     fc_dcp_meta_free(m);
 
     o.extra = 1; /* Megatron-style extra keys, a future _StorageInfo field, None transforms */
@@ -1214,7 +1253,7 @@ static void test_dcp_survives_every_allocation_failure(void **state)
         struct fc_buf b = FC_BUF_INIT(BUF_CAP), rep = FC_BUF_INIT(1 << 20);
         fc_alloc_fail_at(n);
         const int rc1 = fc_dcp_meta_write(&b, m);
-        const int rc2 = fc_dcp_check(m, &rep);
+        const int rc2 = fc_dcp_check(m, &rep, NULL);
         const int fired = fc_alloc_failed();
         fc_alloc_fail_at(0);
         fc_buf_release(&b);
@@ -1275,6 +1314,7 @@ int main(void)
         cmocka_unit_test(test_dcp_writer_refuses_items_without_storage),
         cmocka_unit_test(test_dcp_builder_rejects_invalid_arguments),
         cmocka_unit_test(test_dcp_check_accepts_tilings_with_empty_shards),
+        cmocka_unit_test(test_dcp_check_takes_identical_boxes_for_replicas),
         cmocka_unit_test(test_dcp_check_reports_overlap_holes_bounds_and_duplicates),
         cmocka_unit_test(test_dcp_hand_built_metadata_reads_and_unknown_fields_are_skipped),
         cmocka_unit_test(test_dcp_reader_rejects_structurally_wrong_metadata),

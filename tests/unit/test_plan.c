@@ -156,7 +156,7 @@ static void check_plan(const struct fc_plan *p)
                 assert_int_equal(ch->box.offsets[0], t->shape[0]); /* empty at offset L */
         }
         struct fc_coverage cov;
-        assert_fc_ok(fc_chunks_check_coverage(t->ndim, t->shape, boxes, t->nchunks, &cov, NULL));
+        assert_fc_ok(fc_chunks_check_coverage(t->ndim, t->shape, boxes, t->nchunks, 0, &cov, NULL));
         assert_true(fc_coverage_ok(&cov));
         assert_true(cov.exact);
 
@@ -800,7 +800,7 @@ static void test_coverage_accepts_an_exact_tiling(void **state)
     add1(&bx, 5, 0, 3); /* empty chunk at L */
     struct fc_coverage cov;
     struct fc_buf rep = FC_BUF_INIT(4096);
-    assert_fc_ok(fc_chunks_check_coverage(2, shape, bx.b, bx.n, &cov, &rep));
+    assert_fc_ok(fc_chunks_check_coverage(2, shape, bx.b, bx.n, 0, &cov, &rep));
     assert_true(fc_coverage_ok(&cov));
     assert_int_equal(cov.empty, 1);
     assert_int_equal(cov.nchunks, 4);
@@ -818,7 +818,7 @@ static void test_coverage_finds_gaps(void **state)
     add1(&bx, 3, 1, 3);
     struct fc_coverage cov;
     struct fc_buf rep = FC_BUF_INIT(4096);
-    assert_fc_ok(fc_chunks_check_coverage(2, shape, bx.b, bx.n, &cov, &rep));
+    assert_fc_ok(fc_chunks_check_coverage(2, shape, bx.b, bx.n, 0, &cov, &rep));
     assert_false(fc_coverage_ok(&cov));
     assert_int_equal(cov.gaps, 2);
     assert_int_equal(cov.missing_elems, 9);
@@ -840,7 +840,7 @@ static void test_coverage_finds_overlaps_but_not_with_empty_chunks(void **state)
     add1(&bx, 1, 0, 4); /* empty and strictly inside: not an overlap */
     struct fc_coverage cov;
     struct fc_buf rep = FC_BUF_INIT(4096);
-    assert_fc_ok(fc_chunks_check_coverage(2, shape, bx.b, bx.n, &cov, &rep));
+    assert_fc_ok(fc_chunks_check_coverage(2, shape, bx.b, bx.n, 0, &cov, &rep));
     assert_int_equal(cov.overlaps, 1);
     assert_int_equal(cov.gaps, 0);
     assert_int_equal(cov.missing_elems, 0);
@@ -864,7 +864,7 @@ static void test_coverage_finds_out_of_bounds_chunks(void **state)
     add1(&bx, 5, 0, 2);         /* empty but past the end */
     struct fc_coverage cov;
     struct fc_buf rep = FC_BUF_INIT(4096);
-    assert_fc_ok(fc_chunks_check_coverage(2, shape, bx.b, bx.n, &cov, &rep));
+    assert_fc_ok(fc_chunks_check_coverage(2, shape, bx.b, bx.n, 0, &cov, &rep));
     assert_int_equal(cov.out_of_bounds, 5);
     assert_int_equal(cov.overlaps, 0);
     assert_int_equal(cov.missing_elems, 0);
@@ -891,7 +891,7 @@ static void test_coverage_finds_duplicate_offsets_like_the_lost_hsdp_shard(void 
     add1(&bx, 0, 0, 3); /* the empty shard at offset 0 */
     struct fc_coverage cov;
     struct fc_buf rep = FC_BUF_INIT(4096);
-    assert_fc_ok(fc_chunks_check_coverage(2, shape, bx.b, bx.n, &cov, &rep));
+    assert_fc_ok(fc_chunks_check_coverage(2, shape, bx.b, bx.n, 0, &cov, &rep));
     assert_int_equal(cov.duplicate_offsets, 1);
     assert_int_equal(cov.overlaps, 0);
     assert_false(fc_coverage_ok(&cov));
@@ -903,7 +903,7 @@ static void test_coverage_finds_duplicate_offsets_like_the_lost_hsdp_shard(void 
     add1(&bx, 0, 0, 3);
     add1(&bx, 1, 1, 3);
     fc_buf_clear(&rep);
-    assert_fc_ok(fc_chunks_check_coverage(2, shape, bx.b, bx.n, &cov, &rep));
+    assert_fc_ok(fc_chunks_check_coverage(2, shape, bx.b, bx.n, 0, &cov, &rep));
     assert_int_equal(cov.gaps, 1);
     assert_int_equal(cov.missing_elems, 3);
     fc_buf_release(&rep);
@@ -914,13 +914,13 @@ static void test_coverage_handles_scalars(void **state)
     (void)state;
     struct fc_box b[3] = {{NULL, NULL}, {NULL, NULL}, {NULL, NULL}};
     struct fc_coverage cov;
-    assert_fc_ok(fc_chunks_check_coverage(0, NULL, b, 1, &cov, NULL));
+    assert_fc_ok(fc_chunks_check_coverage(0, NULL, b, 1, 0, &cov, NULL));
     assert_true(fc_coverage_ok(&cov));
-    assert_fc_ok(fc_chunks_check_coverage(0, NULL, b, 0, &cov, NULL));
+    assert_fc_ok(fc_chunks_check_coverage(0, NULL, b, 0, 0, &cov, NULL));
     assert_int_equal(cov.gaps, 1);
     assert_int_equal(cov.missing_elems, 1);
     struct fc_buf rep = FC_BUF_INIT(4096);
-    assert_fc_ok(fc_chunks_check_coverage(0, NULL, b, 3, &cov, &rep));
+    assert_fc_ok(fc_chunks_check_coverage(0, NULL, b, 3, 0, &cov, &rep));
     assert_int_equal(cov.overlaps, 3);
     assert_int_equal(cov.duplicate_offsets, 2);
     assert_int_equal(cov.missing_elems, 0);
@@ -943,11 +943,11 @@ static void test_coverage_handles_grids_and_dim1_sharding(void **state)
         }
     }
     struct fc_coverage cov;
-    assert_fc_ok(fc_chunks_check_coverage(2, shape, bx.b, bx.n, &cov, NULL));
+    assert_fc_ok(fc_chunks_check_coverage(2, shape, bx.b, bx.n, 0, &cov, NULL));
     assert_true(fc_coverage_ok(&cov));
     /* drop one cell */
     bx.n--;
-    assert_fc_ok(fc_chunks_check_coverage(2, shape, bx.b, bx.n, &cov, NULL));
+    assert_fc_ok(fc_chunks_check_coverage(2, shape, bx.b, bx.n, 0, &cov, NULL));
     assert_int_equal(cov.missing_elems, 2); /* rows [6:7) x cols [3:5) */
     assert_int_equal(cov.gaps, 1);
 
@@ -958,7 +958,7 @@ static void test_coverage_handles_grids_and_dim1_sharding(void **state)
         const int64_t o[2] = {0, 2 * j}, s[2] = {3, 2};
         add_box(&bx, 2, o, s);
     }
-    assert_fc_ok(fc_chunks_check_coverage(2, shape2, bx.b, bx.n, &cov, NULL));
+    assert_fc_ok(fc_chunks_check_coverage(2, shape2, bx.b, bx.n, 0, &cov, NULL));
     assert_true(fc_coverage_ok(&cov));
 }
 
@@ -967,11 +967,11 @@ static void test_coverage_of_a_zero_element_tensor_needs_no_chunk(void **state)
     (void)state;
     const int64_t shape[2] = {0, 3};
     struct fc_coverage cov;
-    assert_fc_ok(fc_chunks_check_coverage(2, shape, NULL, 0, &cov, NULL));
+    assert_fc_ok(fc_chunks_check_coverage(2, shape, NULL, 0, 0, &cov, NULL));
     assert_true(fc_coverage_ok(&cov));
     struct boxes bx = {.n = 0};
     add1(&bx, 0, 0, 3);
-    assert_fc_ok(fc_chunks_check_coverage(2, shape, bx.b, bx.n, &cov, NULL));
+    assert_fc_ok(fc_chunks_check_coverage(2, shape, bx.b, bx.n, 0, &cov, NULL));
     assert_true(fc_coverage_ok(&cov));
     assert_int_equal(cov.empty, 1);
 }
@@ -981,11 +981,11 @@ static void test_coverage_rejects_bad_shapes(void **state)
     (void)state;
     struct fc_coverage cov;
     const int64_t neg[1] = {-1}, big[3] = {INT64_C(1) << 40, INT64_C(1) << 40, 4};
-    assert_fc_fails(fc_chunks_check_coverage(-1, neg, NULL, 0, &cov, NULL), FC_EINVAL,
+    assert_fc_fails(fc_chunks_check_coverage(-1, neg, NULL, 0, 0, &cov, NULL), FC_EINVAL,
                     "dims is outside");
-    assert_fc_fails(fc_chunks_check_coverage(1, neg, NULL, 0, &cov, NULL), FC_EINVAL,
+    assert_fc_fails(fc_chunks_check_coverage(1, neg, NULL, 0, 0, &cov, NULL), FC_EINVAL,
                     "negative dim");
-    assert_fc_fails(fc_chunks_check_coverage(3, big, NULL, 0, &cov, NULL), FC_EINVAL,
+    assert_fc_fails(fc_chunks_check_coverage(3, big, NULL, 0, 0, &cov, NULL), FC_EINVAL,
                     "too many elements");
 }
 
@@ -1000,7 +1000,7 @@ static void test_coverage_lists_at_most_the_report_limit(void **state)
     }
     struct fc_coverage cov;
     struct fc_buf rep = FC_BUF_INIT(1 << 16);
-    assert_fc_ok(fc_chunks_check_coverage(1, shape, bx.b, bx.n, &cov, &rep));
+    assert_fc_ok(fc_chunks_check_coverage(1, shape, bx.b, bx.n, 0, &cov, &rep));
     assert_int_equal(cov.overlaps, 190);
     assert_int_equal(cov.duplicate_offsets, 19);
     assert_int_equal(cov.missing_elems, 99);
@@ -1044,7 +1044,7 @@ static void test_coverage_matches_brute_force_on_random_lists(void **state)
             add_box(&bx, ndim, o, s);
         }
         struct fc_coverage cov;
-        assert_fc_ok(fc_chunks_check_coverage(ndim, shape, bx.b, bx.n, &cov, NULL));
+        assert_fc_ok(fc_chunks_check_coverage(ndim, shape, bx.b, bx.n, 0, &cov, NULL));
         assert_true(cov.exact);
 
         int64_t numel = 0;
@@ -1121,7 +1121,7 @@ static void test_coverage_is_fast_on_many_1d_chunks(void **state)
     }
     const int64_t shape[2] = {(int64_t)n * 3, 16};
     struct fc_coverage cov;
-    assert_fc_ok(fc_chunks_check_coverage(2, shape, b, n, &cov, NULL));
+    assert_fc_ok(fc_chunks_check_coverage(2, shape, b, n, 0, &cov, NULL));
     assert_true(fc_coverage_ok(&cov));
     assert_true(cov.exact);
 
@@ -1134,7 +1134,7 @@ static void test_coverage_is_fast_on_many_1d_chunks(void **state)
         size[2 * i + 1] = 3;
     }
     const int64_t shape1[2] = {16, (int64_t)n * 3};
-    assert_fc_ok(fc_chunks_check_coverage(2, shape1, b, n, &cov, NULL));
+    assert_fc_ok(fc_chunks_check_coverage(2, shape1, b, n, 0, &cov, NULL));
     assert_true(fc_coverage_ok(&cov));
     free(off);
     free(size);
@@ -1154,7 +1154,7 @@ static void test_coverage_degrades_to_lower_bounds_on_pathological_lists(void **
         b[i].sizes = size;
     }
     struct fc_coverage cov;
-    assert_fc_ok(fc_chunks_check_coverage(1, size, b, n, &cov, NULL));
+    assert_fc_ok(fc_chunks_check_coverage(1, size, b, n, 0, &cov, NULL));
     assert_false(cov.exact);
     assert_true(cov.overlaps > 0);
     assert_int_equal(cov.duplicate_offsets, n - 1);
