@@ -274,20 +274,7 @@ static const char *fc_opaque_type(const struct fc_pv *v, char *buf, size_t size)
         }
         return "object";
     }
-    switch (v->kind) {
-    case FC_PV_NONE: return "None";
-    case FC_PV_BOOL: return "bool";
-    case FC_PV_INT:
-    case FC_PV_BIGINT: return "int";
-    case FC_PV_FLOAT: return "float";
-    case FC_PV_STR: return "str";
-    case FC_PV_BYTES: return "bytes";
-    case FC_PV_LIST: return "list";
-    case FC_PV_TUPLE: return "tuple";
-    case FC_PV_SET: return "set";
-    case FC_PV_DICT: return "dict";
-    default: return "object";
-    }
+    return fc_pv_kind_name(v->kind);
 }
 
 /*
