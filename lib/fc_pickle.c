@@ -563,21 +563,24 @@ static int fc_vm_pop_mark(struct fc_vm *vm, size_t *start)
 
 /*
  * The memo is an array indexed by the memo key.  Python numbers memo entries
- * 0, 1, 2, ... (len(memo)), so keys beyond the entry limit can only come from
- * a hostile or foreign writer; refusing them keeps put/get O(1) with no hash
- * to attack.
+ * 0, 1, 2, ... (len(memo)), and each entry costs at least one opcode byte, so
+ * keys at or beyond max(FC_PICKLE_MAX_MEMO, input length) can only come from a
+ * hostile or foreign writer; refusing them keeps put/get O(1) with no hash to
+ * attack, and the array within 8 bytes per input byte.  (A DCP .metadata of
+ * 100k chunks has more than 2^20 entries.)
  */
 static int fc_vm_memo_put(struct fc_vm *vm, uint64_t key, struct fc_pv *v)
 {
-    if (key >= FC_PICKLE_MAX_MEMO)
+    const size_t limit = vm->len > FC_PICKLE_MAX_MEMO ? vm->len : FC_PICKLE_MAX_MEMO;
+    if (key >= limit)
         return fc_vm_err(vm, FC_ECORRUPT, "memo index %" PRIu64 " out of range (limit %zu)", key,
-                         (size_t)FC_PICKLE_MAX_MEMO);
+                         limit);
     if (key >= vm->memo_alloc) {
         size_t na = vm->memo_alloc < 256 ? 256 : vm->memo_alloc;
         while (na <= key)
             na *= 2;
-        if (na > FC_PICKLE_MAX_MEMO)
-            na = FC_PICKLE_MAX_MEMO;
+        if (na > limit)
+            na = limit;
         struct fc_pv **m = fc_reallocarray(vm->memo, na, sizeof(*m));
         if (m == NULL)
             return fc_vm_err(vm, FC_ENOMEM, "out of memory growing the memo");

@@ -63,7 +63,7 @@
 #include "fc_tensor.h"
 
 #define FC_PICKLE_MAX_INPUT     ((size_t)1 << 30)   /* bytes */
-#define FC_PICKLE_MAX_MEMO      ((size_t)1 << 20)   /* memo keys are 0 .. this - 1 */
+#define FC_PICKLE_MAX_MEMO      ((size_t)1 << 20)   /* memo keys < max(this, input length) */
 #define FC_PICKLE_MAX_MARKS     10000               /* open MARKs */
 #define FC_PICKLE_MAX_STACK     ((size_t)1 << 24)   /* stack entries, all MARK frames together */
 #define FC_PICKLE_MAX_CONTAINER ((size_t)100000000) /* items of one list/tuple/set/dict */

@@ -62,4 +62,7 @@ BENCH_DIR="$dir/reshard" sh "$here/bench_reshard.sh" "$bin" "$py"
 BENCH_DIR="$dir/reshard" sh "$here/bench_dcp_to_full.sh" "$bin" "$py"
 echo
 "$py" "$here/bench_many_tensors.py" "$bin" "$dir/many_tensors"
+# Issue 11's metadata case is 1,000,000 chunks (BENCH_META_TENSORS=1000); the default 100k chunks
+# keeps make bench within the memory of a shared 2-core VM while the metadata is not compact.
+"$py" "$here/bench_metadata.py" "$bin" "$dir/metadata" --tensors "${BENCH_META_TENSORS:-100}"
 echo "bench: done in $(( $(date +%s) - start )) s"
