@@ -42,6 +42,7 @@ struct fc_dcp_source_impl {
     struct fc_chunk_index **index;     /* per entry: the boxes indexed for box reads */
     struct fc_dcp_blob_loc *value_loc; /* per entry: the bytes item's blob (values only) */
     struct fc_opaque *opaque;          /* per entry: opaque values' descriptions */
+    struct fc_strmap file_index;       /* file name -> index in src->files (names borrowed) */
     struct fc_torchsave **value_ts;    /* per entry: the parsed blob of a value (weights-only) */
     char **opaque_why;                 /* per entry: the string an opaque description owns */
     long scratch_file; /* index of the temp file holding decompressed items, or -1 */
@@ -81,6 +82,7 @@ static void fc_dcp_source_impl_free(void *p)
     fc_free(impl->opaque_why);
     fc_free(impl->value_ts);
     fc_free(impl->opaque);
+    fc_strmap_release(&impl->file_index);
     fc_dcp_meta_free(impl->meta);
     fc_free(impl);
 }
@@ -88,13 +90,10 @@ static void fc_dcp_source_impl_free(void *p)
 /* Index of the open file for relative_path, opening it on first use. */
 static int fc_dcp_file(struct fc_source *src, const char *dir, const char *rel, size_t *out)
 {
-    for (size_t i = 0; i < src->nfiles; i++) {
-        const char *name = strrchr(src->files[i].path, '/');
-        if (strcmp(name != NULL ? name + 1 : src->files[i].path, rel) == 0) {
-            *out = i;
-            return FC_OK;
-        }
-    }
+    struct fc_dcp_source_impl *impl = src->impl;
+    /* Hashed: a 1000-rank checkpoint names 1000 files from a million items. */
+    if (fc_strmap_get(&impl->file_index, rel, out))
+        return FC_OK;
     if (strchr(rel, '/') != NULL || strcmp(rel, "..") == 0 || rel[0] == '\0')
         return fc_error_set(FC_ECORRUPT,
                             "%s/.metadata: storage file name '%s' is not a plain "
@@ -114,7 +113,8 @@ static int fc_dcp_file(struct fc_source *src, const char *dir, const char *rel, 
     fc_free(path);
     FC_TRY(rc);
     *out = src->nfiles++;
-    return FC_OK;
+    const char *name = strrchr(files[*out].path, '/');
+    return fc_strmap_put(&impl->file_index, name != NULL ? name + 1 : files[*out].path, *out, NULL);
 }
 
 /* "stream.zstd/1", "stream.zstd/1.2": torch accepts any version whose major is 1. */
