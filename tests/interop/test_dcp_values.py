@@ -92,6 +92,18 @@ def fsdpconv_ok(problems, *args):
     return rc == 0, out, err
 
 
+def reshard_checked(problems, src, world, want, tmp):
+    """reshard src to `world` ranks; torch's load of the output must equal want, diff equal."""
+    out = os.path.join(tmp, "%s_ws%d" % (os.path.basename(src), world))
+    if not fsdpconv_ok(problems, "reshard", "--world-size", world, "-o", out, src)[0]:
+        return None
+    problems += same(want, torch_view(out, tmp, os.path.basename(out)))
+    ok, text, _ = fsdpconv_ok(problems, "diff", src, out)
+    if ok and "equal" not in text:
+        problems.append("diff: %s" % text.strip())
+    return out
+
+
 def case_values(rep, tmp):
     src = os.path.join(DCP, "values_ws1")
     ref = torch_view(src, tmp, "values")
@@ -117,12 +129,8 @@ def case_values(rep, tmp):
     rep.case("dcp-to-full -o x.pt: torch.load(weights_only=False) == dcp_to_torch_save's", problems)
 
     problems = []
-    out2 = os.path.join(tmp, "values_ws2")
-    if fsdpconv_ok(problems, "reshard", "--world-size", "2", "-o", out2, src)[0]:
-        problems += same(ref, torch_view(out2, tmp, "values_ws2"))
-        ok, out, _ = fsdpconv_ok(problems, "diff", src, out2)
-        if ok and "equal" not in out:
-            problems.append("diff: %s" % out.strip())
+    out2 = reshard_checked(problems, src, 2, ref, tmp)
+    if out2 is not None:
         item = open(os.path.join(src, "__0_0.distcp"), "rb").read()[0:1325]
         copied = b"".join(open(os.path.join(out2, f), "rb").read() for f in sorted(os.listdir(out2))
                           if f.endswith(".distcp"))
@@ -144,9 +152,7 @@ def case_opaque_tensor(rep, tmp):
     if fsdpconv_ok(problems, "dcp-to-full", "--drop", "^ns$", "-o", pt, src)[0]:
         got = torch.load(pt, weights_only=False)
         problems += same({"w": ref["w"]}, got)
-    out2 = os.path.join(tmp, "ot_ws2")
-    if fsdpconv_ok(problems, "reshard", "--world-size", "2", "-o", out2, src)[0]:
-        problems += same(ref, torch_view(out2, tmp, "ot_ws2"))
+    reshard_checked(problems, src, 2, ref, tmp)
     rep.case("an unreadable opaque value: .pt refused naming it, --drop works, reshard carries it",
              problems)
 
@@ -161,12 +167,7 @@ def case_ranklocal(rep, tmp):
     pt = os.path.join(tmp, "rl.pt")
     if fsdpconv_ok(problems, "dcp-to-full", "-o", pt, src)[0]:
         problems += same(want, torch.load(pt, weights_only=False))
-    out3 = os.path.join(tmp, "rl_ws3")
-    if fsdpconv_ok(problems, "reshard", "--world-size", "3", "-o", out3, src)[0]:
-        problems += same(want, torch_view(out3, tmp, "rl_ws3"))
-        ok, out, _ = fsdpconv_ok(problems, "diff", src, out3)
-        if ok and "equal" not in out:
-            problems.append("diff: %s" % out.strip())
+    reshard_checked(problems, src, 3, want, tmp)
     rep.case("rank-local metadata with replicas: export and reshard load as saved", problems)
 
     bad = os.path.join(tmp, "diverged")
