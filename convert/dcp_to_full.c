@@ -339,9 +339,11 @@ static int fc_check_embeddable(const struct fc_xform_result *xr, const char *out
     if (n == 0)
         return FC_OK;
     return fc_error_set(FC_EFORMAT,
-                        "%s: %zu value%s cannot be embedded (%s%s: their pickles could not be "
-                        "read); leave them out with --drop REGEX, or export to .safetensors",
-                        output, n, n == 1 ? "" : "s", keys, n > 4 ? ", ..." : "");
+                        "%s: cannot embed %s%s (%zu value%s whose pickle%s fsdpconv cannot read "
+                        "even symbolically); leave %s out with --drop REGEX, or export to "
+                        ".safetensors",
+                        output, keys, n > 4 ? ", ..." : "", n, n == 1 ? "" : "s", n == 1 ? "" : "s",
+                        n == 1 ? "it" : "them");
 }
 
 static int fc_write_torchsave(const struct fc_source *src, const struct fc_xform_result *xr,
