@@ -69,7 +69,7 @@ else
 Q := @
 endif
 
-PKGS := libzstd libdeflate jansson libcrypto
+PKGS := libzstd libdeflate jansson libcrypto libpcre2-8
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CMOCKA_CFLAGS := $(shell pkg-config --cflags cmocka 2>/dev/null)
@@ -141,7 +141,7 @@ config-summary:
 	@printf 'fsdpconv build %s: CPU ✓  CUDA %s  NCCL %s  sanitizers %s\n' "$(B)" \
 	  "$(if $(filter 1,$(CUDA)),✓,✗)" "$(if $(filter 1,$(NCCL)),✓,✗)" \
 	  "$(if $(SANITIZE),$(SANITIZE),✗)"
-	@pkg-config --exists $(PKGS) || { echo "missing libraries: install libzstd-dev libdeflate-dev libjansson-dev libssl-dev pkg-config (or run: make deps)" >&2; exit 1; }
+	@pkg-config --exists $(PKGS) || { echo "missing libraries: install libzstd-dev libdeflate-dev libjansson-dev libssl-dev libpcre2-dev pkg-config (or run: make deps)" >&2; exit 1; }
 ifeq ($(CUDA),1)
 	@test -x "$(NVCC)" || { echo "CUDA=1 but $(NVCC) is missing; set CUDA_HOME or NVCC" >&2; exit 1; }
 endif

@@ -527,6 +527,7 @@ int fc_dcp_to_full(const struct fc_dcp_to_full_opts *opts, struct fc_dcp_to_full
                     done);
     }
     FC_TRY_GOTO(fc_xform_apply(src, &rules, &xr), rc, done);
+    FC_TRY_GOTO(fc_stream_fill_means(&xr, opts->max_memory, &slabs), rc, done);
     idx = fc_calloc(xr.n + 1, sizeof(*idx));
     shard_of = fc_calloc(xr.n + 1, sizeof(*shard_of));
     tmp = fc_malloc(strlen(opts->output) + 64);

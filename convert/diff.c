@@ -2,7 +2,6 @@
  * diff.c - compare two checkpoints key by key, streaming tensor data.
  */
 #include <math.h>
-#include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +10,7 @@
 #include "fc_buf.h"
 #include "fc_convert.h"
 #include "fc_error.h"
+#include "fc_regex.h"
 #include "fc_kernels.h"
 #include "fc_pickle.h"
 
@@ -212,17 +212,13 @@ static int fc_diff_pair(const struct fc_diff_opts *o, struct fc_diff_result *res
 
 int fc_diff(const struct fc_diff_opts *o, struct fc_diff_result *res)
 {
-    regex_t re;
-    int have_re = 0, rc = FC_OK;
+    struct fc_regex *re = NULL;
+    int rc = FC_OK;
     struct fc_keyref *ka = NULL, *kb = NULL;
     struct fc_buf ra = FC_BUF_INIT((size_t)1 << 30), rb = FC_BUF_INIT((size_t)1 << 30);
     memset(res, 0, sizeof(*res));
-    if (o->key_regex != NULL) {
-        if (regcomp(&re, o->key_regex, REG_EXTENDED | REG_NOSUB) != 0)
-            return fc_error_set(FC_EINVAL, "invalid regular expression for --key: '%s'",
-                                o->key_regex);
-        have_re = 1;
-    }
+    if (o->key_regex != NULL)
+        FC_TRY(fc_regex_compile(&re, o->key_regex, "--key"));
     FC_TRY_GOTO(fc_source_open(&res->src_a, o->a), rc, done);
     FC_TRY_GOTO(fc_source_open(&res->src_b, o->b), rc, done);
     res->format_a = res->src_a->format;
@@ -238,7 +234,7 @@ int fc_diff(const struct fc_diff_opts *o, struct fc_diff_result *res)
     while (i < na || j < nb) {
         const int c = i == na ? 1 : j == nb ? -1 : strcmp(ka[i].key, kb[j].key);
         const char *key = c <= 0 ? ka[i].key : kb[j].key;
-        const int wanted = !have_re || regexec(&re, key, 0, NULL, 0) == 0;
+        const int wanted = re == NULL || fc_regex_search(re, key) == 1;
         if (c < 0) {
             if (wanted)
                 FC_TRY_GOTO(fc_diff_add(res, key, FC_DIFF_ONLY_A, "only in A", 0, 0, NAN), rc,
@@ -261,8 +257,7 @@ int fc_diff(const struct fc_diff_opts *o, struct fc_diff_result *res)
         }
     }
 done:
-    if (have_re)
-        regfree(&re);
+    fc_regex_free(re);
     fc_free(ka);
     fc_free(kb);
     fc_buf_release(&ra);

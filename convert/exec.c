@@ -25,13 +25,17 @@
 
 #include <zstd.h>
 
+/* Items written from one read at most (a tensor and its copies: BAGEL has 2 to 4). */
+#define FC_EXEC_GROUP_MAX 16
+
 struct fc_exec_shared {
     const struct fc_exec *ex;
     atomic_size_t next_file;
     /* Source-order mode: every rank file open at once, items taken in input order. */
     int *fds; /* per file, or NULL in file-by-file mode */
     char **paths;
-    size_t *order; /* item indices sorted by where their bytes come from */
+    size_t *order;     /* item indices sorted by where their bytes come from */
+    size_t *group_end; /* order[i .. group_end[i]) hold the same bytes (0: inside a group) */
     atomic_size_t next_item;
     atomic_uint_fast64_t bytes_done;
     atomic_int workers_left;
@@ -109,9 +113,10 @@ struct fc_worker {
     struct fc_buf hdr;
 };
 
-/* Slab sink of a tensor item: CRC, write, count progress. */
+/* Slab sink of tensor items holding the same bytes: CRC once, write to each, count progress. */
 struct fc_item_sink {
-    struct fc_sink *k;
+    struct fc_sink *const *k;
+    size_t nk;
     struct fc_exec_shared *sh;
     uint32_t crc;
     uint64_t nbytes;
@@ -121,23 +126,36 @@ static int fc_item_sink_put(void *ctx, const void *p, size_t n)
 {
     struct fc_item_sink *is = ctx;
     if (fc_cancel_requested())
-        return fc_error_set(FC_ERROR, "%s: interrupted", is->k->path);
+        return fc_error_set(FC_ERROR, "%s: interrupted", is->k[0]->path);
     is->crc = fc_crc32(is->crc, p, n);
-    FC_TRY(fc_sink_put(is->k, p, n));
+    for (size_t i = 0; i < is->nk; i++)
+        FC_TRY(fc_sink_put(is->k[i], p, n));
     is->nbytes += n;
-    atomic_fetch_add(&is->sh->bytes_done, n);
+    atomic_fetch_add(&is->sh->bytes_done, n * is->nk);
     return FC_OK;
 }
 
-/* Write one tensor chunk item: blob head, data slabs (CRC on the fly), tail. */
-static int fc_write_tensor_item(struct fc_worker *w, struct fc_sink *k,
-                                const struct fc_plan_item *it)
+static int fc_sinks_put(struct fc_sink *const *k, size_t nk, const struct fc_buf *b)
+{
+    for (size_t i = 0; i < nk; i++)
+        FC_TRY(fc_sink_put(k[i], b->data, b->len));
+    return FC_OK;
+}
+
+/*
+ * Write tensor chunk items that hold the same bytes (one item, or a chunk and
+ * its --copy twins, all with the same box, dtype and ops): blob head, data
+ * slabs read once and written to every sink (CRC on the fly), tail.
+ */
+static int fc_write_tensor_items(struct fc_worker *w, struct fc_sink *const *k,
+                                 const struct fc_plan_item *const *its, size_t n)
 {
     const struct fc_exec *ex = w->sh->ex;
+    const struct fc_plan_item *it = its[0];
     const struct fc_plan_chunk *ch = &ex->plan->chunks[it->chunk];
     const struct fc_plan_tensor *pt = &ex->plan->tensors[it->index];
     const struct fc_xspec *spec = &ex->xr->specs[ex->tensor_spec[it->index]];
-    struct fc_item_sink is = {k, w->sh, 0, 0};
+    struct fc_item_sink is = {k, n, w->sh, 0, 0};
     struct fc_tsblob blob;
     int rc = FC_OK;
     if (ex->raw_items) {
@@ -147,19 +165,20 @@ static int fc_write_tensor_item(struct fc_worker *w, struct fc_sink *k,
             return fc_error_set(FC_ERROR,
                                 "%s: internal error: wrote %" PRIu64 " bytes of '%s', "
                                 "planned %" PRIu64,
-                                k->path, is.nbytes, pt->key, it->length);
+                                k[0]->path, is.nbytes, pt->key, it->length);
         return FC_OK;
     }
     FC_TRY(fc_tsblob_init(&blob, pt->dtype, ch->box.sizes, pt->ndim));
-    if (blob.total_size != it->length) {
-        rc = fc_error_set(FC_ERROR,
-                          "%s: internal error: item of '%s' is %" PRIu64 " bytes, planned %" PRIu64,
-                          k->path, pt->key, blob.total_size, it->length);
-        goto done;
-    }
+    for (size_t i = 0; i < n; i++)
+        if (blob.total_size != its[i]->length) {
+            rc = fc_error_set(
+                FC_ERROR, "%s: internal error: item of '%s' is %" PRIu64 " bytes, planned %" PRIu64,
+                k[i]->path, pt->key, blob.total_size, its[i]->length);
+            goto done;
+        }
     fc_buf_clear(&w->hdr);
     FC_TRY_GOTO(fc_tsblob_head(&blob, &w->hdr), rc, done);
-    FC_TRY_GOTO(fc_sink_put(k, w->hdr.data, w->hdr.len), rc, done);
+    FC_TRY_GOTO(fc_sinks_put(k, n, &w->hdr), rc, done);
     FC_TRY_GOTO(fc_stream_box(ex->src, spec, ch->box.offsets, ch->box.sizes, w->sh->worker_budget,
                               &w->slabs, fc_item_sink_put, &is),
                 rc, done);
@@ -167,19 +186,34 @@ static int fc_write_tensor_item(struct fc_worker *w, struct fc_sink *k,
         rc = fc_error_set(FC_ERROR,
                           "%s: internal error: wrote %" PRIu64 " data bytes of '%s', "
                           "planned %" PRIu64,
-                          k->path, is.nbytes, pt->key, blob.data_size);
+                          k[0]->path, is.nbytes, pt->key, blob.data_size);
         goto done;
     }
     fc_buf_clear(&w->hdr);
     FC_TRY_GOTO(fc_tsblob_tail(&blob, is.crc, &w->hdr), rc, done);
-    FC_TRY_GOTO(fc_sink_put(k, w->hdr.data, w->hdr.len), rc, done);
+    FC_TRY_GOTO(fc_sinks_put(k, n, &w->hdr), rc, done);
 done:
     fc_tsblob_release(&blob);
     return rc;
 }
 
-/* Items in the order their bytes sit in the input: values first, then tensors by source
- * entry and chunk.  Reading the input front to back is what makes a copy fast. */
+static int fc_write_tensor_item(struct fc_worker *w, struct fc_sink *k,
+                                const struct fc_plan_item *it)
+{
+    return fc_write_tensor_items(w, &k, &it, 1);
+}
+
+/*
+ * Items in the order their bytes sit in the inputs: values first, then
+ * tensors by input, source entry and chunk position, so that a chunk and its
+ * --copy twins come next to each other.  Reading the input front to back is
+ * what makes a copy fast.
+ */
+static const struct fc_xspec *fc_item_spec(const struct fc_exec *ex, const struct fc_plan_item *it)
+{
+    return &ex->xr->specs[ex->tensor_spec[it->index]];
+}
+
 static int fc_cmp_source_order(const void *ctx, size_t a, size_t b)
 {
     const struct fc_exec *ex = ctx;
@@ -189,11 +223,40 @@ static int fc_cmp_source_order(const void *ctx, size_t a, size_t b)
         return x->kind == FC_ITEM_BYTES ? -1 : 1;
     if (x->kind == FC_ITEM_BYTES)
         return x->index < y->index ? -1 : x->index > y->index;
-    const size_t ex_ = ex->xr->specs[ex->tensor_spec[x->index]].entry;
-    const size_t ey = ex->xr->specs[ex->tensor_spec[y->index]].entry;
-    if (ex_ != ey)
-        return ex_ < ey ? -1 : 1;
-    return x->chunk < y->chunk ? -1 : x->chunk > y->chunk;
+    const struct fc_xspec *sx = fc_item_spec(ex, x), *sy = fc_item_spec(ex, y);
+    if (sx->input != sy->input)
+        return sx->input < sy->input ? -1 : 1;
+    if (sx->entry != sy->entry)
+        return sx->entry < sy->entry ? -1 : 1;
+    const size_t cx = x->chunk - ex->plan->tensors[x->index].first_chunk;
+    const size_t cy = y->chunk - ex->plan->tensors[y->index].first_chunk;
+    if (cx != cy)
+        return cx < cy ? -1 : 1;
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+
+/* Do items x and y store the same bytes (same entry, ops, dtype and box)? */
+static int fc_same_bytes(const struct fc_exec *ex, const struct fc_plan_item *x,
+                         const struct fc_plan_item *y)
+{
+    if (x->kind != FC_ITEM_TENSOR || y->kind != FC_ITEM_TENSOR)
+        return 0;
+    const struct fc_xspec *sx = fc_item_spec(ex, x), *sy = fc_item_spec(ex, y);
+    const struct fc_plan_tensor *tx = &ex->plan->tensors[x->index];
+    const struct fc_plan_chunk *cx = &ex->plan->chunks[x->chunk], *cy = &ex->plan->chunks[y->chunk];
+    const size_t dims = sizeof(int64_t) * (size_t)tx->ndim;
+    if (sx->src != sy->src || sx->entry != sy->entry || sx->dtype != sy->dtype ||
+        sx->ndim != sy->ndim || sx->nops != sy->nops ||
+        memcmp(cx->box.offsets, cy->box.offsets, dims) != 0 ||
+        memcmp(cx->box.sizes, cy->box.sizes, dims) != 0)
+        return 0;
+    for (size_t k = 0; k < sx->nops; k++) {
+        const struct fc_op *a = &sx->ops[k], *b = &sy->ops[k];
+        if (a->kind != b->kind || a->dtype != b->dtype || a->rows != b->rows ||
+            a->fill != b->fill || a->fill_row != b->fill_row)
+            return 0;
+    }
+    return 1;
 }
 
 /* Open every rank file and order the items, or leave sh->order NULL (file-by-file mode). */
@@ -225,7 +288,20 @@ static int fc_source_order_setup(struct fc_exec_shared *sh)
     }
     for (size_t i = 0; i < ex->plan->nitems; i++)
         sh->order[i] = i;
-    return fc_sort_idx(sh->order, ex->plan->nitems, fc_cmp_source_order, ex);
+    FC_TRY(fc_sort_idx(sh->order, ex->plan->nitems, fc_cmp_source_order, ex));
+    /* Runs of items with the same bytes are written together (read once). */
+    sh->group_end = fc_calloc(ex->plan->nitems + 1, sizeof(*sh->group_end));
+    if (sh->group_end == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    for (size_t i = 0; i < ex->plan->nitems;) {
+        size_t j = i + 1;
+        while (j < ex->plan->nitems && j - i < FC_EXEC_GROUP_MAX &&
+               fc_same_bytes(ex, &ex->plan->items[sh->order[i]], &ex->plan->items[sh->order[j]]))
+            j++;
+        sh->group_end[i] = j;
+        i = j;
+    }
+    return FC_OK;
 }
 
 /* Source-order mode: sync and close every file; the first failure wins. */
@@ -244,6 +320,8 @@ static int fc_source_order_finish(struct fc_exec_shared *sh, int rc)
     fc_free(sh->paths);
     fc_free(sh->fds);
     fc_free(sh->order);
+    fc_free(sh->group_end);
+    sh->group_end = NULL;
     sh->paths = NULL;
     sh->fds = NULL;
     sh->order = NULL;
@@ -328,20 +406,35 @@ done:
     return rc;
 }
 
-/* Source-order mode: one item, written at its planned offset of its (already open) file. */
-static int fc_write_item_at(struct fc_worker *w, size_t item)
+/* Source-order mode: the items order[i .. group_end[i]), each at its planned offset. */
+static int fc_write_items_at(struct fc_worker *w, size_t i)
 {
-    const struct fc_exec *ex = w->sh->ex;
-    const struct fc_plan_item *it = &ex->plan->items[item];
-    struct fc_sink k = {
-        w->sh->fds[it->rank], w->sh->paths[it->rank], it->offset, NULL, NULL, 0, NULL, 0, 0};
-    if (it->kind == FC_ITEM_BYTES) {
-        const struct fc_buf *b = &ex->value_blob[it->index];
-        FC_TRY(fc_sink_put(&k, b->data, b->len));
-        atomic_fetch_add(&w->sh->bytes_done, b->len);
+    struct fc_exec_shared *sh = w->sh;
+    const struct fc_exec *ex = sh->ex;
+    const size_t n = sh->group_end[i] - i;
+    struct fc_sink k[FC_EXEC_GROUP_MAX];
+    struct fc_sink *kp[FC_EXEC_GROUP_MAX];
+    const struct fc_plan_item *its[FC_EXEC_GROUP_MAX];
+    for (size_t g = 0; g < n; g++) {
+        its[g] = &ex->plan->items[sh->order[i + g]];
+        k[g] = (struct fc_sink){sh->fds[its[g]->rank],
+                                sh->paths[its[g]->rank],
+                                its[g]->offset,
+                                NULL,
+                                NULL,
+                                0,
+                                NULL,
+                                0,
+                                0};
+        kp[g] = &k[g];
+    }
+    if (its[0]->kind == FC_ITEM_BYTES) {
+        const struct fc_buf *b = &ex->value_blob[its[0]->index];
+        FC_TRY(fc_sink_put(&k[0], b->data, b->len));
+        atomic_fetch_add(&sh->bytes_done, b->len);
         return FC_OK;
     }
-    return fc_write_tensor_item(w, &k, it);
+    return fc_write_tensor_items(w, kp, its, n);
 }
 
 static void *fc_worker_main(void *arg)
@@ -354,7 +447,9 @@ static void *fc_worker_main(void *arg)
             const size_t i = atomic_fetch_add(&sh->next_item, 1);
             if (i >= sh->ex->plan->nitems || sh->rc < 0)
                 break;
-            rc = fc_write_item_at(w, sh->order[i]);
+            if (sh->group_end[i] == 0)
+                continue; /* inside a group its first item's worker writes */
+            rc = fc_write_items_at(w, i);
         } else {
             const size_t fi = atomic_fetch_add(&sh->next_file, 1);
             if (fi >= sh->ex->plan->nfiles || sh->rc < 0)

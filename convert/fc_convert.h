@@ -80,15 +80,23 @@ typedef void (*fc_progress_fn)(void *ctx, uint64_t done, uint64_t total);
 /* What full-to-dcp and reshard write: a DCP, or one safetensors file per rank (st_sink.h). */
 enum fc_out_format { FC_OUT_DCP, FC_OUT_SAFETENSORS };
 
+/* One positional input: PATH, or PREFIX=PATH (every key gets PREFIX first). */
+struct fc_input_arg {
+    const char *prefix; /* NULL: none */
+    const char *path;
+};
+
 struct fc_full_to_dcp_opts {
-    const char *input;
+    const char *input;                 /* the input when ninputs == 0 */
+    const struct fc_input_arg *inputs; /* several inputs, in order */
+    size_t ninputs;
     const char *output;
     enum fc_out_format format;
     int replicate; /* mesh: replicate x shard; plain FSDP2: 1 x world */
     int shard;
     const struct fc_rule_arg *rules; /* flags, in command-line order */
     size_t nrules;
-    const char *rules_file; /* --rules FILE, applied before the flags' rules */
+    const char *rules_file; /* --rules FILE: its rules run before the flags' rules */
     int dry_run;
     int force;
     uint64_t max_memory; /* bytes of data buffers across all threads */

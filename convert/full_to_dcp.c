@@ -24,6 +24,7 @@
 #include "fc_torchsave.h"
 #include "plan.h"
 #include "st_sink.h"
+#include "stream.h"
 #include "xform.h"
 
 #define FC_PLAN_TEXT_CAP ((size_t)1 << 30)
@@ -178,7 +179,9 @@ fail:
 
 /* Everything owned by one conversion, released in one place. */
 struct fc_job {
-    struct fc_source *src;
+    struct fc_source **srcs; /* the inputs, in command-line order */
+    size_t nsrcs;
+    struct fc_source *src;       /* the first input (its format decides compression) */
     struct fc_source *optim_src; /* --optim FILE, when it is not the input itself */
     struct fc_xform_rules rules;
     struct fc_xform_result xr;
@@ -200,7 +203,9 @@ struct fc_job {
 
 static void fc_job_release(struct fc_job *j)
 {
-    fc_source_free(j->src);
+    for (size_t i = 0; i < j->nsrcs; i++)
+        fc_source_free(j->srcs[i]);
+    fc_free(j->srcs);
     fc_source_free(j->optim_src);
     fc_xform_rules_release(&j->rules);
     fc_xform_result_release(&j->xr);
@@ -221,6 +226,39 @@ static void fc_job_release(struct fc_job *j)
     fc_free(j->old);
 }
 
+/* Open every input and run the rules over all of them. */
+static int fc_open_inputs(const struct fc_full_to_dcp_opts *o, struct fc_job *j)
+{
+    const struct fc_input_arg one = {NULL, o->input};
+    const struct fc_input_arg *args = o->ninputs > 0 ? o->inputs : &one;
+    const size_t n = o->ninputs > 0 ? o->ninputs : 1;
+    struct fc_xform_input *in = fc_calloc(n, sizeof(*in));
+    j->srcs = fc_calloc(n, sizeof(*j->srcs));
+    int rc = FC_OK;
+    if (in == NULL || j->srcs == NULL) {
+        fc_free(in);
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < n && rc == FC_OK; i++) {
+        rc = fc_source_open(&j->srcs[i], args[i].path);
+        if (rc < 0)
+            break;
+        j->nsrcs++;
+        in[i] = (struct fc_xform_input){j->srcs[i], args[i].prefix};
+        if (o->require_dcp && strcmp(j->srcs[i]->format, "dcp") != 0 &&
+            strncmp(j->srcs[i]->format, "safetensors", 11) != 0)
+            rc = fc_error_set(FC_EFORMAT,
+                              "%s: not a DCP or safetensors checkpoint (a %s input; use "
+                              "full-to-dcp)",
+                              args[i].path, j->srcs[i]->format);
+    }
+    j->src = j->srcs[0];
+    if (rc == FC_OK)
+        rc = fc_xform_apply_inputs(in, n, &j->rules, &j->xr);
+    fc_free(in);
+    return rc;
+}
+
 static int fc_plan_job(const struct fc_full_to_dcp_opts *o, struct fc_job *j)
 {
     const int st = o->format == FC_OUT_SAFETENSORS;
@@ -231,13 +269,6 @@ static int fc_plan_job(const struct fc_full_to_dcp_opts *o, struct fc_job *j)
     if (st && o->compress > 0)
         return fc_error_set(FC_EINVAL, "--compress: safetensors files are not compressed; use "
                                        "--format dcp");
-    FC_TRY(fc_source_open(&j->src, o->input));
-    if (o->require_dcp && strcmp(j->src->format, "dcp") != 0 &&
-        strncmp(j->src->format, "safetensors", 11) != 0)
-        return fc_error_set(FC_EFORMAT,
-                            "%s: not a DCP or safetensors checkpoint (a %s input; use "
-                            "full-to-dcp)",
-                            o->input, j->src->format);
     if (o->rules_file != NULL)
         FC_TRY(fc_xform_rules_load(&j->rules, o->rules_file));
     for (size_t i = 0; i < o->nrules; i++) {
@@ -245,9 +276,9 @@ static int fc_plan_job(const struct fc_full_to_dcp_opts *o, struct fc_job *j)
         snprintf(where, sizeof(where), "--%s", o->rules[i].op);
         FC_TRY(fc_xform_rules_add(&j->rules, o->rules[i].op, o->rules[i].arg, where));
     }
-    FC_TRY(fc_xform_apply(j->src, &j->rules, &j->xr));
+    FC_TRY(fc_open_inputs(o, j));
     if (o->optim != NULL || o->optim_select != NULL || o->layout != FC_LAYOUT_NONE) {
-        if (j->rules.add_prefix != NULL)
+        if (fc_xform_rules_have(&j->rules, FC_RULE_ADD_PREFIX))
             return fc_error_set(FC_EINVAL, "--layout and --optim set the key prefixes; drop "
                                            "--add-prefix");
         const struct fc_source *os = NULL;
@@ -405,7 +436,9 @@ int fc_full_to_dcp(const struct fc_full_to_dcp_opts *o, struct fc_full_to_dcp_re
     res->nvalues = j.plan->nvalues;
     if (o->dry_run) {
         struct fc_buf text = FC_BUF_INIT(FC_PLAN_TEXT_CAP);
-        rc = fc_plan_describe(j.plan, &text);
+        rc = j.rules.n > 0 ? fc_xform_rules_describe(&j.rules, &text) : FC_OK;
+        if (rc == FC_OK)
+            rc = fc_plan_describe(j.plan, &text);
         if (rc == FC_OK)
             rc = fc_buf_putc(&text, '\0');
         if (rc < 0) {
@@ -453,6 +486,15 @@ int fc_full_to_dcp(const struct fc_full_to_dcp_opts *o, struct fc_full_to_dcp_re
             rc = fc_error_set(FC_ENOMEM, "out of memory");
             goto done;
         }
+    }
+    {
+        /* Mean fill rows of --resize-rows: one pass over the rows they average, before writing. */
+        struct fc_slabs slabs;
+        memset(&slabs, 0, sizeof(slabs));
+        rc = fc_stream_fill_means(&j.xr, o->max_memory, &slabs);
+        fc_slabs_release(&slabs);
+        if (rc < 0)
+            goto done;
     }
     const struct fc_exec ex = {
         .plan = j.plan,

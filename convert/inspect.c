@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <errno.h>
 #include <inttypes.h>
-#include <regex.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -18,6 +17,7 @@
 #include "fc_convert.h"
 #include "fc_dcp.h"
 #include "fc_error.h"
+#include "fc_regex.h"
 #include "fc_zip.h"
 
 /* Checksums read at most this many bytes at a time, so memory stays flat. */
@@ -236,7 +236,7 @@ static int fc_inspect_verify_crcs(const char *dir, const struct fc_dcp_meta *m)
 }
 
 static int fc_inspect_dcp(const struct fc_inspect_opts *opts, struct fc_inspect_result *r,
-                          const regex_t *re)
+                          const struct fc_regex *re)
 {
     struct fc_buf rep = FC_BUF_INIT((size_t)64 << 20);
     int rc = FC_OK;
@@ -276,7 +276,7 @@ static int fc_inspect_dcp(const struct fc_inspect_opts *opts, struct fc_inspect_
     }
     for (size_t i = 0; i < r->dcp->nentries; i++) {
         const struct fc_dcp_entry *e = &r->dcp->entries[i];
-        if (re != NULL && regexec(re, e->fqn, 0, NULL, 0) != 0)
+        if (re != NULL && fc_regex_search(re, e->fqn) != 1)
             continue;
         if (r->src != NULL && e->kind == FC_DCP_TENSOR) {
             /* Reading every element also proves the chunks tile the tensor. */
@@ -313,18 +313,13 @@ static int fc_dir_looks_like_dcp(const char *dir)
 
 int fc_inspect(const struct fc_inspect_opts *opts, struct fc_inspect_result *r)
 {
-    regex_t re;
-    int have_re = 0;
+    struct fc_regex *re = NULL;
     int rc = FC_OK;
     memset(r, 0, sizeof(*r));
-    if (opts->key_regex != NULL) {
-        if (regcomp(&re, opts->key_regex, REG_EXTENDED | REG_NOSUB) != 0)
-            return fc_error_set(FC_EINVAL, "invalid regular expression for --key: '%s'",
-                                opts->key_regex);
-        have_re = 1;
-    }
+    if (opts->key_regex != NULL)
+        FC_TRY(fc_regex_compile(&re, opts->key_regex, "--key"));
     if (fc_path_is_dir(opts->path) == 1 && fc_dir_looks_like_dcp(opts->path)) {
-        rc = fc_inspect_dcp(opts, r, have_re ? &re : NULL);
+        rc = fc_inspect_dcp(opts, r, re);
         goto done;
     }
     FC_TRY_GOTO(fc_source_open(&r->src, opts->path), rc, done);
@@ -337,15 +332,14 @@ int fc_inspect(const struct fc_inspect_opts *opts, struct fc_inspect_result *r)
     }
     for (size_t i = 0; i < r->src->nentries; i++) {
         const struct fc_entry *e = &r->src->entries[i];
-        if (have_re && regexec(&re, e->key, 0, NULL, 0) != 0)
+        if (re != NULL && fc_regex_search(re, e->key) != 1)
             continue;
         if (opts->checksum && e->kind == FC_ENTRY_TENSOR)
             FC_TRY_GOTO(fc_tensor_sha256(r->src, e, r->sha256[r->nselected]), rc, done);
         r->selected[r->nselected++] = i;
     }
 done:
-    if (have_re)
-        regfree(&re);
+    fc_regex_free(re);
     if (rc < 0)
         fc_inspect_result_release(r);
     return rc;

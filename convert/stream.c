@@ -45,43 +45,133 @@ static int fc_dev_reserve(struct fc_dev_buf *b, size_t need)
     return fc_dev_buf_alloc(b, need);
 }
 
+/* Bytes per element of what leaves op k (k == nops: the output). */
+static size_t fc_stage_esz(const struct fc_op *ops, size_t nops, size_t k, fc_dtype out_dtype)
+{
+    return fc_dtype_size(k < nops ? ops[k].in_dtype : out_dtype);
+}
+
 /*
- * The op chain of one slab on the GPU: upload the source rows, permute,
- * cast, download into slabs->out.  Returns the host pointer of the result.
+ * The op list of one slab on the GPU: upload the source rows, run every op
+ * there (ping-pong between two device buffers), download into slabs->out.
+ * nrows[k] is the row count entering op k, nrows[nops] the slab's.
  */
-static int fc_slab_ops_cuda(struct fc_slabs *slabs, const struct fc_xspec *spec,
-                            const struct fc_entry *e, int64_t n, int64_t nelem,
+static int fc_slab_ops_cuda(struct fc_slabs *slabs, const struct fc_op *ops, size_t nops,
+                            fc_dtype out_dtype, const int64_t *nrows, const struct fc_slab_geom *g,
                             const unsigned char **result)
 {
-    const size_t in_esz = fc_dtype_size(e->t.dtype), out_esz = fc_dtype_size(spec->dtype);
-    const size_t in_bytes = (size_t)nelem * in_esz, out_bytes = (size_t)nelem * out_esz;
+    const size_t in_bytes = (size_t)(nrows[0] * g->row_elems) * fc_stage_esz(ops, nops, 0, 0);
     if (slabs->stream == NULL) {
         /* The current device is per thread: set it before the first CUDA call here. */
         FC_TRY(fc_cuda_set_device(slabs->device));
         FC_TRY(fc_cuda_stream_new(&slabs->stream));
     }
-    FC_TRY(fc_dev_reserve(&slabs->d_in, in_bytes));
+    FC_TRY(fc_dev_reserve(&slabs->d_in, in_bytes == 0 ? 1 : in_bytes));
     FC_TRY(fc_dev_buf_upload(&slabs->d_in, 0, slabs->in, in_bytes, slabs->stream));
     struct fc_dev_buf *cur = &slabs->d_in;
-    if (spec->conv2d) {
-        int64_t shape4[4];
-        memcpy(shape4, e->t.shape, sizeof(shape4));
-        shape4[0] = n;
-        FC_TRY(fc_dev_reserve(&slabs->d_mid, in_bytes));
-        FC_TRY(fc_cuda_conv2d_to_linear(slabs->d_mid.ptr, cur->ptr, in_esz, shape4, 0, n,
-                                        slabs->stream));
-        cur = &slabs->d_mid;
+    for (size_t k = 0; k < nops; k++) {
+        const size_t out_bytes =
+            (size_t)(nrows[k + 1] * g->row_elems) * fc_stage_esz(ops, nops, k + 1, out_dtype);
+        struct fc_dev_buf *dst = cur == &slabs->d_mid ? &slabs->d_out : &slabs->d_mid;
+        FC_TRY(fc_dev_reserve(dst, out_bytes == 0 ? 1 : out_bytes));
+        /* Host scratch for fill rows, in the op's input dtype. */
+        FC_TRY(fc_slab_reserve(&slabs->mid, &slabs->cap_mid,
+                               (size_t)(nrows[k + 1] * g->row_elems) *
+                                   fc_stage_esz(ops, nops, k, out_dtype)));
+        FC_TRY(fc_op_run_cuda(&ops[k], dst->ptr, cur->ptr, nrows[k], nrows[k + 1], g, slabs->mid,
+                              slabs->stream));
+        cur = dst;
     }
-    if (e->t.dtype != spec->dtype) {
-        FC_TRY(fc_dev_reserve(&slabs->d_out, out_bytes));
-        FC_TRY(fc_cuda_cast(spec->dtype, slabs->d_out.ptr, e->t.dtype, cur->ptr, nelem,
-                            slabs->stream));
-        cur = &slabs->d_out;
-    }
+    const size_t out_bytes = (size_t)(nrows[nops] * g->row_elems) * fc_dtype_size(out_dtype);
     FC_TRY(fc_slab_reserve(&slabs->out, &slabs->cap_out, out_bytes));
     FC_TRY(fc_dev_buf_download(slabs->out, cur, 0, out_bytes, slabs->stream));
     FC_TRY(fc_cuda_stream_sync(slabs->stream));
     *result = slabs->out;
+    return FC_OK;
+}
+
+/* The same on the host, ping-pong between slabs->mid and slabs->out. */
+static int fc_slab_ops_cpu(struct fc_slabs *slabs, const struct fc_op *ops, size_t nops,
+                           fc_dtype out_dtype, const int64_t *nrows, const struct fc_slab_geom *g,
+                           const unsigned char **result)
+{
+    const unsigned char *cur = slabs->in;
+    for (size_t k = 0; k < nops; k++) {
+        const size_t out_bytes =
+            (size_t)(nrows[k + 1] * g->row_elems) * fc_stage_esz(ops, nops, k + 1, out_dtype);
+        unsigned char **dst = cur == slabs->mid ? &slabs->out : &slabs->mid;
+        size_t *cap = cur == slabs->mid ? &slabs->cap_out : &slabs->cap_mid;
+        FC_TRY(fc_slab_reserve(dst, cap, out_bytes));
+        FC_TRY(fc_op_run_cpu(&ops[k], *dst, cur, nrows[k], nrows[k + 1], g));
+        cur = *dst;
+    }
+    *result = cur;
+    return FC_OK;
+}
+
+/*
+ * Stream the box (off, size; ndim dims) of the tensor that entry e becomes
+ * after ops[0..nops) (ending in out_dtype) to sink, in row slabs.
+ */
+static int fc_stream_ops(const struct fc_source *src, const struct fc_entry *e,
+                         const struct fc_op *ops, size_t nops, fc_dtype out_dtype, int ndim,
+                         const int64_t *off, const int64_t *size, uint64_t budget,
+                         struct fc_slabs *slabs, fc_stream_sink_fn sink, void *ctx)
+{
+    int whole_rows = 0; /* an op that needs whole input rows (conv2d) fixes the trailing box */
+    size_t max_esz = fc_dtype_size(e->t.dtype);
+    for (size_t k = 0; k < nops; k++) {
+        whole_rows |= ops[k].kind == FC_OP_CONV2D_TO_LINEAR;
+        const size_t esz = fc_stage_esz(ops, nops, k + 1, out_dtype);
+        max_esz = esz > max_esz ? esz : max_esz;
+    }
+    int64_t row_elems = 1;
+    for (int d = 1; d < ndim; d++)
+        row_elems *= size[d];
+    const int64_t rows = ndim == 0 ? 1 : size[0];
+    const size_t in_esz = fc_dtype_size(e->t.dtype);
+    const uint64_t per_row = (uint64_t)row_elems * (in_esz + (nops > 0 ? 2 * max_esz : 0));
+    int64_t step = per_row == 0 ? rows : (int64_t)(budget / per_row);
+    if (step < 1)
+        step = 1;
+    const struct fc_slab_geom g = {row_elems, ndim - 1, whole_rows || ndim < 1 ? NULL : off + 1,
+                                   whole_rows || ndim < 1 ? NULL : size + 1, 0};
+    int64_t src_off[FC_MAX_DIMS], src_size[FC_MAX_DIMS];
+    /* Source box: the same rows; other dims as the output box (conv2d: the whole 4-D rows). */
+    for (int d = 0; d < e->t.ndim; d++) {
+        src_off[d] = 0;
+        src_size[d] = e->t.shape[d];
+    }
+    if (!whole_rows)
+        for (int d = 1; d < ndim; d++) {
+            src_off[d] = off[d];
+            src_size[d] = size[d];
+        }
+    int64_t nrows[FC_XFORM_MAX_OPS + 1];
+    if (nops > FC_XFORM_MAX_OPS)
+        return fc_error_set(FC_ERROR, "internal error: %zu ops on one tensor", nops);
+    for (int64_t r = 0; r < rows && row_elems > 0; r += step) {
+        const int64_t n = rows - r < step ? rows - r : step;
+        const int64_t first = ndim == 0 ? 0 : off[0] + r;
+        /* Rows entering each op: fewer than n only past a resize's input end. */
+        nrows[nops] = n;
+        for (size_t k = nops; k-- > 0;)
+            nrows[k] = fc_op_rows_in(&ops[k], first, nrows[k + 1]);
+        if (e->t.ndim > 0) {
+            src_off[0] = first;
+            src_size[0] = nrows[0];
+        }
+        FC_TRY(fc_slab_reserve(&slabs->in, &slabs->cap_in,
+                               (size_t)(nrows[0] * row_elems) * in_esz + 1));
+        if (nrows[0] > 0)
+            FC_TRY(fc_source_read_box(src, e, src_off, src_size, slabs->in));
+        const unsigned char *cur = slabs->in;
+        if (nops > 0 && slabs->engine == FC_ENGINE_CUDA)
+            FC_TRY(fc_slab_ops_cuda(slabs, ops, nops, out_dtype, nrows, &g, &cur));
+        else if (nops > 0)
+            FC_TRY(fc_slab_ops_cpu(slabs, ops, nops, out_dtype, nrows, &g, &cur));
+        FC_TRY(sink(ctx, cur, (size_t)(n * row_elems) * fc_dtype_size(out_dtype)));
+    }
     return FC_OK;
 }
 
@@ -91,57 +181,84 @@ int fc_stream_box(const struct fc_source *src, const struct fc_xspec *spec, cons
 {
     if (spec->src != NULL)
         src = spec->src;
-    const struct fc_entry *e = &src->entries[spec->entry];
-    const size_t in_esz = fc_dtype_size(e->t.dtype), out_esz = fc_dtype_size(spec->dtype);
-    const int ndim = spec->ndim;
-    int64_t row_elems = 1;
-    for (int d = 1; d < ndim; d++)
-        row_elems *= size[d];
-    const int64_t rows = ndim == 0 ? 1 : size[0];
-    const uint64_t per_row = (uint64_t)row_elems * (in_esz * (spec->conv2d ? 2 : 1) + out_esz);
-    int64_t step = per_row == 0 ? rows : (int64_t)(budget / per_row);
-    if (step < 1)
-        step = 1;
-    int64_t src_off[FC_MAX_DIMS], src_size[FC_MAX_DIMS];
-    /* Source box: the same rows; other dims as the output box (conv2d: the whole 4-D rows). */
-    for (int d = 0; d < e->t.ndim; d++) {
-        src_off[d] = 0;
-        src_size[d] = e->t.shape[d];
+    return fc_stream_ops(src, &src->entries[spec->entry], spec->ops, spec->nops, spec->dtype,
+                         spec->ndim, off, size, budget, slabs, sink, ctx);
+}
+
+/* Column sums in float64 of the rows a mean pass streams. */
+struct fc_mean_acc {
+    double *sum;
+    double *tmp;
+    size_t cap;
+    int64_t row_elems;
+    int64_t col; /* column of the next element */
+    fc_dtype dtype;
+};
+
+static int fc_mean_put(void *ctx, const void *p, size_t n)
+{
+    struct fc_mean_acc *m = ctx;
+    const int64_t nelem = (int64_t)(n / fc_dtype_size(m->dtype));
+    if ((size_t)nelem > m->cap) {
+        double *t = fc_reallocarray(m->tmp, (size_t)nelem, sizeof(*t));
+        if (t == NULL)
+            return fc_error_set(FC_ENOMEM, "out of memory");
+        m->tmp = t;
+        m->cap = (size_t)nelem;
     }
-    if (!spec->conv2d)
-        for (int d = 1; d < ndim; d++) {
-            src_off[d] = off[d];
-            src_size[d] = size[d];
+    FC_TRY(fc_kern_cast(FC_DTYPE_FLOAT64, m->tmp, m->dtype, p, nelem));
+    for (int64_t i = 0; i < nelem; i++) {
+        m->sum[m->col] += m->tmp[i];
+        if (++m->col == m->row_elems)
+            m->col = 0;
+    }
+    return FC_OK;
+}
+
+/* The mean row of what enters ops[k]: a pass over all its rows, rounded once to its dtype. */
+static int fc_mean_row(const struct fc_source *src, const struct fc_entry *e,
+                       const struct fc_op *ops, size_t k, uint64_t budget, struct fc_slabs *slabs,
+                       unsigned char **out)
+{
+    const struct fc_op *op = &ops[k];
+    const int64_t row_elems = fc_op_row_elems(op);
+    const int64_t zero[FC_MAX_DIMS] = {0};
+    struct fc_mean_acc m = {NULL, NULL, 0, row_elems, 0, op->in_dtype};
+    int rc = FC_OK;
+    *out = fc_malloc((size_t)row_elems * fc_dtype_size(op->in_dtype) + 1);
+    m.sum = fc_calloc((size_t)row_elems + 1, sizeof(*m.sum));
+    if (*out == NULL || m.sum == NULL) {
+        rc = fc_error_set(FC_ENOMEM, "out of memory");
+        goto done;
+    }
+    FC_TRY_GOTO(fc_stream_ops(src, e, ops, k, op->in_dtype, op->in_ndim, zero, op->in_shape, budget,
+                              slabs, fc_mean_put, &m),
+                rc, done);
+    for (int64_t i = 0; i < row_elems; i++)
+        m.sum[i] /= (double)op->in_shape[0];
+    rc = fc_kern_cast(op->in_dtype, *out, FC_DTYPE_FLOAT64, m.sum, row_elems);
+done:
+    if (rc < 0) {
+        fc_free(*out);
+        *out = NULL;
+    }
+    fc_free(m.sum);
+    fc_free(m.tmp);
+    return rc;
+}
+
+int fc_stream_fill_means(struct fc_xform_result *xr, uint64_t budget, struct fc_slabs *slabs)
+{
+    for (size_t i = 0; i < xr->n; i++) {
+        struct fc_xspec *s = &xr->specs[i];
+        for (size_t k = 0; k < s->nops; k++) {
+            struct fc_op *op = &s->ops[k];
+            if (op->kind != FC_OP_RESIZE_ROWS || op->fill != FC_FILL_MEAN || op->fill_row != NULL ||
+                op->rows <= op->in_shape[0])
+                continue;
+            FC_TRY(fc_mean_row(s->src, &s->src->entries[s->entry], s->ops, k, budget, slabs,
+                               &op->fill_row));
         }
-    for (int64_t r = 0; r < rows && row_elems > 0; r += step) {
-        const int64_t n = rows - r < step ? rows - r : step;
-        const int64_t nelem = n * row_elems;
-        if (e->t.ndim > 0) {
-            src_off[0] = off[0] + r;
-            src_size[0] = n;
-        }
-        FC_TRY(fc_slab_reserve(&slabs->in, &slabs->cap_in, (size_t)nelem * in_esz));
-        FC_TRY(fc_source_read_box(src, e, src_off, src_size, slabs->in));
-        const unsigned char *cur = slabs->in;
-        if (slabs->engine == FC_ENGINE_CUDA && (spec->conv2d || e->t.dtype != spec->dtype)) {
-            FC_TRY(fc_slab_ops_cuda(slabs, spec, e, n, nelem, &cur));
-            FC_TRY(sink(ctx, cur, (size_t)nelem * out_esz));
-            continue;
-        }
-        if (spec->conv2d) {
-            FC_TRY(fc_slab_reserve(&slabs->mid, &slabs->cap_mid, (size_t)nelem * in_esz));
-            int64_t shape4[4];
-            memcpy(shape4, e->t.shape, sizeof(shape4));
-            shape4[0] = n; /* the slab holds rows [0, n) of its own */
-            FC_TRY(fc_kern_conv2d_to_linear(slabs->mid, cur, in_esz, shape4, 0, n));
-            cur = slabs->mid;
-        }
-        if (e->t.dtype != spec->dtype) {
-            FC_TRY(fc_slab_reserve(&slabs->out, &slabs->cap_out, (size_t)nelem * out_esz));
-            FC_TRY(fc_kern_cast(spec->dtype, slabs->out, e->t.dtype, cur, nelem));
-            cur = slabs->out;
-        }
-        FC_TRY(sink(ctx, cur, (size_t)nelem * out_esz));
     }
     return FC_OK;
 }

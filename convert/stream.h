@@ -1,11 +1,13 @@
 /*
- * stream.h - move one box of one output tensor through its op chain in row
- * slabs: read the same rows from the source (conv2d: the 4-D source rows),
- * permute, cast, and hand each slab's output bytes to a callback.
+ * stream.h - move one box of one output tensor through its op list (ops.h)
+ * in row slabs: read the rows from the source (whole 4-D rows when a
+ * conv2d-to-linear op needs them), run every op, and hand each slab's output
+ * bytes to a callback.
  *
- * Both ops are row-local, so any slab of output rows comes from the same
- * rows of the input; memory stays within `budget` bytes of slab buffers (at
- * least one row).  Used by the DCP executor and the exporters.
+ * Every op is row-local, so any slab of output rows comes from the same rows
+ * of the input (or from a resize's fill row); memory stays within `budget`
+ * bytes of slab buffers (at least one row).  Used by the DCP executor and the
+ * exporters alike, on the CPU or the GPU.
  */
 #ifndef FC_STREAM_H
 #define FC_STREAM_H
@@ -40,13 +42,23 @@ void fc_slabs_release(struct fc_slabs *s);
 typedef int (*fc_stream_sink_fn)(void *ctx, const void *p, size_t n);
 
 /*
- * fc_stream_box() - stream the box (off, size; spec->ndim dims, Shard(0)-style:
- * any box whose trailing dims may be partial only when the spec has no
- * conv2d op) of output tensor `spec` (read from src) to sink, in spec->dtype.
+ * fc_stream_box() - stream the box (off, size; spec->ndim dims; its trailing
+ * dims may be partial only when the spec has no conv2d-to-linear op) of
+ * output tensor `spec` (read from spec->src, else src) to sink, in
+ * spec->dtype.  Mean-filled resizes need fc_stream_fill_means() first.
  * Returns FC_OK, the source's read errors, the sink's errors, FC_ENOMEM.
  */
 int fc_stream_box(const struct fc_source *src, const struct fc_xspec *spec, const int64_t *off,
                   const int64_t *size, uint64_t budget, struct fc_slabs *slabs,
                   fc_stream_sink_fn sink, void *ctx);
+
+/*
+ * fc_stream_fill_means() - compute the fill row of every mean resize-rows op
+ * of xr that grows its tensor: one pass over the rows entering the op (the
+ * ops before it applied), summed per column in float64, divided once and
+ * rounded once to the op's input dtype.  Memory: one row of sums plus the
+ * slab buffers.  Returns FC_OK, the source's read errors, FC_ENOMEM.
+ */
+int fc_stream_fill_means(struct fc_xform_result *xr, uint64_t budget, struct fc_slabs *slabs);
 
 #endif

@@ -1,9 +1,8 @@
 /*
- * xform.c - rule parsing and the plan-time transform steps.
+ * xform.c - the transform pipeline: each rule, in order, over the specs.
  */
 #include "xform.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -12,207 +11,7 @@
 #include "fc_error.h"
 #include "fc_strmap.h"
 
-#define FC_XFORM_KEY_CAP  ((size_t)1 << 20)
-#define FC_RULES_FILE_CAP ((size_t)1 << 20)
-
-static int fc_regex_rule_init(struct fc_regex_rule *rule, const char *pattern, const char *repl,
-                              const char *where)
-{
-    memset(rule, 0, sizeof(*rule));
-    char errbuf[128];
-    const int rc = regcomp(&rule->re, pattern, REG_EXTENDED);
-    if (rc != 0) {
-        regerror(rc, &rule->re, errbuf, sizeof(errbuf));
-        return fc_error_set(FC_EINVAL, "%s: invalid regular expression '%s': %s", where, pattern,
-                            errbuf);
-    }
-    rule->pattern = fc_strdup(pattern);
-    rule->repl = repl != NULL ? fc_strdup(repl) : NULL;
-    if (rule->pattern == NULL || (repl != NULL && rule->repl == NULL)) {
-        regfree(&rule->re);
-        fc_free(rule->pattern);
-        fc_free(rule->repl);
-        return fc_error_set(FC_ENOMEM, "out of memory");
-    }
-    return FC_OK;
-}
-
-static void fc_regex_rules_free(struct fc_regex_rule *rules, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        regfree(&rules[i].re);
-        fc_free(rules[i].pattern);
-        fc_free(rules[i].repl);
-    }
-    fc_free(rules);
-}
-
-static int fc_push_regex(struct fc_regex_rule **arr, size_t *n, const char *pattern,
-                         const char *repl, const char *where)
-{
-    struct fc_regex_rule *a = fc_reallocarray(*arr, *n + 1, sizeof(**arr));
-    if (a == NULL)
-        return fc_error_set(FC_ENOMEM, "out of memory");
-    *arr = a;
-    FC_TRY(fc_regex_rule_init(&a[*n], pattern, repl, where));
-    (*n)++;
-    return FC_OK;
-}
-
-static int fc_set_once(char **slot, const char *arg, const char *op, const char *where)
-{
-    if (*slot != NULL)
-        return fc_error_set(FC_EINVAL, "%s: %s given twice ('%s' and '%s')", where, op, *slot, arg);
-    *slot = fc_strdup(arg);
-    return *slot == NULL ? fc_error_set(FC_ENOMEM, "out of memory") : FC_OK;
-}
-
-/* Split "LEFT=RIGHT" at the last '=' that is not escaped... the first '=' for ties. */
-static int fc_split_eq(const char *arg, int last, char **left, char **right, const char *op,
-                       const char *where)
-{
-    const char *eq = last ? strrchr(arg, '=') : strchr(arg, '=');
-    if (eq == NULL || eq == arg)
-        return fc_error_set(FC_EINVAL, "%s: %s needs the form %s, got '%s'", where, op,
-                            last ? "REGEX=REPLACEMENT" : "DST=SRC", arg);
-    *left = fc_strndup(arg, (size_t)(eq - arg));
-    *right = fc_strdup(eq + 1);
-    if (*left == NULL || *right == NULL) {
-        fc_free(*left);
-        fc_free(*right);
-        return fc_error_set(FC_ENOMEM, "out of memory");
-    }
-    return FC_OK;
-}
-
-int fc_xform_rules_add(struct fc_xform_rules *r, const char *op, const char *arg, const char *where)
-{
-    if (strcmp(op, "select") == 0)
-        return fc_set_once(&r->select, arg, "select", where);
-    if (strcmp(op, "strip-prefix") == 0)
-        return fc_set_once(&r->strip_prefix, arg, "strip-prefix", where);
-    if (strcmp(op, "add-prefix") == 0)
-        return fc_set_once(&r->add_prefix, arg, "add-prefix", where);
-    if (strcmp(op, "drop") == 0)
-        return fc_push_regex(&r->drops, &r->ndrops, arg, NULL, where);
-    if (strcmp(op, "replicate") == 0)
-        return fc_push_regex(&r->replicas, &r->nreplicas, arg, NULL, where);
-    if (strcmp(op, "optim-skip") == 0)
-        return fc_push_regex(&r->optim_skips, &r->noptim_skips, arg, NULL, where);
-    if (strcmp(op, "rename") == 0) {
-        char *pat, *repl;
-        /* A replacement rarely contains '=', a key regex never needs one: split at the last. */
-        FC_TRY(fc_split_eq(arg, 1, &pat, &repl, "rename", where));
-        const int rc = fc_push_regex(&r->renames, &r->nrenames, pat, repl, where);
-        fc_free(pat);
-        fc_free(repl);
-        return rc;
-    }
-    if (strcmp(op, "conv2d-to-linear") == 0) {
-        char **a = fc_reallocarray(r->conv2d, r->nconv2d + 1, sizeof(*a));
-        if (a == NULL)
-            return fc_error_set(FC_ENOMEM, "out of memory");
-        r->conv2d = a;
-        a[r->nconv2d] = fc_strdup(arg);
-        if (a[r->nconv2d] == NULL)
-            return fc_error_set(FC_ENOMEM, "out of memory");
-        r->nconv2d++;
-        return FC_OK;
-    }
-    if (strcmp(op, "tie") == 0) {
-        struct fc_tie_rule *a = fc_reallocarray(r->ties, r->nties + 1, sizeof(*a));
-        if (a == NULL)
-            return fc_error_set(FC_ENOMEM, "out of memory");
-        r->ties = a;
-        FC_TRY(fc_split_eq(arg, 0, &a[r->nties].dst, &a[r->nties].src, "tie", where));
-        r->nties++;
-        return FC_OK;
-    }
-    if (strcmp(op, "dtype") == 0) {
-        const fc_dtype d = fc_dtype_parse_user(arg);
-        const struct fc_dtype_info *info = fc_dtype_info(d);
-        if (info == NULL || !info->is_floating)
-            return fc_error_set(FC_EINVAL,
-                                "%s: invalid dtype '%s' (expected float32, bfloat16, float16 or "
-                                "float64)",
-                                where, arg);
-        r->dtype = d;
-        return FC_OK;
-    }
-    return fc_error_set(FC_EINVAL, "%s: unknown rule '%s'", where, op);
-}
-
-int fc_xform_rules_load(struct fc_xform_rules *r, const char *path)
-{
-    struct fc_file f = FC_FILE_INIT;
-    unsigned char *text = NULL;
-    int rc;
-    FC_TRY(fc_file_open_read(&f, path));
-    rc = fc_file_read_alloc(&f, 0, (size_t)f.size, FC_RULES_FILE_CAP, &text);
-    fc_file_close(&f);
-    FC_TRY(rc);
-    char *line = (char *)text;
-    unsigned lineno = 0;
-    while (line != NULL && *line != '\0') {
-        char *next = strchr(line, '\n');
-        if (next != NULL)
-            *next++ = '\0';
-        lineno++;
-        char *hash = strchr(line, '#');
-        if (hash != NULL)
-            *hash = '\0';
-        /* trim */
-        while (*line == ' ' || *line == '\t' || *line == '\r')
-            line++;
-        size_t len = strlen(line);
-        while (len > 0 && (line[len - 1] == ' ' || line[len - 1] == '\t' || line[len - 1] == '\r'))
-            line[--len] = '\0';
-        if (len > 0) {
-            char where[512];
-            snprintf(where, sizeof(where), "%s:%u", path, lineno);
-            char *sp = line;
-            while (*sp != '\0' && *sp != ' ' && *sp != '\t')
-                sp++;
-            char *arg = sp;
-            if (*sp != '\0') {
-                *sp = '\0';
-                arg = sp + 1;
-                while (*arg == ' ' || *arg == '\t')
-                    arg++;
-            }
-            if (*arg == '\0') {
-                rc = fc_error_set(FC_EINVAL, "%s: rule '%s' needs an argument", where, line);
-                break;
-            }
-            rc = fc_xform_rules_add(r, line, arg, where);
-            if (rc < 0)
-                break;
-        }
-        line = next;
-    }
-    fc_free(text);
-    return rc;
-}
-
-void fc_xform_rules_release(struct fc_xform_rules *r)
-{
-    fc_free(r->select);
-    fc_free(r->strip_prefix);
-    fc_free(r->add_prefix);
-    fc_regex_rules_free(r->renames, r->nrenames);
-    fc_regex_rules_free(r->drops, r->ndrops);
-    fc_regex_rules_free(r->replicas, r->nreplicas);
-    fc_regex_rules_free(r->optim_skips, r->noptim_skips);
-    for (size_t i = 0; i < r->nconv2d; i++)
-        fc_free(r->conv2d[i]);
-    fc_free(r->conv2d);
-    for (size_t i = 0; i < r->nties; i++) {
-        fc_free(r->ties[i].dst);
-        fc_free(r->ties[i].src);
-    }
-    fc_free(r->ties);
-    memset(r, 0, sizeof(*r));
-}
+#define FC_XFORM_KEY_CAP ((size_t)1 << 20)
 
 /* ---- specs ---- */
 
@@ -222,9 +21,12 @@ static void fc_xspec_clear(struct fc_xspec *s)
     for (size_t j = 0; j < s->path_len; j++)
         fc_free((void *)(uintptr_t)s->path[j].key);
     fc_free(s->path);
+    fc_ops_free(s->ops, s->nops);
     s->key = NULL;
     s->path = NULL;
     s->path_len = 0;
+    s->ops = NULL;
+    s->nops = 0;
 }
 
 void fc_xform_result_release(struct fc_xform_result *out)
@@ -281,30 +83,76 @@ static int fc_path_copy(struct fc_path_elem **dst, const struct fc_path_elem *sr
     return FC_OK;
 }
 
-/* Length of path component i rendered as text. */
-static int fc_elem_text(const struct fc_path_elem *e, char *tmp, size_t tmplen, const char **s)
+int fc_xform_push(struct fc_xform_result *xr, size_t *out)
 {
-    if (e->is_index) {
-        snprintf(tmp, tmplen, "%lld", (long long)e->index);
-        *s = tmp;
-    } else {
-        *s = e->key;
-    }
+    struct fc_xspec *a = fc_reallocarray(xr->specs, xr->n + 1, sizeof(*a));
+    if (a == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    xr->specs = a;
+    memset(&a[xr->n], 0, sizeof(a[xr->n]));
+    a[xr->n].alias_of = -1;
+    a[xr->n].copy_of = -1;
+    *out = xr->n++;
     return FC_OK;
 }
 
+int fc_xspec_dup(struct fc_xspec *dst, const struct fc_xspec *src)
+{
+    *dst = *src;
+    dst->key = fc_strdup(src->key);
+    dst->path = NULL;
+    dst->path_len = 0;
+    dst->ops = NULL;
+    dst->nops = 0;
+    if (dst->key == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    FC_TRY(fc_path_copy(&dst->path, src->path, src->path_len));
+    dst->path_len = src->path_len;
+    FC_TRY(fc_ops_dup(&dst->ops, src->ops, src->nops));
+    dst->nops = src->nops;
+    return FC_OK;
+}
+
+int fc_xspec_push_op(struct fc_xspec *s, const struct fc_op *op, const char *label)
+{
+    if (s->nops == FC_XFORM_MAX_OPS)
+        return fc_error_set(FC_EINVAL, "%s: '%s' already has %d ops", label, s->key,
+                            FC_XFORM_MAX_OPS);
+    struct fc_op *a = fc_reallocarray(s->ops, s->nops + 1, sizeof(*a));
+    if (a == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    s->ops = a;
+    struct fc_op *o = &a[s->nops++];
+    *o = *op;
+    o->fill_row = NULL;
+    o->in_dtype = s->dtype;
+    o->in_ndim = s->ndim;
+    memcpy(o->in_shape, s->shape, sizeof(o->in_shape));
+    fc_op_out(o, &s->dtype, &s->ndim, s->shape);
+    return FC_OK;
+}
+
+/* Text of a path element (list indices in decimal). */
+static const char *fc_elem_text(const struct fc_path_elem *e, char *tmp, size_t tmplen)
+{
+    if (!e->is_index)
+        return e->key;
+    snprintf(tmp, tmplen, "%lld", (long long)e->index);
+    return tmp;
+}
+
 /*
- * Give spec a new key and recompute its planner_data path: leading path
- * components that still prefix the key are kept, the rest of the key becomes
- * one component (an FQN with dots inside, as state dicts have).
+ * Give spec a new key (taking ownership of newkey) and recompute its
+ * planner_data path: leading path components that still prefix the key are
+ * kept, the rest of the key becomes one component (an FQN with dots inside,
+ * as state dicts have).
  */
 static int fc_xspec_rekey(struct fc_xspec *s, char *newkey)
 {
     size_t keep = 0, pos = 0;
     char tmp[32];
     while (keep + 1 < s->path_len) {
-        const char *t;
-        fc_elem_text(&s->path[keep], tmp, sizeof(tmp), &t);
+        const char *t = fc_elem_text(&s->path[keep], tmp, sizeof(tmp));
         const size_t tl = strlen(t);
         if (strncmp(newkey + pos, t, tl) != 0 || newkey[pos + tl] != '.')
             break;
@@ -334,6 +182,50 @@ static int fc_xspec_rekey(struct fc_xspec *s, char *newkey)
     return FC_OK;
 }
 
+/* ---- the pipeline's state: specs plus where renamed keys went ---- */
+
+struct fc_gone {
+    char *key;
+    const char *by; /* the label of the rule that renamed it away (borrowed from the rules) */
+};
+
+struct fc_pipe {
+    struct fc_xform_result *out;
+    struct fc_gone *gone;
+    size_t ngone;
+};
+
+static int fc_pipe_gone(struct fc_pipe *p, const char *key, const struct fc_rule *rule)
+{
+    struct fc_gone *g = fc_reallocarray(p->gone, p->ngone + 1, sizeof(*g));
+    if (g == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    p->gone = g;
+    g[p->ngone].key = fc_strdup(key);
+    g[p->ngone].by = rule->label;
+    if (g[p->ngone].key == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    p->ngone++;
+    return FC_OK;
+}
+
+/* "<rule>: no key 'K'", with the rule that renamed K away when one did. */
+static int fc_pipe_missing(const struct fc_pipe *p, const struct fc_rule *rule, const char *key)
+{
+    for (size_t i = p->ngone; i-- > 0;)
+        if (strcmp(p->gone[i].key, key) == 0)
+            return fc_error_set(FC_EINVAL, "%s: no key '%s' (an earlier rule, %s, renamed it)",
+                                rule->label, key, p->gone[i].by);
+    return fc_error_set(FC_EINVAL, "%s: the input has no key '%s'", rule->label, key);
+}
+
+static int fc_key_index(const struct fc_xform_result *out, struct fc_strmap *m)
+{
+    for (size_t i = 0; i < out->n; i++)
+        FC_TRY(fc_strmap_put(m, out->specs[i].key, i, NULL));
+    return FC_OK;
+}
+
 static long fc_spec_find(const struct fc_xform_result *out, const char *key)
 {
     for (size_t i = 0; i < out->n; i++)
@@ -342,7 +234,18 @@ static long fc_spec_find(const struct fc_xform_result *out, const char *key)
     return -1;
 }
 
-static int fc_check_unique(const struct fc_xform_result *out, const char *step)
+static int fc_find_tensor(const struct fc_pipe *p, const struct fc_rule *rule, const char *key,
+                          long *idx)
+{
+    *idx = fc_spec_find(p->out, key);
+    if (*idx < 0)
+        return fc_pipe_missing(p, rule, key);
+    if (p->out->specs[*idx].kind != FC_ENTRY_TENSOR)
+        return fc_error_set(FC_EINVAL, "%s: '%s' is not a tensor", rule->label, key);
+    return FC_OK;
+}
+
+static int fc_check_unique(const struct fc_xform_result *out, const struct fc_rule *rule)
 {
     struct fc_strmap seen = FC_STRMAP_INIT;
     int rc = FC_OK;
@@ -351,7 +254,8 @@ static int fc_check_unique(const struct fc_xform_result *out, const char *step)
         if (put < 0)
             rc = put;
         else if (put == 1)
-            rc = fc_error_set(FC_EINVAL, "%s: two keys become '%s'", step, out->specs[i].key);
+            rc =
+                fc_error_set(FC_EINVAL, "%s: two keys become '%s'", rule->label, out->specs[i].key);
     }
     fc_strmap_release(&seen);
     return rc;
@@ -359,218 +263,332 @@ static int fc_check_unique(const struct fc_xform_result *out, const char *step)
 
 /*
  * Keep the specs whose keep[] flag is set, in order, in one pass (select and
- * drop can remove most of 100k keys; removing one by one would be quadratic).
- * Runs before any alias exists, so no alias_of needs fixing.
+ * drop can remove most of 100k keys).  Aliases and copies are renumbered; an
+ * alias whose root is dropped makes the first surviving alias the new root.
  */
-static void fc_specs_compact(struct fc_xform_result *out, const unsigned char *keep)
+static int fc_specs_compact(struct fc_xform_result *out, const unsigned char *keep)
 {
+    long *map = fc_calloc(out->n + 1, sizeof(*map));
+    if (map == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory");
     size_t w = 0;
+    for (size_t i = 0; i < out->n; i++)
+        map[i] = keep[i] ? (long)w++ : -1;
     for (size_t i = 0; i < out->n; i++) {
-        if (keep[i])
-            out->specs[w++] = out->specs[i];
-        else
-            fc_xspec_clear(&out->specs[i]);
+        struct fc_xspec *s = &out->specs[i];
+        if (!keep[i] || s->alias_of < 0 || keep[s->alias_of])
+            continue;
+        /* The root is gone: the first alias left takes its place. */
+        const long root = s->alias_of;
+        s->alias_of = -1;
+        for (size_t j = i + 1; j < out->n; j++)
+            if (out->specs[j].alias_of == root)
+                out->specs[j].alias_of = (long)i;
+    }
+    w = 0;
+    for (size_t i = 0; i < out->n; i++) {
+        struct fc_xspec *s = &out->specs[i];
+        if (!keep[i]) {
+            fc_xspec_clear(s);
+            continue;
+        }
+        s->alias_of = s->alias_of >= 0 ? map[s->alias_of] : -1;
+        s->copy_of = s->copy_of >= 0 ? map[s->copy_of] : -1;
+        out->specs[w++] = *s;
     }
     out->n = w;
-}
-
-static int fc_step_select(struct fc_xform_result *out, const char *sel)
-{
-    const size_t sl = strlen(sel);
-    size_t kept = 0;
-    unsigned char *keep = fc_calloc(out->n + 1, 1);
-    if (keep == NULL)
-        return fc_error_set(FC_ENOMEM, "out of memory");
-    for (size_t i = 0; i < out->n; i++) {
-        const char *k = out->specs[i].key;
-        if (strncmp(k, sel, sl) != 0 || k[sl] != '.')
-            continue;
-        char *nk = fc_strdup(k + sl + 1);
-        const int rc = nk == NULL ? fc_error_set(FC_ENOMEM, "out of memory")
-                                  : fc_xspec_rekey(&out->specs[i], nk);
-        if (rc < 0) {
-            fc_free(keep);
-            return rc;
-        }
-        keep[i] = 1;
-        kept++;
-    }
-    fc_specs_compact(out, keep);
-    fc_free(keep);
-    if (kept == 0)
-        return fc_error_set(FC_EINVAL, "--select '%s': the input has no subtree of that name", sel);
+    fc_free(map);
     return FC_OK;
 }
 
-static int fc_step_strip(struct fc_xform_result *out, const char *prefix)
-{
-    const size_t pl = strlen(prefix);
-    size_t hits = 0;
-    for (size_t i = 0; i < out->n; i++) {
-        const char *k = out->specs[i].key;
-        if (strncmp(k, prefix, pl) != 0 || k[pl] == '\0')
-            continue;
-        char *nk = fc_strdup(k + pl);
-        if (nk == NULL)
-            return fc_error_set(FC_ENOMEM, "out of memory");
-        FC_TRY(fc_xspec_rekey(&out->specs[i], nk));
-        hits++;
-    }
-    if (hits == 0)
-        return fc_error_set(FC_EINVAL, "--strip-prefix '%s': no key starts with it", prefix);
-    return fc_check_unique(out, "--strip-prefix");
-}
+/* ---- renaming rules: each maps one key to a new one (1), or leaves it (0) ---- */
 
-/* Replace the first match of rule->re in key, expanding \0..\9. */
-static int fc_regex_subst(const struct fc_regex_rule *rule, const char *key, char **out)
+static const char *const fc_wrappers[] = {"_fsdp_wrapped_module.", "_checkpoint_wrapped_module.",
+                                          "_orig_mod."};
+
+static int fc_strip_wrappers(const char *key, char **out)
 {
-    regmatch_t m[10];
-    *out = NULL;
-    if (regexec(&rule->re, key, 10, m, 0) != 0)
-        return 0;
     struct fc_buf b = FC_BUF_INIT(FC_XFORM_KEY_CAP);
-    int rc = fc_buf_append(&b, key, (size_t)m[0].rm_so);
-    for (const char *p = rule->repl; rc == FC_OK && *p != '\0'; p++) {
-        if (p[0] == '\\' && p[1] >= '0' && p[1] <= '9') {
-            const int g = p[1] - '0';
-            if (m[g].rm_so >= 0)
-                rc = fc_buf_append(&b, key + m[g].rm_so, (size_t)(m[g].rm_eo - m[g].rm_so));
-            p++;
-        } else if (p[0] == '\\' && p[1] == '\\') {
-            rc = fc_buf_putc(&b, '\\');
-            p++;
+    int changed = 0, rc = FC_OK;
+    const char *p = key;
+    *out = NULL;
+    if (strncmp(p, "module.", 7) == 0) {
+        p += 7;
+        changed = 1;
+    }
+    while (*p != '\0' && rc == FC_OK) {
+        size_t skip = 0;
+        /* Only whole components: at the key's start or after a dot. */
+        for (size_t w = 0; w < 3 && (p == key || p[-1] == '.'); w++)
+            if (strncmp(p, fc_wrappers[w], strlen(fc_wrappers[w])) == 0)
+                skip = strlen(fc_wrappers[w]);
+        if (skip > 0) {
+            p += skip;
+            changed = 1;
         } else {
-            rc = fc_buf_putc(&b, (unsigned char)*p);
+            rc = fc_buf_putc(&b, (unsigned char)*p++);
         }
     }
     if (rc == FC_OK)
-        rc = fc_buf_puts(&b, key + m[0].rm_eo);
-    if (rc == FC_OK)
         rc = fc_buf_putc(&b, '\0');
-    if (rc < 0) {
+    if (rc < 0 || !changed) {
         fc_buf_release(&b);
-        return rc;
+        return rc < 0 ? rc : 0;
     }
     *out = (char *)fc_buf_detach(&b, NULL);
     return 1;
 }
 
-static int fc_step_rename(struct fc_xform_result *out, const struct fc_regex_rule *rule)
+static int fc_map_one(const struct fc_rule *rule, const char *key, char **out)
 {
+    *out = NULL;
+    switch (rule->kind) {
+    case FC_RULE_STRIP_PREFIX: {
+        const size_t pl = strlen(rule->a);
+        if (strncmp(key, rule->a, pl) != 0 || key[pl] == '\0')
+            return 0;
+        *out = fc_strdup(key + pl);
+        return *out == NULL ? fc_error_set(FC_ENOMEM, "out of memory") : 1;
+    }
+    case FC_RULE_RENAME: return fc_regex_subst(rule->re, rule->b, key, out);
+    case FC_RULE_STRIP_WRAPPERS: return fc_strip_wrappers(key, out);
+    default: return 0;
+    }
+}
+
+static int fc_step_rekey(struct fc_pipe *p, const struct fc_rule *rule)
+{
+    struct fc_xform_result *out = p->out;
     size_t hits = 0;
     for (size_t i = 0; i < out->n; i++) {
         char *nk;
-        const int m = fc_regex_subst(rule, out->specs[i].key, &nk);
+        const int m = fc_map_one(rule, out->specs[i].key, &nk);
         FC_TRY(m);
         if (m == 0)
             continue;
         if (nk[0] == '\0') {
             fc_free(nk);
-            return fc_error_set(FC_EINVAL, "--rename '%s=%s': turns '%s' into an empty key",
-                                rule->pattern, rule->repl, out->specs[i].key);
+            return fc_error_set(FC_EINVAL, "%s: turns '%s' into an empty key", rule->label,
+                                out->specs[i].key);
         }
+        FC_TRY(fc_pipe_gone(p, out->specs[i].key, rule));
         FC_TRY(fc_xspec_rekey(&out->specs[i], nk));
         hits++;
     }
-    if (hits == 0)
-        return fc_error_set(FC_EINVAL, "--rename '%s=%s': no key matches '%s'", rule->pattern,
-                            rule->repl, rule->pattern);
-    return fc_check_unique(out, "--rename");
+    /* Wrapper names are a clean-up: a model without any is fine. */
+    if (hits == 0 && rule->kind == FC_RULE_RENAME)
+        return fc_error_set(FC_EINVAL, "%s: no key matches '%s'", rule->label, rule->a);
+    if (hits == 0 && rule->kind == FC_RULE_STRIP_PREFIX)
+        return fc_error_set(FC_EINVAL, "%s: no key starts with '%s'", rule->label, rule->a);
+    return fc_check_unique(out, rule);
 }
 
-static int fc_step_drop(struct fc_xform_result *out, const struct fc_regex_rule *rule)
+static int fc_step_select(struct fc_pipe *p, const struct fc_rule *rule)
 {
-    size_t hits = 0;
+    struct fc_xform_result *out = p->out;
+    const size_t sl = strlen(rule->a);
+    size_t kept = 0;
+    int rc = FC_OK;
     unsigned char *keep = fc_calloc(out->n + 1, 1);
     if (keep == NULL)
         return fc_error_set(FC_ENOMEM, "out of memory");
-    for (size_t i = 0; i < out->n; i++) {
-        keep[i] = regexec(&rule->re, out->specs[i].key, 0, NULL, 0) != 0;
-        hits += !keep[i];
+    for (size_t i = 0; i < out->n && rc == FC_OK; i++) {
+        const char *k = out->specs[i].key;
+        if (strncmp(k, rule->a, sl) != 0 || k[sl] != '.')
+            continue;
+        char *nk = fc_strdup(k + sl + 1);
+        rc = nk == NULL ? fc_error_set(FC_ENOMEM, "out of memory")
+                        : fc_xspec_rekey(&out->specs[i], nk);
+        keep[i] = 1;
+        kept++;
     }
-    fc_specs_compact(out, keep);
+    if (rc == FC_OK)
+        rc = fc_specs_compact(out, keep);
     fc_free(keep);
-    if (hits == 0)
-        return fc_error_set(FC_EINVAL, "--drop '%s': no key matches", rule->pattern);
-    return FC_OK;
+    if (rc == FC_OK && kept == 0)
+        rc = fc_error_set(FC_EINVAL, "%s: the input has no subtree of that name", rule->label);
+    return rc;
 }
 
-static int fc_find_tensor(const struct fc_xform_result *out, const char *key, const char *opt,
-                          long *idx)
+static int fc_step_add_prefix(struct fc_xform_result *out, const char *prefix)
 {
-    *idx = fc_spec_find(out, key);
-    if (*idx < 0)
-        return fc_error_set(FC_EINVAL, "%s: the input has no key '%s'", opt, key);
-    if (out->specs[*idx].kind != FC_ENTRY_TENSOR)
-        return fc_error_set(FC_EINVAL, "%s: '%s' is not a tensor", opt, key);
-    return FC_OK;
-}
-
-static int fc_step_conv2d(struct fc_xform_result *out, const char *key)
-{
-    long i;
-    FC_TRY(fc_find_tensor(out, key, "--conv2d-to-linear", &i));
-    struct fc_xspec *s = &out->specs[i];
-    if (s->ndim == 2) {
-        char msg[512];
-        snprintf(msg, sizeof(msg), "--conv2d-to-linear: '%s' is already 2-D; left alone", key);
-        return fc_note(out, msg);
-    }
-    if (s->ndim != 4)
-        return fc_error_set(FC_EINVAL,
-                            "--conv2d-to-linear: '%s' has %d dims; expected a 4-D [O, C, kh, kw] "
-                            "weight",
-                            key, s->ndim);
-    if (s->conv2d)
-        return FC_OK;
-    const int64_t o = s->shape[0], c = s->shape[1], kh = s->shape[2], kw = s->shape[3];
-    s->conv2d = 1;
-    s->ndim = 2;
-    s->shape[0] = o;
-    s->shape[1] = c * kh * kw;
-    return FC_OK;
-}
-
-static int fc_step_tie(struct fc_xform_result *out, const struct fc_tie_rule *t)
-{
-    long si;
-    FC_TRY(fc_find_tensor(out, t->src, "--tie", &si));
-    long di = fc_spec_find(out, t->dst);
-    if (di == si)
-        return fc_error_set(FC_EINVAL, "--tie '%s=%s': a key cannot be tied to itself", t->dst,
-                            t->src);
-    if (di >= 0 && out->specs[di].kind != FC_ENTRY_TENSOR)
-        return fc_error_set(FC_EINVAL, "--tie: '%s' is not a tensor", t->dst);
-    if (di < 0) {
-        /* DST is new: append a copy of SRC's spec under the new name. */
-        struct fc_xspec *a = fc_reallocarray(out->specs, out->n + 1, sizeof(*a));
-        if (a == NULL)
-            return fc_error_set(FC_ENOMEM, "out of memory");
-        out->specs = a;
-        struct fc_xspec *d = &out->specs[out->n];
-        *d = out->specs[si];
-        d->key = NULL;
-        d->path = NULL;
-        d->path_len = 0;
-        FC_TRY(fc_path_copy(&d->path, out->specs[si].path, out->specs[si].path_len));
-        d->path_len = out->specs[si].path_len;
-        out->n++;
-        char *nk = fc_strdup(t->dst);
+    const size_t pl = strlen(prefix);
+    /* "model." becomes a path component of its own, like get_state_dict apps nest. */
+    const int as_component = pl > 1 && prefix[pl - 1] == '.' && memchr(prefix, '.', pl - 1) == NULL;
+    for (size_t i = 0; i < out->n; i++) {
+        struct fc_xspec *s = &out->specs[i];
+        const size_t kl = strlen(s->key);
+        char *nk = fc_malloc(pl + kl + 1);
         if (nk == NULL)
             return fc_error_set(FC_ENOMEM, "out of memory");
-        FC_TRY(fc_xspec_rekey(d, nk));
-        d->alias_of = si;
+        memcpy(nk, prefix, pl);
+        memcpy(nk + pl, s->key, kl + 1);
+        if (!as_component) {
+            FC_TRY(fc_xspec_rekey(s, nk));
+            continue;
+        }
+        struct fc_path_elem *path = fc_calloc(s->path_len + 1, sizeof(*path));
+        char *comp = fc_strndup(prefix, pl - 1);
+        if (path == NULL || comp == NULL) {
+            fc_free(path);
+            fc_free(comp);
+            fc_free(nk);
+            return fc_error_set(FC_ENOMEM, "out of memory");
+        }
+        path[0] = (struct fc_path_elem){0, 0, comp};
+        memcpy(path + 1, s->path, s->path_len * sizeof(*path));
+        fc_free(s->path);
+        s->path = path;
+        s->path_len++;
+        fc_free(s->key);
+        s->key = nk;
+    }
+    return FC_OK;
+}
+
+static int fc_step_drop(struct fc_pipe *p, const struct fc_rule *rule)
+{
+    struct fc_xform_result *out = p->out;
+    size_t hits = 0;
+    int rc = FC_OK;
+    unsigned char *keep = fc_calloc(out->n + 1, 1);
+    if (keep == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    for (size_t i = 0; i < out->n && rc == FC_OK; i++) {
+        const int m = fc_regex_search(rule->re, out->specs[i].key);
+        rc = m < 0 ? m : FC_OK;
+        keep[i] = m == 0;
+        hits += m == 1;
+    }
+    if (rc == FC_OK)
+        rc = fc_specs_compact(out, keep);
+    fc_free(keep);
+    if (rc == FC_OK && hits == 0)
+        rc = fc_error_set(FC_EINVAL, "%s: no key matches", rule->label);
+    return rc;
+}
+
+/* Regex marks: --replicate and --optim-skip set a flag on the tensors they match now. */
+static int fc_step_mark(struct fc_xform_result *out, const struct fc_rule *rule)
+{
+    for (size_t i = 0; i < out->n; i++) {
+        struct fc_xspec *s = &out->specs[i];
+        if (s->kind != FC_ENTRY_TENSOR)
+            continue;
+        const int m = fc_regex_search(rule->re, s->key);
+        FC_TRY(m);
+        if (m == 1 && rule->kind == FC_RULE_REPLICATE)
+            s->replicate = 1;
+        else if (m == 1)
+            s->optim_skip = 1;
+    }
+    return FC_OK;
+}
+
+/* ---- rules that make new tensors: copy and tie ---- */
+
+static int fc_step_copy(struct fc_pipe *p, const struct fc_rule *rule)
+{
+    struct fc_xform_result *out = p->out;
+    struct fc_strmap keys = FC_STRMAP_INIT;
+    const size_t n = out->n; /* copies of copies made by this same rule: none */
+    size_t hits = 0;
+    int rc = fc_key_index(out, &keys);
+    for (size_t i = 0; i < n && rc == FC_OK; i++) {
+        char *nk;
+        const int m = fc_regex_subst(rule->re, rule->b, out->specs[i].key, &nk);
+        if (m <= 0) {
+            rc = m;
+            continue;
+        }
+        size_t at;
+        if (fc_strmap_get(&keys, nk, &at)) {
+            rc = fc_error_set(FC_EINVAL,
+                              "%s: the copy of '%s' would be '%s', which exists (drop "
+                              "it first)",
+                              rule->label, out->specs[i].key, nk);
+            fc_free(nk);
+            continue;
+        }
+        size_t d;
+        rc = fc_xform_push(out, &d);
+        if (rc == FC_OK)
+            rc = fc_xspec_dup(&out->specs[d], &out->specs[i]);
+        if (rc == FC_OK) {
+            struct fc_xspec *c = &out->specs[d];
+            /* An independent tensor: its own items even when the source is tied. */
+            c->alias_of = -1;
+            c->copy_of = (long)i;
+            rc = fc_xspec_rekey(c, nk);
+        } else {
+            fc_free(nk);
+        }
+        if (rc == FC_OK)
+            rc = fc_strmap_put(&keys, out->specs[d].key, d, NULL) < 0 ? FC_ENOMEM : FC_OK;
+        hits++;
+    }
+    fc_strmap_release(&keys);
+    FC_TRY(rc);
+    if (hits == 0)
+        return fc_error_set(FC_EINVAL, "%s: no key matches '%s'", rule->label, rule->a);
+    return fc_check_unique(out, rule);
+}
+
+static int fc_same_ops(const struct fc_xspec *a, const struct fc_xspec *b)
+{
+    if (a->nops != b->nops)
+        return 0;
+    for (size_t k = 0; k < a->nops; k++) {
+        const struct fc_op *x = &a->ops[k], *y = &b->ops[k];
+        if (x->kind != y->kind || x->dtype != y->dtype || x->rows != y->rows ||
+            x->fill != y->fill || x->in_dtype != y->in_dtype || x->in_ndim != y->in_ndim ||
+            memcmp(x->in_shape, y->in_shape, sizeof(x->in_shape)) != 0)
+            return 0;
+    }
+    return 1;
+}
+
+static int fc_step_tie(struct fc_pipe *p, const struct fc_rule *rule)
+{
+    struct fc_xform_result *out = p->out;
+    long si;
+    FC_TRY(fc_find_tensor(p, rule, rule->b, &si));
+    const long di = fc_spec_find(out, rule->a);
+    if (di == si)
+        return fc_error_set(FC_EINVAL, "%s: a key cannot be tied to itself", rule->label);
+    if (di < 0) {
+        /* DST is new: a copy of SRC's spec under the new name, storing SRC's bytes. */
+        size_t d;
+        FC_TRY(fc_xform_push(out, &d));
+        FC_TRY(fc_xspec_dup(&out->specs[d], &out->specs[si]));
+        char *nk = fc_strdup(rule->a);
+        if (nk == NULL)
+            return fc_error_set(FC_ENOMEM, "out of memory");
+        FC_TRY(fc_xspec_rekey(&out->specs[d], nk));
+        out->specs[d].copy_of = -1;
+        out->specs[d].alias_of = out->specs[si].alias_of >= 0 ? out->specs[si].alias_of : si;
         return FC_OK;
     }
-    /* DST exists: it takes SRC's data, dtype, shape and ops; keep its name and path. */
     struct fc_xspec *d = &out->specs[di];
     const struct fc_xspec *s = &out->specs[si];
+    /* An existing DST may only be a tensor of SRC's dtype and shape (HF's tied lm_head). */
+    if (d->kind != FC_ENTRY_TENSOR || d->dtype != s->dtype || d->ndim != s->ndim ||
+        memcmp(d->shape, s->shape, sizeof(int64_t) * (size_t)s->ndim) != 0)
+        return fc_error_set(FC_EINVAL,
+                            "%s: '%s' already exists with another dtype or shape than '%s' (drop "
+                            "it first)",
+                            rule->label, rule->a, rule->b);
+    /* DST takes SRC's data and ops; it keeps its name and path. */
+    fc_ops_free(d->ops, d->nops);
+    d->ops = NULL;
+    d->nops = 0;
+    FC_TRY(fc_ops_dup(&d->ops, s->ops, s->nops));
+    d->nops = s->nops;
+    d->src = s->src;
+    d->input = s->input;
     d->entry = s->entry;
-    d->dtype = s->dtype;
-    d->ndim = s->ndim;
-    memcpy(d->shape, s->shape, sizeof(d->shape));
-    d->conv2d = s->conv2d;
     d->replicate = s->replicate;
+    d->copy_of = -1;
     /* Aliases point backwards; flip the direction when DST comes first. */
     if (di > si) {
         d->alias_of = s->alias_of >= 0 ? s->alias_of : si;
@@ -583,25 +601,120 @@ static int fc_step_tie(struct fc_xform_result *out, const struct fc_tie_rule *t)
     return FC_OK;
 }
 
-/* Tensors that read the same bytes the same way and end identical share stored bytes. */
-static void fc_auto_alias(const struct fc_source *src, struct fc_xform_result *out)
+/* ---- rules that add ops ---- */
+
+/* A tied pair must stay identical: an op on one member only is refused. */
+static int fc_check_untied(const struct fc_xform_result *out, const struct fc_rule *rule, long i)
+{
+    const struct fc_xspec *s = &out->specs[i];
+    for (size_t j = 0; j < out->n; j++)
+        if ((long)j != i && (out->specs[j].alias_of == i ||
+                             (s->alias_of >= 0 &&
+                              (out->specs[j].alias_of == s->alias_of || (long)j == s->alias_of))))
+            return fc_error_set(FC_EINVAL,
+                                "%s: '%s' is tied to '%s'; the rule would change one of them "
+                                "only (--copy makes an independent tensor)",
+                                rule->label, s->key, out->specs[j].key);
+    return FC_OK;
+}
+
+static int fc_step_conv2d(struct fc_pipe *p, const struct fc_rule *rule)
+{
+    long i;
+    FC_TRY(fc_find_tensor(p, rule, rule->a, &i));
+    struct fc_xspec *s = &p->out->specs[i];
+    if (s->ndim == 2) {
+        char msg[512];
+        snprintf(msg, sizeof(msg), "--conv2d-to-linear: '%s' is already 2-D; left alone", s->key);
+        return fc_note(p->out, msg);
+    }
+    if (s->ndim != 4)
+        return fc_error_set(FC_EINVAL, "%s: '%s' has %d dims; expected a 4-D [O, C, kh, kw] weight",
+                            rule->label, s->key, s->ndim);
+    FC_TRY(fc_check_untied(p->out, rule, i));
+    const struct fc_op op = {.kind = FC_OP_CONV2D_TO_LINEAR};
+    return fc_xspec_push_op(s, &op, rule->label);
+}
+
+static int fc_step_resize(struct fc_pipe *p, const struct fc_rule *rule)
+{
+    long i;
+    FC_TRY(fc_find_tensor(p, rule, rule->a, &i));
+    struct fc_xspec *s = &p->out->specs[i];
+    const struct fc_dtype_info *info = fc_dtype_info(s->dtype);
+    if (s->ndim == 0)
+        return fc_error_set(FC_EINVAL, "%s: '%s' is 0-d: it has no rows", rule->label, s->key);
+    if (rule->fill == FC_FILL_MEAN && rule->rows > s->shape[0] &&
+        (info == NULL || !info->is_floating || s->shape[0] == 0))
+        return fc_error_set(FC_EINVAL, "%s: '%s' (%s, %lld rows) has no mean row; use :zero",
+                            rule->label, s->key, fc_dtype_name(s->dtype), (long long)s->shape[0]);
+    for (size_t k = 0; k < s->nops; k++)
+        if (s->ops[k].kind == FC_OP_RESIZE_ROWS)
+            return fc_error_set(FC_EINVAL, "%s: '%s' is resized twice", rule->label, s->key);
+    if (rule->rows == s->shape[0])
+        return FC_OK;
+    FC_TRY(fc_check_untied(p->out, rule, i));
+    const struct fc_op op = {.kind = FC_OP_RESIZE_ROWS, .rows = rule->rows, .fill = rule->fill};
+    return fc_xspec_push_op(s, &op, rule->label);
+}
+
+static int fc_step_dtype(struct fc_xform_result *out, const struct fc_rule *rule)
+{
+    for (size_t i = 0; i < out->n; i++) {
+        struct fc_xspec *s = &out->specs[i];
+        const struct fc_dtype_info *info = fc_dtype_info(s->dtype);
+        /* Optimizer step counters stay exact: bf16 cannot count past 256. */
+        const char *last = strrchr(s->key, '.');
+        const int is_step = s->ndim == 0 && strcmp(last != NULL ? last + 1 : s->key, "step") == 0;
+        if (s->kind != FC_ENTRY_TENSOR || info == NULL || !info->is_floating || is_step ||
+            s->dtype == rule->dtype)
+            continue;
+        const struct fc_op op = {.kind = FC_OP_CAST, .dtype = rule->dtype};
+        FC_TRY(fc_xspec_push_op(s, &op, rule->label));
+    }
+    return FC_OK;
+}
+
+static int fc_step(struct fc_pipe *p, const struct fc_rule *rule)
+{
+    switch (rule->kind) {
+    case FC_RULE_SELECT: return fc_step_select(p, rule);
+    case FC_RULE_STRIP_PREFIX:
+    case FC_RULE_RENAME:
+    case FC_RULE_STRIP_WRAPPERS: return fc_step_rekey(p, rule);
+    case FC_RULE_ADD_PREFIX: return fc_step_add_prefix(p->out, rule->a);
+    case FC_RULE_DROP: return fc_step_drop(p, rule);
+    case FC_RULE_COPY: return fc_step_copy(p, rule);
+    case FC_RULE_CONV2D: return fc_step_conv2d(p, rule);
+    case FC_RULE_TIE: return fc_step_tie(p, rule);
+    case FC_RULE_DTYPE: return fc_step_dtype(p->out, rule);
+    case FC_RULE_RESIZE: return fc_step_resize(p, rule);
+    case FC_RULE_REPLICATE:
+    case FC_RULE_OPTIM_SKIP: return fc_step_mark(p->out, rule);
+    }
+    return FC_OK;
+}
+
+/* Tensors of one input that read the same bytes the same way share stored bytes. */
+static void fc_auto_alias(struct fc_xform_result *out)
 {
     for (size_t i = 0; i < out->n; i++) {
         struct fc_xspec *a = &out->specs[i];
-        if (a->kind != FC_ENTRY_TENSOR || a->alias_of >= 0)
+        if (a->kind != FC_ENTRY_TENSOR || a->alias_of >= 0 || a->copy_of >= 0)
             continue;
+        const struct fc_source *src = a->src;
         const struct fc_entry *ea = &src->entries[a->entry];
         /* Only sources with one storage per tensor (not DCP) can tell sharing. */
         if (ea->storage >= src->nstorages || src->storages[ea->storage].nrefs < 2)
             continue;
         for (size_t j = 0; j < i; j++) {
             const struct fc_xspec *b = &out->specs[j];
-            if (b->kind != FC_ENTRY_TENSOR || b->alias_of >= 0)
+            if (b->kind != FC_ENTRY_TENSOR || b->alias_of >= 0 || b->copy_of >= 0 || b->src != src)
                 continue;
             const struct fc_entry *eb = &src->entries[b->entry];
             if (eb->storage != ea->storage || eb->t.storage_offset != ea->t.storage_offset ||
                 eb->t.ndim != ea->t.ndim || eb->t.dtype != ea->t.dtype || a->dtype != b->dtype ||
-                a->conv2d != b->conv2d || a->replicate != b->replicate ||
+                a->replicate != b->replicate || !fc_same_ops(a, b) ||
                 memcmp(eb->t.shape, ea->t.shape, sizeof(int64_t) * (size_t)ea->t.ndim) != 0 ||
                 memcmp(eb->t.stride, ea->t.stride, sizeof(int64_t) * (size_t)ea->t.ndim) != 0)
                 continue;
@@ -611,125 +724,85 @@ static void fc_auto_alias(const struct fc_source *src, struct fc_xform_result *o
     }
 }
 
-int fc_xform_apply(const struct fc_source *src, const struct fc_xform_rules *r,
-                   struct fc_xform_result *out)
+/* The specs of one input, keys prefixed; `owner` maps each key to its input for collisions. */
+static int fc_add_input(struct fc_xform_result *out, const struct fc_xform_input *in, size_t input,
+                        struct fc_strmap *owner, const struct fc_xform_input *all)
 {
-    int rc = FC_OK;
-    memset(out, 0, sizeof(*out));
-    out->specs = fc_calloc(src->nentries == 0 ? 1 : src->nentries, sizeof(*out->specs));
-    if (out->specs == NULL)
-        return fc_error_set(FC_ENOMEM, "out of memory");
+    const struct fc_source *src = in->src;
+    const size_t pl = in->prefix != NULL ? strlen(in->prefix) : 0;
     for (size_t i = 0; i < src->nentries; i++) {
         const struct fc_entry *e = &src->entries[i];
-        struct fc_xspec *s = &out->specs[out->n];
-        memset(s, 0, sizeof(*s));
+        size_t si;
+        FC_TRY(fc_xform_push(out, &si));
+        struct fc_xspec *s = &out->specs[si];
         s->src = src;
-        s->alias_of = -1;
+        s->input = input;
         s->kind = e->kind;
         s->entry = i;
         s->key = fc_strdup(e->key);
-        if (s->key == NULL) {
-            rc = fc_error_set(FC_ENOMEM, "out of memory");
-            goto fail;
-        }
-        out->n++;
-        FC_TRY_GOTO(fc_path_copy(&s->path, e->path, e->path_len), rc, fail);
+        if (s->key == NULL)
+            return fc_error_set(FC_ENOMEM, "out of memory");
+        FC_TRY(fc_path_copy(&s->path, e->path, e->path_len));
         s->path_len = e->path_len;
         if (e->kind == FC_ENTRY_TENSOR) {
             s->dtype = e->t.dtype;
             s->ndim = e->t.ndim;
             memcpy(s->shape, e->t.shape, sizeof(s->shape));
         }
-    }
-    if (r->select != NULL)
-        FC_TRY_GOTO(fc_step_select(out, r->select), rc, fail);
-    if (r->strip_prefix != NULL)
-        FC_TRY_GOTO(fc_step_strip(out, r->strip_prefix), rc, fail);
-    for (size_t i = 0; i < r->nrenames; i++)
-        FC_TRY_GOTO(fc_step_rename(out, &r->renames[i]), rc, fail);
-    for (size_t i = 0; i < r->ndrops; i++)
-        FC_TRY_GOTO(fc_step_drop(out, &r->drops[i]), rc, fail);
-    /* Buffers the user keeps whole: decided by name before tie copies placements. */
-    for (size_t i = 0; i < out->n; i++)
-        for (size_t k = 0; k < r->nreplicas; k++)
-            if (out->specs[i].kind == FC_ENTRY_TENSOR &&
-                regexec(&r->replicas[k].re, out->specs[i].key, 0, NULL, 0) == 0)
-                out->specs[i].replicate = 1;
-    for (size_t i = 0; i < r->nconv2d; i++)
-        FC_TRY_GOTO(fc_step_conv2d(out, r->conv2d[i]), rc, fail);
-    for (size_t i = 0; i < r->nties; i++)
-        FC_TRY_GOTO(fc_step_tie(out, &r->ties[i]), rc, fail);
-    if (r->dtype != FC_DTYPE_INVALID) {
-        for (size_t i = 0; i < out->n; i++) {
-            struct fc_xspec *s = &out->specs[i];
-            const struct fc_dtype_info *info = fc_dtype_info(s->dtype);
-            /* Optimizer step counters stay exact: bf16 cannot count past 256. */
-            const char *last = strrchr(s->key, '.');
-            const int is_step =
-                s->ndim == 0 && strcmp(last != NULL ? last + 1 : s->key, "step") == 0;
-            if (s->kind == FC_ENTRY_TENSOR && info != NULL && info->is_floating && !is_step)
-                s->dtype = r->dtype;
+        if (pl > 0) {
+            char *nk = fc_malloc(pl + strlen(e->key) + 1);
+            if (nk == NULL)
+                return fc_error_set(FC_ENOMEM, "out of memory");
+            memcpy(nk, in->prefix, pl);
+            strcpy(nk + pl, e->key);
+            FC_TRY(fc_xspec_rekey(s, nk));
         }
+        size_t prev;
+        const int put = fc_strmap_put(owner, s->key, input, &prev);
+        FC_TRY(put);
+        if (put == 1)
+            return fc_error_set(FC_EINVAL, "key '%s' is in two inputs: %s and %s", s->key,
+                                all[prev].src->path, src->path);
     }
-    if (r->add_prefix != NULL) {
-        const size_t pl = strlen(r->add_prefix);
-        /* "model." becomes a path component of its own, like get_state_dict apps nest. */
-        const int as_component =
-            pl > 1 && r->add_prefix[pl - 1] == '.' && memchr(r->add_prefix, '.', pl - 1) == NULL;
-        for (size_t i = 0; i < out->n; i++) {
-            struct fc_xspec *s = &out->specs[i];
-            const size_t kl = strlen(s->key);
-            char *nk = fc_malloc(pl + kl + 1);
-            if (nk == NULL) {
-                rc = fc_error_set(FC_ENOMEM, "out of memory");
-                goto fail;
-            }
-            memcpy(nk, r->add_prefix, pl);
-            memcpy(nk + pl, s->key, kl + 1);
-            if (as_component) {
-                struct fc_path_elem *p = fc_calloc(s->path_len + 1, sizeof(*p));
-                char *comp = fc_strndup(r->add_prefix, pl - 1);
-                if (p == NULL || comp == NULL) {
-                    fc_free(p);
-                    fc_free(comp);
-                    fc_free(nk);
-                    rc = fc_error_set(FC_ENOMEM, "out of memory");
-                    goto fail;
-                }
-                p[0] = (struct fc_path_elem){0, 0, comp};
-                memcpy(p + 1, s->path, s->path_len * sizeof(*p));
-                fc_free(s->path);
-                s->path = p;
-                s->path_len++;
-                fc_free(s->key);
-                s->key = nk;
-            } else {
-                FC_TRY_GOTO(fc_xspec_rekey(s, nk), rc, fail);
-            }
-        }
-    }
-    fc_auto_alias(src, out);
     return FC_OK;
-fail:
-    fc_xform_result_release(out);
+}
+
+int fc_xform_apply_inputs(const struct fc_xform_input *in, size_t nin,
+                          const struct fc_xform_rules *r, struct fc_xform_result *out)
+{
+    struct fc_strmap owner = FC_STRMAP_INIT;
+    struct fc_pipe p = {out, NULL, 0};
+    int rc = FC_OK;
+    memset(out, 0, sizeof(*out));
+    for (size_t i = 0; i < nin && rc == FC_OK; i++)
+        rc = fc_add_input(out, &in[i], i, &owner, in);
+    fc_strmap_release(&owner); /* keys change from here on */
+    for (size_t i = 0; i < r->n && rc == FC_OK; i++)
+        rc = fc_step(&p, &r->v[i]);
+    if (rc == FC_OK)
+        fc_auto_alias(out);
+    for (size_t i = 0; i < p.ngone; i++)
+        fc_free(p.gone[i].key);
+    fc_free(p.gone);
+    if (rc < 0)
+        fc_xform_result_release(out);
     return rc;
 }
 
-int fc_xform_rename_key(const struct fc_xform_rules *r, const char *key, char **out)
+int fc_xform_apply(const struct fc_source *src, const struct fc_xform_rules *r,
+                   struct fc_xform_result *out)
+{
+    const struct fc_xform_input in = {src, NULL};
+    return fc_xform_apply_inputs(&in, 1, r, out);
+}
+
+int fc_xform_map_key(const struct fc_xform_rules *r, const char *key, char **out)
 {
     char *cur = NULL;
     *out = NULL;
-    if (r->strip_prefix != NULL) {
-        const size_t pl = strlen(r->strip_prefix);
-        if (strncmp(key, r->strip_prefix, pl) == 0 && key[pl] != '\0') {
-            cur = fc_strdup(key + pl);
-            if (cur == NULL)
-                return fc_error_set(FC_ENOMEM, "out of memory");
-        }
-    }
-    for (size_t i = 0; i < r->nrenames; i++) {
+    for (size_t i = 0; i < r->n; i++) {
         char *next;
-        const int m = fc_regex_subst(&r->renames[i], cur != NULL ? cur : key, &next);
+        const int m = fc_map_one(&r->v[i], cur != NULL ? cur : key, &next);
         if (m < 0) {
             fc_free(cur);
             return m;

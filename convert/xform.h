@@ -1,93 +1,114 @@
 /*
- * xform.h - post-init transforms, applied at plan time to tensor specs.
+ * xform.h - the transform pipeline, applied at plan time to tensor specs.
  *
- * A rule set (from flags or a --rules file) turns the source's entries into
- * output specs: names, shapes, dtypes, aliases and a per-tensor op chain
- * (conv2d->linear permute, cast) that the executor applies while streaming.
- * Both ops are row-local - rows [a, b) of the output come from rows [a, b) of
- * the input - which is what lets big tensors move in slabs.
+ * Rules (from flags, in command-line order, and --rules files, line by line)
+ * run one after the other over the keys of every input, each seeing the names
+ * the ones before it produced, like `sed -e`.  They turn the inputs' entries
+ * into output specs: names, planner_data paths, placements, aliases (ties)
+ * and a per-tensor op list (ops.h: conv2d-to-linear, cast, resize-rows) that
+ * the executor runs while streaming.
  *
- * Steps run in a fixed order: select, strip-prefix, rename, drop,
- * conv2d-to-linear, tie, dtype, add-prefix; a key named by a step is the
- * name after the steps before it.  A rule naming something the input does
- * not have is FC_EINVAL (the CLI exits 2) with the key in the message.
+ * A rule that matches nothing, names a key that is not there (the message
+ * says which earlier rule renamed it away), or would make two keys equal is
+ * FC_EINVAL (the CLI exits 2); the message starts with the rule's label
+ * ("--rename '^a=b'" or "rules.txt:3") and names the key.
  *
  * Invariants of a result: keys are unique; alias_of < own index; an alias has
- * the same dtype, shape and op chain as its target; specs own their strings.
+ * the same source entry, dtype, shape and op list as its target; a copy
+ * (copy_of >= 0) is never an alias; specs own their strings and op lists.
  */
 #ifndef FC_XFORM_H
 #define FC_XFORM_H
 
-#include <regex.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fc_buf.h"
 #include "fc_dtype.h"
+#include "fc_regex.h"
 #include "fc_source.h"
+#include "ops.h"
 
-struct fc_regex_rule {
-    char *pattern;
-    char *repl; /* rename only: replacement with \0..\9 group references */
-    regex_t re;
+/* Ops on one tensor at most (a resize, a conv2d, casts); more is a rules error. */
+#define FC_XFORM_MAX_OPS 8
+
+enum fc_rule_kind {
+    FC_RULE_SELECT,         /* PREFIX: keep PREFIX.* and strip it */
+    FC_RULE_STRIP_PREFIX,   /* PREFIX */
+    FC_RULE_ADD_PREFIX,     /* PREFIX */
+    FC_RULE_RENAME,         /* FROM=TO (regex, replacement) */
+    FC_RULE_DROP,           /* REGEX */
+    FC_RULE_COPY,           /* FROM=TO: an independent copy under TO */
+    FC_RULE_CONV2D,         /* KEY */
+    FC_RULE_TIE,            /* DST=SRC: DST stores SRC's bytes (dst = src) */
+    FC_RULE_DTYPE,          /* DTYPE: every floating tensor */
+    FC_RULE_RESIZE,         /* KEY=N[:zero|mean] */
+    FC_RULE_STRIP_WRAPPERS, /* FSDP1, activation-checkpoint, torch.compile, DDP names */
+    FC_RULE_REPLICATE,      /* REGEX: stored whole instead of Shard(0) */
+    FC_RULE_OPTIM_SKIP      /* REGEX: no optimizer parameter (frozen, float buffer) */
 };
 
-struct fc_tie_rule {
-    char *dst;
-    char *src;
+struct fc_rule {
+    enum fc_rule_kind kind;
+    char *label; /* "--rename '^a=b'" or "rules.txt:3", for messages */
+    char *op;    /* the rule's name as written ("rename") */
+    char *arg;   /* its argument as written */
+    char *a, *b; /* pattern or key or prefix; replacement or SRC (tie) */
+    struct fc_regex *re;
+    fc_dtype dtype;
+    int64_t rows;
+    enum fc_fill fill;
 };
 
 struct fc_xform_rules {
-    char *select;
-    char *strip_prefix;
-    char *add_prefix;
-    struct fc_regex_rule *renames;
-    size_t nrenames;
-    struct fc_regex_rule *drops;
-    size_t ndrops;
-    char **conv2d;
-    size_t nconv2d;
-    struct fc_tie_rule *ties;
-    size_t nties;
-    fc_dtype dtype;                 /* FC_DTYPE_INVALID: keep every dtype */
-    struct fc_regex_rule *replicas; /* keys stored whole (buffers): --replicate */
-    size_t nreplicas;
-    struct fc_regex_rule *optim_skips; /* model tensors that are no optimizer parameter */
-    size_t noptim_skips;
+    struct fc_rule *v;
+    size_t n;
 };
 
 /*
- * fc_xform_rules_add() - add one rule.  op is the flag name without dashes
- * ("select", "strip-prefix", "add-prefix", "rename", "drop",
- * "conv2d-to-linear", "tie", "dtype", "replicate"); arg its value.  `where`
- * names the origin for messages ("--rename", "rules.txt:3").
- * Returns FC_OK, FC_EINVAL (unknown op, bad regex, missing '=', bad dtype,
- * select/prefix given twice), FC_ENOMEM.
+ * fc_xform_rules_add() - append one rule.  op is the flag name without dashes
+ * ("select", "strip-prefix", "add-prefix", "rename", "drop", "copy",
+ * "conv2d-to-linear", "tie", "dtype", "resize-rows", "strip-wrappers",
+ * "replicate", "optim-skip"); arg its value (ignored by strip-wrappers).
+ * `where` names the origin for messages ("--rename", "rules.txt:3").
+ * Returns FC_OK, FC_EINVAL (unknown op, bad regex or replacement group,
+ * missing '=', bad dtype or row count), FC_ENOMEM.
  */
 int fc_xform_rules_add(struct fc_xform_rules *r, const char *op, const char *arg,
                        const char *where);
 
 /*
- * fc_xform_rules_load() - read a rules file: one "op arg" per line, '#'
- * starts a comment, blank lines ignored ("rename ^module\.(.*)$=\1").
+ * fc_xform_rules_load() - append the rules of a file: one "op arg" per line,
+ * '#' starts a comment, blank lines ignored ("rename ^module\.(.*)$=\1").
  * Returns fc_xform_rules_add()'s codes plus FC_ENOENT/FC_EIO.
  */
 int fc_xform_rules_load(struct fc_xform_rules *r, const char *path);
 void fc_xform_rules_release(struct fc_xform_rules *r);
 
+/* fc_xform_rules_describe() - the pipeline as parsed, one "rule N  op arg  (origin)" line each. */
+int fc_xform_rules_describe(const struct fc_xform_rules *r, struct fc_buf *out);
+
+/* 1 when some rule is of this kind. */
+int fc_xform_rules_have(const struct fc_xform_rules *r, enum fc_rule_kind kind);
+
 struct fc_xspec {
-    const struct fc_source *src; /* where the data comes from (the model or the optimizer file) */
+    const struct fc_source *src; /* where the data comes from (an input or the optimizer file) */
     const struct fc_pv *value;   /* a value built by a transform (optimizer params), or NULL */
     char *key;
     struct fc_path_elem *path; /* planner_data path; keys owned */
     size_t path_len;
     enum fc_entry_kind kind;
     size_t entry;   /* source entry the data comes from */
-    fc_dtype dtype; /* output dtype */
-    int ndim;       /* output shape */
+    size_t input;   /* which input (order of the command line) */
+    fc_dtype dtype; /* output dtype, shape: the source entry's after ops */
+    int ndim;
     int64_t shape[FC_MAX_DIMS];
-    int conv2d;    /* op: [O,C,kh,kw] -> [O, kh*kw*C] (BAGEL) */
-    long alias_of; /* -1, or an earlier spec holding the same bytes */
-    int replicate; /* stored whole instead of Shard(0) */
+    struct fc_op *ops; /* the op list, applied in order */
+    size_t nops;
+    long alias_of;  /* -1, or an earlier spec holding the same bytes */
+    long copy_of;   /* -1, or the spec this one is a --copy of (its optimizer state follows) */
+    int replicate;  /* stored whole instead of Shard(0) */
+    int optim_skip; /* no optimizer parameter */
 };
 
 struct fc_xform_result {
@@ -99,23 +120,44 @@ struct fc_xform_result {
     size_t nnotes;
 };
 
+/* One input of a run: its keys get `prefix` (or nothing when NULL) before the rules run. */
+struct fc_xform_input {
+    const struct fc_source *src;
+    const char *prefix;
+};
+
 /*
- * fc_xform_apply() - run the rules over src's entries.  Tensors that share
- * storage, offset, shape and strides in the input (tied weights saved by
- * torch.save) and end with the same op chain become aliases automatically.
- * On success *out is owned by the caller (fc_xform_result_release).
- * Returns FC_OK, FC_EINVAL, FC_ENOMEM.
+ * fc_xform_apply_inputs() - run the rules over the entries of every input.
+ * A key that two inputs both have is FC_EINVAL naming it and both inputs.
+ * Tensors of one input that share storage, offset, shape and strides (tied
+ * weights saved by torch.save) and end with the same op list become aliases
+ * automatically (copies excepted).  On success *out is owned by the caller
+ * (fc_xform_result_release).  Returns FC_OK, FC_EINVAL, FC_ENOMEM.
  */
+int fc_xform_apply_inputs(const struct fc_xform_input *in, size_t nin,
+                          const struct fc_xform_rules *r, struct fc_xform_result *out);
+
+/* fc_xform_apply() - the same for one input without a prefix. */
 int fc_xform_apply(const struct fc_source *src, const struct fc_xform_rules *r,
                    struct fc_xform_result *out);
 void fc_xform_result_release(struct fc_xform_result *out);
 
 /*
- * fc_xform_rename_key() - apply the rules' strip-prefix and renames to one
- * key (used for optimizer FQNs, which name model keys).  *out is a new string,
- * or NULL when the key is unchanged.  Returns FC_OK or FC_ENOMEM.
+ * fc_xform_map_key() - the name the rules give one key of the model (used
+ * for optimizer FQNs): select, strip-prefix, rename and strip-wrappers in
+ * order; other rules leave names alone.  *out is a new string, or NULL when
+ * the key is unchanged.  Returns FC_OK or FC_ENOMEM.
  */
-int fc_xform_rename_key(const struct fc_xform_rules *r, const char *key, char **out);
+int fc_xform_map_key(const struct fc_xform_rules *r, const char *key, char **out);
+
+/* Deep copy of spec (key, path, op list) into *dst.  Returns FC_OK or FC_ENOMEM. */
+int fc_xspec_dup(struct fc_xspec *dst, const struct fc_xspec *src);
+
+/* Append a blank spec (alias_of = copy_of = -1) to xr; *out is its index. */
+int fc_xform_push(struct fc_xform_result *xr, size_t *out);
+
+/* Append an op to spec s (its output dtype/shape follow).  FC_EINVAL past FC_XFORM_MAX_OPS. */
+int fc_xspec_push_op(struct fc_xspec *s, const struct fc_op *op, const char *label);
 
 /* The checkpoint layouts of --layout (input-formats.md C.5). */
 enum fc_layout {
@@ -139,9 +181,10 @@ enum fc_layout {
  * dict lists each module's parameters before its buffers, so this is
  * model.parameters() order once buffers are gone), skipping --replicate and
  * --optim-skip matches (buffers, frozen parameters) and ties.  Each state tensor must have its
- * parameter's shape (before conv2d-to-linear, whose permutation it then gets too); a mismatch is
- * FC_EINVAL naming both keys.  State tensors keep their dtype; 0-d ones (step) are stored whole;
- * the others are sharded like their parameter.  param_groups are written per group (app, with
+ * parameter's source shape; a mismatch is FC_EINVAL naming both keys.  It then gets its
+ * parameter's op list without casts (state keeps its dtype) and with resize fill rows zero; a
+ * --copy of a parameter gets copies of its state.  0-d state (step) is stored whole; the rest is
+ * sharded like its parameter.  param_groups are written per group (app, with
  * "params" as FQN lists) or per parameter (torchtitan's flattened form).  Returns FC_OK, FC_EINVAL,
  * FC_ENOMEM.
  */

@@ -4,7 +4,8 @@ Pure functions, no process groups:
 
   load_input(path)              a fixture as torch/safetensors read it (nested dict)
   reference(sd, ...)            the transforms of `fsdpconv full-to-dcp`, done in PyTorch,
-                                in the CLI's order: select, strip-prefix, rename, drop,
+                                in this order (the tests give the CLI its rules in the same
+                                order): select, strip-prefix, rename, drop,
                                 conv2d-to-linear, tie, dtype, add-prefix -> flat {key: tensor}
   nest(flat, under)             {"model.x": t} -> {"model": {"x": t}} (under="model")
   chunk_box(L, n, r)            torch.chunk / DTensor Shard(0) box of rank r: (offset, size)

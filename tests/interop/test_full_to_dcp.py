@@ -82,7 +82,7 @@ def make_cases():
     add("train.pt --select model", TRAIN, [2], ["--select", "model"] + STD,
         dict(STD_REF, select="model"))
     add("train.pt --select model --add-prefix model.", TRAIN, [2],
-        ["--select", "model", "--add-prefix", "model."] + STD,
+        ["--select", "model"] + STD + ["--add-prefix", "model."],
         dict(STD_REF, select="model", add_prefix="model."), nest="model", torch_save=True)
     # a tie whose two tensors differ: the destination must take the source's data
     add("tie-distinct-data", PT, [3],

@@ -23,27 +23,29 @@ static long find(const struct fc_xform_result *xr, const char *key)
     return -1;
 }
 
-static void test_xform_applies_steps_in_the_fixed_order(void **state)
+static void test_xform_applies_rules_in_the_given_order(void **state)
 {
     struct fc_source *src = open_fixture("full/tiny_vitlm_train.pt");
     struct fc_xform_rules r;
     struct fc_xform_result xr;
     (void)state;
     memset(&r, 0, sizeof(r));
-    /* Given out of order on purpose: the steps still run select, ..., add-prefix. */
-    assert_fc_ok(fc_xform_rules_add(&r, "add-prefix", "model.", "t"));
-    assert_fc_ok(fc_xform_rules_add(&r, "dtype", "bf16", "t"));
-    assert_fc_ok(fc_xform_rules_add(&r, "conv2d-to-linear", "patch_embed.weight", "t"));
-    assert_fc_ok(fc_xform_rules_add(&r, "rename", "^blocks\\.([0-9]+)\\.=layers.\\1.", "t"));
-    assert_fc_ok(fc_xform_rules_add(&r, "drop", "^connector\\.", "t"));
+    /* Each rule sees the names the ones before it made (PCRE2: \d works). */
     assert_fc_ok(fc_xform_rules_add(&r, "select", "model", "t"));
+    assert_fc_ok(fc_xform_rules_add(&r, "rename", "^blocks\\.(\\d+)\\.=layers.\\1.", "t"));
+    assert_fc_ok(fc_xform_rules_add(&r, "drop", "^connector\\.", "t"));
+    assert_fc_ok(fc_xform_rules_add(&r, "conv2d-to-linear", "patch_embed.weight", "t"));
+    assert_fc_ok(fc_xform_rules_add(&r, "dtype", "bf16", "t"));
+    assert_fc_ok(fc_xform_rules_add(&r, "add-prefix", "model.", "t"));
     assert_fc_ok(fc_xform_apply(src, &r, &xr));
     const long conv = find(&xr, "model.patch_embed.weight");
     assert_true(conv >= 0);
     assert_int_equal(xr.specs[conv].ndim, 2);
     assert_int_equal(xr.specs[conv].shape[0], 8);
     assert_int_equal(xr.specs[conv].shape[1], 48);
-    assert_true(xr.specs[conv].conv2d);
+    assert_int_equal(xr.specs[conv].nops, 2);
+    assert_int_equal(xr.specs[conv].ops[0].kind, FC_OP_CONV2D_TO_LINEAR);
+    assert_int_equal(xr.specs[conv].ops[1].kind, FC_OP_CAST);
     assert_int_equal(xr.specs[conv].dtype, FC_DTYPE_BFLOAT16);
     assert_true(find(&xr, "model.layers.1.attn.qkv.weight") >= 0);
     assert_int_equal(find(&xr, "model.blocks.1.attn.qkv.weight"), -1);
@@ -59,6 +61,12 @@ static void test_xform_applies_steps_in_the_fixed_order(void **state)
     const long lm = find(&xr, "model.lm_head.weight"), emb = find(&xr, "model.embed_tokens.weight");
     assert_int_equal(xr.specs[lm].alias_of, emb);
     fc_xform_result_release(&xr);
+    fc_xform_rules_release(&r);
+    /* The same rules in the old fixed order's reverse: add-prefix first hides "blocks." */
+    memset(&r, 0, sizeof(r));
+    assert_fc_ok(fc_xform_rules_add(&r, "add-prefix", "x.", "--add-prefix"));
+    assert_fc_ok(fc_xform_rules_add(&r, "select", "model", "--select"));
+    assert_fc_fails(fc_xform_apply(src, &r, &xr), FC_EINVAL, "--select 'model': the input has no");
     fc_xform_rules_release(&r);
     fc_source_free(src);
 }
@@ -112,7 +120,9 @@ static void test_xform_rules_naming_missing_keys_are_usage_errors(void **state)
         struct fc_xform_rules r;
         struct fc_xform_result xr;
         memset(&r, 0, sizeof(r));
-        assert_fc_ok(fc_xform_rules_add(&r, bad[i][0], bad[i][1], "t"));
+        char where[64];
+        snprintf(where, sizeof(where), "--%s", bad[i][0]);
+        assert_fc_ok(fc_xform_rules_add(&r, bad[i][0], bad[i][1], where));
         assert_fc_fails(fc_xform_apply(src, &r, &xr), FC_EINVAL, bad[i][2]);
         fc_xform_rules_release(&r);
     }
@@ -125,6 +135,13 @@ static void test_xform_rules_naming_missing_keys_are_usage_errors(void **state)
     assert_fc_fails(fc_xform_rules_add(&r, "dtype", "int8", "t"), FC_EINVAL, "invalid dtype");
     fc_xform_rules_release(&r);
     fc_source_free(src);
+}
+
+static const char *path_line(const char *path, int line)
+{
+    static char buf[300];
+    snprintf(buf, sizeof(buf), "%s:%d", path, line);
+    return buf;
 }
 
 static void test_xform_reads_a_rules_file_with_comments(void **state)
@@ -145,9 +162,11 @@ static void test_xform_reads_a_rules_file_with_comments(void **state)
     fclose(f);
     memset(&r, 0, sizeof(r));
     assert_fc_ok(fc_xform_rules_load(&r, path));
-    assert_int_equal(r.ndrops, 1);
-    assert_int_equal(r.nties, 1);
-    assert_int_equal(r.dtype, FC_DTYPE_FLOAT16);
+    assert_int_equal(r.n, 3);
+    assert_int_equal(r.v[0].kind, FC_RULE_DROP);
+    assert_string_equal(r.v[0].label, path_line(path, 3));
+    assert_int_equal(r.v[1].kind, FC_RULE_TIE);
+    assert_int_equal(r.v[2].dtype, FC_DTYPE_FLOAT16);
     assert_fc_ok(fc_xform_apply(src, &r, &xr));
     assert_int_equal(find(&xr, "extra.qkv_bf16"), -1);
     fc_xform_result_release(&xr);
@@ -163,13 +182,139 @@ static void test_xform_reads_a_rules_file_with_comments(void **state)
     fc_source_free(src);
 }
 
+/* Apply rules given as {op, arg} pairs (where "--op") to one input; returns apply's code. */
+static int apply_rules(struct fc_source *src, const char *const (*rules)[2], size_t n,
+                       struct fc_xform_result *xr)
+{
+    struct fc_xform_rules r;
+    memset(&r, 0, sizeof(r));
+    int rc = FC_OK;
+    for (size_t i = 0; i < n && rc == FC_OK; i++) {
+        char where[64];
+        snprintf(where, sizeof(where), "--%s", rules[i][0]);
+        rc = fc_xform_rules_add(&r, rules[i][0], rules[i][1], where);
+    }
+    if (rc == FC_OK)
+        rc = fc_xform_apply(src, &r, xr);
+    fc_xform_rules_release(&r);
+    return rc;
+}
+
+static void test_xform_copy_makes_independent_tensors_later_rules_see(void **state)
+{
+    struct fc_source *src = open_fixture("full/tiny_vitlm.pt");
+    struct fc_xform_result xr;
+    (void)state;
+    /* MoT-style: every block's attention gets a _moe_gen copy; then only copies are resized. */
+    static const char *const rules[][2] = {
+        {"copy", "^(blocks\\.\\d+)\\.attn\\.(?P<p>qkv|proj)\\.(weight|bias)$=\\1.attn.\\g<p>_moe_gen.\\3"},
+        {"copy", "^lm_head\\.weight$=ema.lm_head.weight"},
+        {"resize-rows", "ema.lm_head.weight=16:zero"},
+        {"dtype", "bf16"},
+    };
+    assert_fc_ok(apply_rules(src, rules, 4, &xr));
+    const long q = find(&xr, "blocks.1.attn.qkv.weight");
+    const long c = find(&xr, "blocks.1.attn.qkv_moe_gen.weight");
+    assert_true(q >= 0 && c >= 0);
+    assert_int_equal(xr.specs[c].copy_of, q);
+    assert_int_equal(xr.specs[c].alias_of, -1);
+    assert_int_equal(xr.specs[c].entry, xr.specs[q].entry);
+    assert_int_equal(xr.specs[c].dtype, FC_DTYPE_BFLOAT16); /* the later --dtype reached it */
+    assert_true(find(&xr, "blocks.0.attn.proj_moe_gen.bias") >= 0);
+    /* lm_head is tied to embed_tokens in the file; its copy is not, and only it grew. */
+    const long lm = find(&xr, "lm_head.weight"), ema = find(&xr, "ema.lm_head.weight");
+    assert_true(xr.specs[lm].alias_of >= 0);
+    assert_int_equal(xr.specs[ema].alias_of, -1);
+    assert_int_equal(xr.specs[ema].shape[0], 16);
+    assert_int_equal(xr.specs[lm].shape[0], 11);
+    assert_int_equal(xr.specs[ema].ops[0].kind, FC_OP_RESIZE_ROWS);
+    assert_int_equal(xr.specs[ema].ops[0].fill, FC_FILL_ZERO);
+    fc_xform_result_release(&xr);
+    fc_source_free(src);
+}
+
+static void test_xform_bad_rules_name_the_rule_and_the_key(void **state)
+{
+    struct fc_source *src = open_fixture("full/tiny_vitlm.pt");
+    struct fc_xform_result xr;
+    (void)state;
+    static const struct {
+        const char *rules[3][2];
+        size_t n;
+        const char *msg;
+    } bad[] = {
+        {{{"copy", "^norm\\.weight$=norm.bias"}}, 1,
+         "--copy '^norm\\.weight$=norm.bias': the copy of 'norm.weight' would be 'norm.bias', "
+         "which exists"},
+        {{{"copy", "^nope$=x"}}, 1, "no key matches '^nope$'"},
+        {{{"resize-rows", "temperature=4"}}, 1, "'temperature' is 0-d"},
+        {{{"resize-rows", "position_ids=4"}}, 1, "'position_ids' (int64, 1 rows) has no mean row"},
+        {{{"tie", "new.key=norm.bias"}, {"resize-rows", "new.key=20"}}, 2,
+         "--resize-rows 'new.key=20': 'new.key' is tied to 'norm.bias'"},
+        {{{"tie", "norm.weight=embed_tokens.weight"}}, 1,
+         "--tie 'norm.weight=embed_tokens.weight': 'norm.weight' already exists"},
+        {{{"rename", "^norm\\.=final_norm."}, {"drop", "^norm\\.bias$"}}, 2,
+         "--drop '^norm\\.bias$': no key matches"},
+        {{{"rename", "^norm\\.=final_norm."}, {"conv2d-to-linear", "norm.weight"}}, 2,
+         "--conv2d-to-linear 'norm.weight': no key 'norm.weight' (an earlier rule, --rename "
+         "'^norm\\.=final_norm.', renamed it)"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        assert_fc_fails(apply_rules(src, bad[i].rules, bad[i].n, &xr), FC_EINVAL, bad[i].msg);
+    struct fc_xform_rules r;
+    memset(&r, 0, sizeof(r));
+    assert_fc_fails(fc_xform_rules_add(&r, "rename", "^(a)=\\2", "--rename"), FC_EINVAL,
+                    "refers to a group");
+    assert_fc_fails(fc_xform_rules_add(&r, "resize-rows", "x=4:avg", "--resize-rows"), FC_EINVAL,
+                    "no row count");
+    fc_xform_rules_release(&r);
+    fc_source_free(src);
+}
+
+static void test_xform_strip_wrappers_and_several_inputs(void **state)
+{
+    struct fc_source *a = open_fixture("full/tiny_vitlm.pt");
+    struct fc_source *b = open_fixture("full/tiny_vitlm.pt");
+    struct fc_xform_rules r;
+    struct fc_xform_result xr;
+    (void)state;
+    memset(&r, 0, sizeof(r));
+    /* Wrapper names come from the prefixes here: whole components only, "module." at the start. */
+    const struct fc_xform_input in[] = {
+        {a, "module._fsdp_wrapped_module.vit._orig_mod."},
+        {b, "llm._checkpoint_wrapped_module."}};
+    assert_fc_ok(fc_xform_rules_add(&r, "strip-wrappers", "", "--strip-wrappers"));
+    assert_fc_ok(fc_xform_apply_inputs(in, 2, &r, &xr));
+    assert_int_equal(xr.n, 2 * a->nentries);
+    const long v = find(&xr, "vit.blocks.0.attn.qkv.weight");
+    const long l = find(&xr, "llm.blocks.0.attn.qkv.weight");
+    assert_true(v >= 0 && l >= 0);
+    assert_int_equal(xr.specs[v].input, 0);
+    assert_int_equal(xr.specs[l].input, 1);
+    assert_ptr_equal(xr.specs[l].src, b);
+    /* Ties found by storage stay inside their own input. */
+    const long lm = find(&xr, "llm.lm_head.weight");
+    assert_int_equal(xr.specs[lm].alias_of, find(&xr, "llm.embed_tokens.weight"));
+    fc_xform_result_release(&xr);
+    /* The same key from two inputs. */
+    const struct fc_xform_input same[] = {{a, "x."}, {b, "x."}};
+    assert_fc_fails(fc_xform_apply_inputs(same, 2, &r, &xr), FC_EINVAL,
+                    "key 'x.vit_pos_embed' is in two inputs");
+    fc_xform_rules_release(&r);
+    fc_source_free(a);
+    fc_source_free(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_xform_applies_steps_in_the_fixed_order),
+        cmocka_unit_test(test_xform_applies_rules_in_the_given_order),
         cmocka_unit_test(test_xform_tie_points_dst_at_src_either_way),
         cmocka_unit_test(test_xform_rules_naming_missing_keys_are_usage_errors),
         cmocka_unit_test(test_xform_reads_a_rules_file_with_comments),
+        cmocka_unit_test(test_xform_copy_makes_independent_tensors_later_rules_see),
+        cmocka_unit_test(test_xform_bad_rules_name_the_rule_and_the_key),
+        cmocka_unit_test(test_xform_strip_wrappers_and_several_inputs),
     };
     return cmocka_run_group_tests_name("xform", tests, NULL, NULL);
 }

@@ -1,0 +1,178 @@
+/*
+ * fc_regex.c - PCRE2 behind the small API of fc_regex.h.
+ */
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include "fc_regex.h"
+
+#include <pcre2.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "fc_alloc.h"
+#include "fc_buf.h"
+#include "fc_error.h"
+
+#define FC_REGEX_OUT_CAP ((size_t)1 << 20)
+
+struct fc_regex {
+    pcre2_code *code;
+    uint32_t ngroups;
+};
+
+int fc_regex_compile(struct fc_regex **out, const char *pattern, const char *where)
+{
+    int err;
+    PCRE2_SIZE at;
+    *out = NULL;
+    pcre2_code *code =
+        pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF, &err, &at, NULL);
+    if (code == NULL) {
+        PCRE2_UCHAR msg[256];
+        pcre2_get_error_message(err, msg, sizeof(msg));
+        return fc_error_set(FC_EINVAL, "%s: invalid regular expression '%s': %s at offset %zu",
+                            where, pattern, (const char *)msg, (size_t)at);
+    }
+    struct fc_regex *re = fc_calloc(1, sizeof(*re));
+    if (re == NULL) {
+        pcre2_code_free(code);
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    }
+    re->code = code;
+    (void)pcre2_pattern_info(code, PCRE2_INFO_CAPTURECOUNT, &re->ngroups);
+    *out = re;
+    return FC_OK;
+}
+
+void fc_regex_free(struct fc_regex *re)
+{
+    if (re == NULL)
+        return;
+    pcre2_code_free(re->code);
+    fc_free(re);
+}
+
+/* Match re in s; on a match *md holds the groups.  1 match, 0 none, < 0 error. */
+static int fc_regex_exec(const struct fc_regex *re, const char *s, pcre2_match_data **md)
+{
+    *md = pcre2_match_data_create_from_pattern(re->code, NULL);
+    if (*md == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    const int rc = pcre2_match(re->code, (PCRE2_SPTR)s, strlen(s), 0, 0, *md, NULL);
+    if (rc == PCRE2_ERROR_NOMATCH)
+        return 0;
+    if (rc < 0) {
+        PCRE2_UCHAR msg[256];
+        pcre2_get_error_message(rc, msg, sizeof(msg));
+        return fc_error_set(FC_EINVAL, "regular expression failed on '%s': %s", s,
+                            (const char *)msg);
+    }
+    return 1;
+}
+
+int fc_regex_search(const struct fc_regex *re, const char *s)
+{
+    pcre2_match_data *md;
+    const int rc = fc_regex_exec(re, s, &md);
+    pcre2_match_data_free(md);
+    return rc;
+}
+
+/*
+ * The group a reference at p names ("\3", "\g<3>", "\g<name>"): its number
+ * in *group and the reference's length in *len.  0 when p is no reference.
+ */
+static int fc_repl_ref(const struct fc_regex *re, const char *p, int *group, size_t *len)
+{
+    if (p[0] != '\\')
+        return 0;
+    if (p[1] >= '0' && p[1] <= '9') {
+        *group = p[1] - '0';
+        *len = 2;
+        return 1;
+    }
+    if (p[1] != 'g' || p[2] != '<')
+        return 0;
+    const char *end = strchr(p + 3, '>');
+    if (end == NULL || end == p + 3)
+        return -1;
+    char name[128];
+    const size_t n = (size_t)(end - (p + 3));
+    if (n >= sizeof(name))
+        return -1;
+    memcpy(name, p + 3, n);
+    name[n] = '\0';
+    *len = n + 4;
+    if (strspn(name, "0123456789") == n) {
+        int g = 0;
+        for (size_t i = 0; i < n && g <= 99; i++)
+            g = g * 10 + (name[i] - '0');
+        *group = g;
+    } else {
+        const int g = pcre2_substring_number_from_name(re->code, (PCRE2_SPTR)name);
+        *group = g < 0 ? -1 : g;
+    }
+    return 1;
+}
+
+int fc_regex_check_repl(const struct fc_regex *re, const char *repl, const char *where)
+{
+    for (const char *p = repl; *p != '\0'; p++) {
+        int g = 0;
+        size_t len = 0;
+        if (p[0] == '\\' && p[1] == '\\') {
+            p++;
+            continue;
+        }
+        const int r = fc_repl_ref(re, p, &g, &len);
+        if (r < 0 || (r == 1 && (g < 0 || (uint32_t)g > re->ngroups)))
+            return fc_error_set(FC_EINVAL,
+                                "%s: the replacement '%s' refers to a group the pattern does not "
+                                "have",
+                                where, repl);
+        if (r == 1)
+            p += len - 1;
+    }
+    return FC_OK;
+}
+
+int fc_regex_subst(const struct fc_regex *re, const char *repl, const char *s, char **out)
+{
+    pcre2_match_data *md;
+    struct fc_buf b = FC_BUF_INIT(FC_REGEX_OUT_CAP);
+    *out = NULL;
+    int rc = fc_regex_exec(re, s, &md);
+    if (rc <= 0) {
+        pcre2_match_data_free(md);
+        return rc;
+    }
+    const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+    const uint32_t npairs = pcre2_get_ovector_count(md);
+    rc = fc_buf_append(&b, s, ov[0]);
+    for (const char *p = repl; rc == FC_OK && *p != '\0'; p++) {
+        int g = 0;
+        size_t len = 0;
+        if (p[0] == '\\' && p[1] == '\\') {
+            rc = fc_buf_putc(&b, '\\');
+            p++;
+        } else if (fc_repl_ref(re, p, &g, &len) == 1) {
+            /* Unset or unknown groups expand to nothing (checked up front by fc_regex_check_repl).
+             */
+            if (g >= 0 && (uint32_t)g < npairs && ov[2 * g] != PCRE2_UNSET)
+                rc = fc_buf_append(&b, s + ov[2 * g], ov[2 * g + 1] - ov[2 * g]);
+            p += len - 1;
+        } else {
+            rc = fc_buf_putc(&b, (unsigned char)*p);
+        }
+    }
+    if (rc == FC_OK)
+        rc = fc_buf_puts(&b, s + ov[1]);
+    if (rc == FC_OK)
+        rc = fc_buf_putc(&b, '\0');
+    pcre2_match_data_free(md);
+    if (rc < 0) {
+        fc_buf_release(&b);
+        return rc;
+    }
+    *out = (char *)fc_buf_detach(&b, NULL);
+    return 1;
+}

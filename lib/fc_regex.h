@@ -1,0 +1,43 @@
+/*
+ * fc_regex.h - the regular expressions of every key option (--rename,
+ * --drop, --copy, --key, ...), on PCRE2 so patterns copied from Python's
+ * `re`, torchtitan or Megatron (\d, (?:...), (?P<name>...)) mean what they
+ * meant there.
+ *
+ * A pattern matches anywhere in a key unless anchored (^...$), like re.search.
+ * Replacements expand \0..\9 (group text; an unset group is empty),
+ * \g<name> and \g<N> (named or numbered group) and \\ (a backslash); any other
+ * byte is literal.  Only the first match is replaced (re.sub with count=1).
+ */
+#ifndef FC_REGEX_H
+#define FC_REGEX_H
+
+#include <stddef.h>
+
+struct fc_regex; /* opaque; compiled once, then read-only (safe to share between threads) */
+
+/*
+ * fc_regex_compile() - compile pattern; `where` names the rule for messages
+ * ("--rename", "rules.txt:3").  Returns FC_OK, FC_EINVAL ("<where>: invalid
+ * regular expression '<pattern>': <reason> at offset N"), FC_ENOMEM.
+ */
+int fc_regex_compile(struct fc_regex **out, const char *pattern, const char *where);
+void fc_regex_free(struct fc_regex *re); /* accepts NULL */
+
+/* fc_regex_search() - 1 when re matches somewhere in s, 0 when not, or a negative fc_err. */
+int fc_regex_search(const struct fc_regex *re, const char *s);
+
+/*
+ * fc_regex_check_repl() - FC_EINVAL when repl names a group re does not have
+ * ("\3" with two groups, "\g<nope>"); the message starts with `where`.
+ */
+int fc_regex_check_repl(const struct fc_regex *re, const char *repl, const char *where);
+
+/*
+ * fc_regex_subst() - replace the first match of re in s by repl.  Returns 1
+ * and a new string in *out, 0 (and *out NULL) when nothing matches, or a
+ * negative fc_err.
+ */
+int fc_regex_subst(const struct fc_regex *re, const char *repl, const char *s, char **out);
+
+#endif
