@@ -24,10 +24,9 @@ static const struct fc_opt dcp_to_full_opts[] = {
     {OPT_SHARD, 0, "max-shard-size", "<size>", 0, NULL, NULL,
      "write safetensors shards of at most <size> bytes plus\n"
      "model.safetensors.index.json into the <output> directory"},
-    {0, 0, "dtype", "<dtype>", FC_OPT_RULE, "dtype", fc_opt_check_float_dtype,
-     "cast floating tensors: float32, bfloat16, float16, float64"},
-    {0, 0, "select", "<key>", FC_OPT_RULE, "select", NULL, "export one subtree (e.g. model)"},
-    {0, 0, "strip-prefix", "<p>", FC_OPT_RULE, "strip-prefix", NULL,
+    {0, 0, "select", "<key>", FC_OPT_RULE | FC_OPT_REPEAT, "select", NULL,
+     "export one subtree (e.g. model)"},
+    {0, 0, "strip-prefix", "<p>", FC_OPT_RULE | FC_OPT_REPEAT, "strip-prefix", NULL,
      "remove <p> from keys that start with it"},
     {0, 0, "drop", "<re>", FC_OPT_RULE | FC_OPT_REPEAT, "drop", NULL,
      "leave out keys matching the regex"},
@@ -43,7 +42,12 @@ static const struct fc_operand dcp_to_full_operands[] = {
 };
 
 static const struct fc_cmd_spec dcp_to_full_spec = {
-    "dcp-to-full", dcp_to_full_operands, 1, 1, {dcp_to_full_opts, NULL}, NULL,
+    "dcp-to-full",
+    dcp_to_full_operands,
+    1,
+    1,
+    {dcp_to_full_opts, fc_cli_pipeline_opts, NULL},
+    "Rules run in command-line order, each on the names the ones before it made.",
 };
 
 static int dcp_to_full_option(void *ctx, int id, const char *value)

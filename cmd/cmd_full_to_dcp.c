@@ -6,33 +6,30 @@
 
 #include "cli.h"
 #include "commands.h"
+#include "fc_alloc.h"
 #include "fc_convert.h"
 #include "opt.h"
 
-enum { OPT_RULES = 256, OPT_OPTIM, OPT_OPTIM_SELECT, OPT_LAYOUT };
+enum { OPT_OPTIM = 256, OPT_OPTIM_SELECT, OPT_LAYOUT };
 
 /* clang-format off */
 static const struct fc_opt full_to_dcp_opts[] = {
-    {0, 0, "select", "<key>", FC_OPT_RULE, "select", NULL,
+    {0, 0, "select", "<key>", FC_OPT_RULE | FC_OPT_REPEAT, "select", NULL,
      "take one subtree of a nested checkpoint (e.g. model)"},
-    {0, 0, "strip-prefix", "<p>", FC_OPT_RULE, "strip-prefix", NULL,
+    {0, 0, "strip-prefix", "<p>", FC_OPT_RULE | FC_OPT_REPEAT, "strip-prefix", NULL,
      "remove <p> from keys that start with it (e.g. module.)"},
-    {0, 0, "rename", "<re>=<repl>", FC_OPT_RULE | FC_OPT_REPEAT, "rename", NULL,
-     "rewrite keys matching the regex; \\1..\\9 name groups"},
-    {0, 0, "drop", "<re>", FC_OPT_RULE | FC_OPT_REPEAT, "drop", NULL,
-     "leave out keys matching the regex"},
     {0, 0, "conv2d-to-linear", "<key>", FC_OPT_RULE | FC_OPT_REPEAT, "conv2d-to-linear", NULL,
      "reshape a [O,C,kh,kw] conv weight to [O, kh*kw*C] (BAGEL)"},
     {0, 0, "tie", "<dst>=<src>", FC_OPT_RULE | FC_OPT_REPEAT, "tie", NULL,
-     "<dst> takes <src>'s data; stored once"},
-    {0, 0, "dtype", "<dtype>", FC_OPT_RULE, "dtype", fc_opt_check_float_dtype,
-     "cast floating tensors: float32, bfloat16, float16, float64"},
-    {0, 0, "add-prefix", "<p>", FC_OPT_RULE, "add-prefix", NULL,
+     "<dst> = <src>: <dst> stores <src>'s bytes (once); an existing\n"
+     "<dst> must have <src>'s dtype and shape"},
+    {0, 0, "add-prefix", "<p>", FC_OPT_RULE | FC_OPT_REPEAT, "add-prefix", NULL,
      "prefix every key (e.g. model. for get_state_dict apps)"},
     {0, 0, "replicate", "<re>", FC_OPT_RULE | FC_OPT_REPEAT, "replicate", NULL,
      "store matching tensors whole (buffers) instead of Shard(0)"},
-    {OPT_RULES, 0, "rules", "<file>", 0, NULL, NULL,
-     "the same rules from a file, one per line, # comments"},
+    {0, 0, "rules", "<file>", FC_OPT_RULE | FC_OPT_REPEAT, "rules", NULL,
+     "rules from a file, one \"op arg\" per line, # comments;\n"
+     "they run where the option stands"},
     {OPT_OPTIM, 0, "optim", "<file>", 0, NULL, NULL,
      "a full optimizer state dict (FSDP1 FQN-keyed or torch.optim\n"
      "id-keyed) converted to get_state_dict's FSDP2 layout"},
@@ -49,7 +46,10 @@ static const struct fc_opt full_to_dcp_opts[] = {
 /* clang-format on */
 
 static const struct fc_operand full_to_dcp_operands[] = {
-    {"<input>", "torch.save file, safetensors file, index.json, or a directory"},
+    {"[<prefix>=]<input>...",
+     "torch.save file, safetensors file, index.json, or a directory;\n"
+     "<prefix> (no '/') goes before every key of that input\n"
+     "(a path with '=' in it: write it as ./path)"},
     {NULL, NULL},
 };
 
@@ -57,17 +57,44 @@ static const struct fc_cmd_spec full_to_dcp_spec = {
     "full-to-dcp",
     full_to_dcp_operands,
     1,
-    1,
-    {fc_cli_job_target_opts, full_to_dcp_opts, fc_cli_job_run_opts, NULL},
-    NULL,
+    -1,
+    {fc_cli_job_target_opts, full_to_dcp_opts, fc_cli_pipeline_opts, fc_cli_job_run_opts},
+    "Rules run in command-line order, each on the names the ones before it made\n"
+    "(like sed -e).  Directions: --tie <dst>=<src> assigns, like dst = src;\n"
+    "--rename and --copy read <from>=<to>.",
 };
+
+/* "PREFIX=PATH" or "PATH" ("./a=b" and "/a=b" are paths); -1 after a usage error. */
+static int parse_input(const char *arg, struct fc_input_arg *in, char **owned)
+{
+    const char *eq = strchr(arg, '=');
+    *owned = NULL;
+    in->prefix = NULL;
+    in->path = arg;
+    if (eq == NULL || arg[0] == '/' || strncmp(arg, "./", 2) == 0)
+        return 0;
+    if (eq == arg || memchr(arg, '/', (size_t)(eq - arg)) != NULL || eq[1] == '\0') {
+        fc_cli_usage_error("full-to-dcp",
+                           "input '%s': expected PREFIX=PATH with a PREFIX without '/' (a path "
+                           "with '=' in it: write it as ./path)",
+                           arg);
+        return -1;
+    }
+    *owned = fc_strndup(arg, (size_t)(eq - arg));
+    if (*owned == NULL) {
+        fprintf(stderr, "fsdpconv: full-to-dcp: out of memory\n");
+        return -1;
+    }
+    in->prefix = *owned;
+    in->path = eq + 1;
+    return 0;
+}
 
 static int full_to_dcp_option(void *ctx, int id, const char *value)
 {
     static const char *const layouts[] = {"torchtitan", "app"};
     struct fc_cli_job *job = ctx;
     switch (id) {
-    case OPT_RULES: job->o->rules_file = value; return 0;
     case OPT_OPTIM: job->o->optim = value; return 0;
     case OPT_OPTIM_SELECT: job->o->optim_select = value; return 0;
     case OPT_LAYOUT: {
@@ -89,10 +116,30 @@ int cmd_full_to_dcp(int argc, char **argv)
     const int st = fc_opt_parse(&full_to_dcp_spec, argc, argv, full_to_dcp_option, &job, &cl);
     if (st >= 0)
         return st;
-    o.input = cl.operands[0];
+    const size_t n = (size_t)cl.noperands;
+    struct fc_input_arg *in = fc_calloc(n, sizeof(*in));
+    char **prefixes = fc_calloc(n, sizeof(*prefixes));
+    int status = FC_EXIT_FAILURE;
+    if (in == NULL || prefixes == NULL) {
+        fprintf(stderr, "fsdpconv: full-to-dcp: out of memory\n");
+        goto done;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (parse_input(cl.operands[i], &in[i], &prefixes[i]) < 0) {
+            status = FC_EXIT_USAGE;
+            goto done;
+        }
+    o.input = in[0].path;
+    o.inputs = in;
+    o.ninputs = n;
     o.rules = cl.rules;
     o.nrules = cl.nrules;
-    const int status = fc_cli_run_convert("full-to-dcp", &job);
+    status = fc_cli_run_convert("full-to-dcp", &job);
+done:
+    for (size_t i = 0; prefixes != NULL && i < n; i++)
+        fc_free(prefixes[i]);
+    fc_free(prefixes);
+    fc_free(in);
     fc_cmdline_release(&cl);
     return status;
 }

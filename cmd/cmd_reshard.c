@@ -13,8 +13,6 @@ enum { OPT_DECOMPRESS = 256 };
 
 /* clang-format off */
 static const struct fc_opt reshard_opts[] = {
-    {0, 0, "dtype", "<dtype>", FC_OPT_RULE, "dtype", fc_opt_check_float_dtype,
-     "cast floating tensors: float32, bfloat16, float16, float64"},
     {0, 0, "replicate", "<re>", FC_OPT_RULE | FC_OPT_REPEAT, "replicate", NULL,
      "store matching tensors whole instead of Shard(0)"},
     {OPT_DECOMPRESS, 0, "decompress", NULL, 0, NULL, NULL,
@@ -33,8 +31,8 @@ static const struct fc_cmd_spec reshard_spec = {
     reshard_operands,
     1,
     1,
-    {fc_cli_job_target_opts, reshard_opts, fc_cli_job_run_opts, NULL},
-    NULL,
+    {fc_cli_job_target_opts, reshard_opts, fc_cli_pipeline_opts, fc_cli_job_run_opts},
+    "Rules run in command-line order, each on the names the ones before it made.",
 };
 
 static int reshard_option(void *ctx, int id, const char *value)

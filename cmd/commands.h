@@ -26,6 +26,13 @@ int cmd_help(int argc, char **argv);
 extern const struct fc_opt fc_cli_job_target_opts[];
 extern const struct fc_opt fc_cli_job_run_opts[];
 
+/*
+ * The transform rules every converting command takes (full-to-dcp, reshard,
+ * dcp-to-full): rename, drop, copy, resize-rows, strip-wrappers, dtype.
+ * They run in command-line order with the command's other rules.
+ */
+extern const struct fc_opt fc_cli_pipeline_opts[];
+
 struct fc_cli_job {
     struct fc_full_to_dcp_opts *o;
     long world;   /* --world-size, 0 = not given */

@@ -40,6 +40,27 @@ const struct fc_opt fc_cli_job_target_opts[] = {
     {0, 0, NULL, NULL, 0, NULL, NULL, NULL},
 };
 
+const struct fc_opt fc_cli_pipeline_opts[] = {
+    {0, 0, "rename", "<from>=<to>", FC_OPT_RULE | FC_OPT_REPEAT, "rename", NULL,
+     "rewrite keys matching the regex <from> (PCRE2, as Python's re)\n"
+     "to <to>; \\1..\\9 and \\g<name> name groups"},
+    {0, 0, "drop", "<re>", FC_OPT_RULE | FC_OPT_REPEAT, "drop", NULL,
+     "leave out keys matching the regex"},
+    {0, 0, "copy", "<from>=<to>", FC_OPT_RULE | FC_OPT_REPEAT, "copy", NULL,
+     "every key matching <from> also appears as <to>: an\n"
+     "independent tensor (rows read once, written to both)"},
+    {0, 0, "resize-rows", "<key>=<n>[:zero|mean]", FC_OPT_RULE | FC_OPT_REPEAT, "resize-rows",
+     NULL,
+     "dim 0 of <key> becomes <n>: truncate, or new rows of zeros\n"
+     "or (default) the mean row, summed in float64"},
+    {0, 0, "strip-wrappers", NULL, FC_OPT_RULE | FC_OPT_REPEAT, "strip-wrappers", NULL,
+     "remove _fsdp_wrapped_module., _checkpoint_wrapped_module.,\n"
+     "_orig_mod. anywhere in a key and a leading module."},
+    {0, 0, "dtype", "<dtype>", FC_OPT_RULE | FC_OPT_REPEAT, "dtype", fc_opt_check_float_dtype,
+     "cast floating tensors: float32, bfloat16, float16, float64"},
+    {0, 0, NULL, NULL, 0, NULL, NULL, NULL},
+};
+
 const struct fc_opt fc_cli_job_run_opts[] = {
     {OPT_DRY, 0, "dry-run", NULL, 0, NULL, NULL,
      "print the plan (boxes, files, offsets) and write nothing"},

@@ -94,9 +94,8 @@ struct fc_full_to_dcp_opts {
     enum fc_out_format format;
     int replicate; /* mesh: replicate x shard; plain FSDP2: 1 x world */
     int shard;
-    const struct fc_rule_arg *rules; /* flags, in command-line order */
+    const struct fc_rule_arg *rules; /* in command-line order; op "rules": a --rules FILE */
     size_t nrules;
-    const char *rules_file; /* --rules FILE: its rules run before the flags' rules */
     int dry_run;
     int force;
     uint64_t max_memory; /* bytes of data buffers across all threads */

@@ -269,10 +269,13 @@ static int fc_plan_job(const struct fc_full_to_dcp_opts *o, struct fc_job *j)
     if (st && o->compress > 0)
         return fc_error_set(FC_EINVAL, "--compress: safetensors files are not compressed; use "
                                        "--format dcp");
-    if (o->rules_file != NULL)
-        FC_TRY(fc_xform_rules_load(&j->rules, o->rules_file));
     for (size_t i = 0; i < o->nrules; i++) {
         char where[64];
+        /* --rules FILE runs its lines where the option stands. */
+        if (strcmp(o->rules[i].op, "rules") == 0) {
+            FC_TRY(fc_xform_rules_load(&j->rules, o->rules[i].arg));
+            continue;
+        }
         snprintf(where, sizeof(where), "--%s", o->rules[i].op);
         FC_TRY(fc_xform_rules_add(&j->rules, o->rules[i].op, o->rules[i].arg, where));
     }
