@@ -46,10 +46,9 @@ static const struct fc_opt full_to_dcp_opts[] = {
 /* clang-format on */
 
 static const struct fc_operand full_to_dcp_operands[] = {
-    {"[<prefix>=]<input>...",
-     "torch.save file, safetensors file, index.json, or a directory;\n"
-     "<prefix> (no '/') goes before every key of that input\n"
-     "(a path with '=' in it: write it as ./path)"},
+    {"[<prefix>=]<input>...", "torch.save file, safetensors file, index.json, or a directory;\n"
+                              "<prefix> (no '/') goes before every key of that input\n"
+                              "(a path with '=' in it: write it as ./path)"},
     {NULL, NULL},
 };
 
