@@ -445,6 +445,17 @@ static int fc_optim_state(struct fc_optim *o)
 
 /* ---- phase 4: param_groups ---- */
 
+static int fc_list_push_fqn(struct fc_optim *o, struct fc_pv *list, long spec)
+{
+    struct fc_pv *str = fc_own(o->xr, FC_PV_STR);
+    const char *fqn = o->xr->specs[spec].key + o->model_prefix;
+    if (str == NULL || (str->u.str.s = fc_strdup(fqn)) == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    str->u.str.len = strlen(fqn);
+    list->u.seq.items[list->u.seq.n++] = str;
+    return FC_OK;
+}
+
 /* app: per group, "params" as the FQN list get_optimizer_state_dict gives (copies included). */
 static int fc_groups_per_group(struct fc_optim *o, size_t g, size_t slot)
 {
@@ -478,17 +489,14 @@ static int fc_groups_per_group(struct fc_optim *o, size_t g, size_t slot)
         list->u.seq.items = fc_calloc(n + 1, sizeof(*list->u.seq.items));
         if (list->u.seq.items == NULL)
             return fc_error_set(FC_ENOMEM, "out of memory");
-        for (size_t q = 0; q < p->u.seq.n; q++) {
-            const long param = o->param_of_slot[slot + q];
-            for (long c = param; c >= 0; c = c == param ? o->first_copy[param] : o->next_copy[c]) {
-                struct fc_pv *str = fc_own(o->xr, FC_PV_STR);
-                const char *fqn = o->xr->specs[c].key + o->model_prefix;
-                if (str == NULL || (str->u.str.s = fc_strdup(fqn)) == NULL)
-                    return fc_error_set(FC_ENOMEM, "out of memory");
-                str->u.str.len = strlen(fqn);
-                list->u.seq.items[list->u.seq.n++] = str;
+        /* The group's parameters in the file's order, then their copies (DSD maps by name). */
+        for (int pass = 0; pass < 2; pass++)
+            for (size_t q = 0; q < p->u.seq.n; q++) {
+                const long param = o->param_of_slot[slot + q];
+                for (long c = pass == 0 ? param : o->first_copy[param]; c >= 0;
+                     c = pass == 0 ? -1 : o->next_copy[c])
+                    FC_TRY(fc_list_push_fqn(o, list, c));
             }
-        }
         o->xr->specs[si].value = list;
     }
     return FC_OK;

@@ -5,7 +5,11 @@ Everything here runs in one process on CPU with full (unsharded) modules; no pro
   LinearPatchTinyVitLM      tiny_model.TinyVitLM after BAGEL's convert_conv2d_to_linear: the
                             patch embedding is a Linear(3*4*4, 8) applied to packed patches
                             (channel fastest), so the model still runs forward
-  build_model(kind, meta)   "conv" (tiny_model.TinyVitLM) or "linear" (LinearPatchTinyVitLM)
+  MotTinyVitLM, to_mot_state(model, optim)
+                            TinyVitLM grown to 16 vocabulary rows with a norm_moe_gen copy, and
+                            the same edits done to a trained model and its AdamW state
+  build_model(kind, meta)   "conv" (tiny_model.TinyVitLM), "linear" (LinearPatchTinyVitLM) or
+                            "mot" (MotTinyVitLM)
   trainable_names(model)    FQNs of the parameters an optimizer gets: named_parameters()
                             order (shared parameters once, first name), requires_grad only
   make_adamw(model, groups, hp)
@@ -70,8 +74,64 @@ class LinearPatchTinyVitLM(tiny_model.TinyVitLM):
         pass   # values come from a checkpoint
 
 
+class MotTinyVitLM(tiny_model.TinyVitLM):
+    """tiny_model.TinyVitLM after a BAGEL-style start: vocabulary grown to 16 rows
+    (--resize-rows) and a MoT copy norm_moe_gen of the final norm (--copy), used in forward
+    so that it gets gradients and optimizer state."""
+
+    VOCAB = 16
+
+    def __init__(self, dim=8):
+        super().__init__(dim=dim, vocab=self.VOCAB)
+        self.register_buffer("position_ids", torch.arange(11).expand((1, -1)))
+        self.norm_moe_gen = nn.LayerNorm(dim)
+
+    def _init_weights(self):
+        pass   # values come from a checkpoint
+
+    def forward(self, pixel_values, input_ids):
+        v = self.patch_embed(pixel_values).flatten(2).transpose(1, 2)
+        v = v + self.vit_pos_embed + self.modality_embed[0]
+        for blk in self.blocks:
+            v = blk(v)
+        v = self.connector(v)
+        t = self.embed_tokens(input_ids) + self.modality_embed[1]
+        x = torch.cat([v, t], dim=1)
+        x = (self.norm(x) + self.norm_moe_gen(x)) * (self.logit_scale.exp() / self.temperature)
+        return self.lm_head(x)
+
+
+def to_mot_state(model, optim):
+    """The reference of `--resize-rows embed_tokens.weight=16 --resize-rows lm_head.weight=16
+    --copy '^norm\\.(weight|bias)$=norm_moe_gen.\\1'` done in PyTorch on a trained TinyVitLM:
+    new vocabulary rows are the float64 mean of the old ones rounded once, their Adam moments
+    zero and step unchanged; norm_moe_gen.* and its state are copies of norm.*.
+    Returns (model state dict, optimizer state dict in ids form for MotTinyVitLM)."""
+    msd = dict(model.state_dict())
+    emb = msd["embed_tokens.weight"]
+    mean = emb.double().mean(0).to(emb.dtype)
+    grown = torch.cat([emb, mean.expand(MotTinyVitLM.VOCAB - emb.shape[0], -1)])
+    msd["embed_tokens.weight"] = grown
+    msd["lm_head.weight"] = grown
+    for k in ("weight", "bias"):
+        msd["norm_moe_gen." + k] = msd["norm." + k].clone()
+    fsd = fsdp1_optim_state_dict(model, optim)
+    state = {k: {n: t.clone() for n, t in v.items()} for k, v in fsd["state"].items()}
+    for n in ("exp_avg", "exp_avg_sq"):
+        t = state["embed_tokens.weight"][n]
+        state["embed_tokens.weight"][n] = torch.cat(
+            [t, t.new_zeros(MotTinyVitLM.VOCAB - t.shape[0], t.shape[1])])
+    for k in ("weight", "bias"):
+        state["norm_moe_gen." + k] = {n: t.clone() for n, t in state["norm." + k].items()}
+    with torch.device("meta"):
+        names = trainable_names(MotTinyVitLM())
+    groups = [dict({k: v for k, v in g.items() if k != "params"}) for g in fsd["param_groups"]]
+    groups[0]["params"] = list(range(len(names)))
+    return msd, {"state": {i: state[n] for i, n in enumerate(names)}, "param_groups": groups}
+
+
 def build_model(kind, meta=False):
-    cls = {"conv": tiny_model.TinyVitLM, "linear": LinearPatchTinyVitLM}[kind]
+    cls = {"conv": tiny_model.TinyVitLM, "linear": LinearPatchTinyVitLM, "mot": MotTinyVitLM}[kind]
     if meta:
         with torch.device("meta"):
             return cls()

@@ -15,7 +15,10 @@ Scenarios: base (one param group); groups2 (two groups with different lr/betas/e
 weight_decay, contiguous in parameter order, so the ids form is still well defined);
 conv (--conv2d-to-linear patch_embed.weight: parameter and exp_avg/exp_avg_sq reshaped;
 the FSDP2 job runs BAGEL's Linear patch embedding); untied (the model file stores
-lm_head.weight as a separate copy; --tie lm_head.weight=embed_tokens.weight).
+lm_head.weight as a separate copy; --tie lm_head.weight=embed_tokens.weight); mot (the
+vocabulary grown to 16 rows with --resize-rows and a --copy of the final norm: the FSDP2 job
+runs optim_reference.MotTinyVitLM, the reference does the same edits to the model and its
+AdamW state in PyTorch: mean rows, zero moments, copied state).
 
 Each case converts with fsdpconv for --world-size N (N = 2, 3) and --layout app|torchtitan,
 then checks:
@@ -60,6 +63,8 @@ HP = dict(lr=1e-3, betas=(0.9, 0.95), weight_decay=0.01)
 HP2 = [HP, dict(lr=2e-3, betas=(0.85, 0.99), eps=1e-6, weight_decay=0.0)]
 SKIP = ["--optim-skip", "^vit_pos_embed$", "--optim-skip", "^temperature$"]
 TIE = ["--tie", "lm_head.weight=embed_tokens.weight"]
+MOT = ["--resize-rows", "embed_tokens.weight=16", "--resize-rows", "lm_head.weight=16",
+       "--copy", r"^norm\.(weight|bias)$=norm_moe_gen.\1"]
 CONV = ["--conv2d-to-linear", "patch_embed.weight"]
 
 
@@ -122,6 +127,9 @@ def make_scenarios(tmp):
     g2_m, g2_o, g2_g = train(two, HP2)
     names = oref.trainable_names(base_m)
     lin_msd, lin_osd = to_linear_state(names, base_m.state_dict(), base_o.state_dict())
+    mot_msd, mot_osd = oref.to_mot_state(base_m, base_o)
+    with torch.device("meta"):
+        mot_names = oref.trainable_names(oref.MotTinyVitLM())
     return {
         "base": dict(kind="conv", groups=base_g, hp=HP, files=write_forms(tmp, "base", base_m,
                                                                           base_o),
@@ -131,6 +139,8 @@ def make_scenarios(tmp):
                         msd=g2_m.state_dict(), osd=g2_o.state_dict()),
         "conv": dict(kind="linear", groups=base_g, hp=HP, files=None, msd=lin_msd,
                      osd=lin_osd),
+        "mot": dict(kind="mot", groups=[mot_names], hp=HP, files=None, msd=mot_msd,
+                    osd=mot_osd),
     }
 
 
@@ -175,6 +185,9 @@ def make_cases(sc):
     add(3, "torchtitan", "groups2", "fqn via --optim FILE, 2 param groups", g2["model"],
         ["--optim", g2["optim_fqn"]])
     add(3, "app", "groups2", "ids via --optim-select, 2 param groups", g2["ids"], sel + SKIP)
+    # state follows --resize-rows (zero rows) and --copy (copied state), then one more step
+    for world, layout in ((2, "torchtitan"), (3, "app")):
+        add(world, layout, "mot", "ids + --resize-rows + --copy", base["ids"], sel + SKIP + MOT)
     return cases
 
 
