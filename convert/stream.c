@@ -247,15 +247,42 @@ done:
     return rc;
 }
 
+/* Do specs a and b run the same ops on the same rows up to (not including) op k? */
+static int fc_same_prefix(const struct fc_xspec *a, const struct fc_xspec *b, size_t k)
+{
+    if (a->src != b->src || a->entry != b->entry || b->nops <= k)
+        return 0;
+    for (size_t q = 0; q <= k; q++) {
+        const struct fc_op *x = &a->ops[q], *y = &b->ops[q];
+        if (x->kind != y->kind || x->dtype != y->dtype || x->rows != y->rows ||
+            x->fill != y->fill || x->in_dtype != y->in_dtype)
+            return 0;
+    }
+    return 1;
+}
+
 int fc_stream_fill_means(struct fc_xform_result *xr, uint64_t budget, struct fc_slabs *slabs)
 {
     for (size_t i = 0; i < xr->n; i++) {
         struct fc_xspec *s = &xr->specs[i];
         for (size_t k = 0; k < s->nops; k++) {
             struct fc_op *op = &s->ops[k];
-            if (op->kind != FC_OP_RESIZE_ROWS || op->fill != FC_FILL_MEAN || op->fill_row != NULL ||
-                op->rows <= op->in_shape[0])
+            if (op->kind != FC_OP_RESIZE_ROWS || op->fill != FC_FILL_MEAN ||
+                op->fill_row != NULL || op->rows <= op->in_shape[0])
                 continue;
+            /* A --copy of a resized tensor has the same mean: one pass serves both. */
+            const struct fc_op *done = NULL;
+            for (size_t j = 0; j < i && done == NULL; j++)
+                if (fc_same_prefix(&xr->specs[j], s, k) && xr->specs[j].ops[k].fill_row != NULL)
+                    done = &xr->specs[j].ops[k];
+            if (done != NULL) {
+                const size_t bytes = (size_t)fc_op_row_elems(op) * fc_dtype_size(op->in_dtype);
+                op->fill_row = fc_malloc(bytes + 1);
+                if (op->fill_row == NULL)
+                    return fc_error_set(FC_ENOMEM, "out of memory");
+                memcpy(op->fill_row, done->fill_row, bytes);
+                continue;
+            }
             FC_TRY(fc_mean_row(s->src, &s->src->entries[s->entry], s->ops, k, budget, slabs,
                                &op->fill_row));
         }

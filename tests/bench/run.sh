@@ -56,6 +56,8 @@ sh "$here/bench_inspect.sh" "$bin" "$py" "$dir"
 sh "$here/bench_full_to_dcp.sh" "$bin" "$py" "$dir"
 echo
 "$py" "$here/report.py" "$dir" "$bin"
+echo
+sh "$here/bench_multi_input.sh" "$bin" "$py" "$dir"
 # reshard (vs cp -r) and dcp-to-full (vs dcp_to_torch_save) reuse the same model.
 echo
 BENCH_DIR="$dir/reshard" sh "$here/bench_reshard.sh" "$bin" "$py"
