@@ -267,8 +267,8 @@ int fc_stream_fill_means(struct fc_xform_result *xr, uint64_t budget, struct fc_
         struct fc_xspec *s = &xr->specs[i];
         for (size_t k = 0; k < s->nops; k++) {
             struct fc_op *op = &s->ops[k];
-            if (op->kind != FC_OP_RESIZE_ROWS || op->fill != FC_FILL_MEAN ||
-                op->fill_row != NULL || op->rows <= op->in_shape[0])
+            if (op->kind != FC_OP_RESIZE_ROWS || op->fill != FC_FILL_MEAN || op->fill_row != NULL ||
+                op->rows <= op->in_shape[0])
                 continue;
             /* A --copy of a resized tensor has the same mean: one pass serves both. */
             const struct fc_op *done = NULL;
