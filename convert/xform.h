@@ -14,8 +14,9 @@
  * ("--rename '^a=b'" or "rules.txt:3") and names the key.
  *
  * Invariants of a result: keys are unique; alias_of < own index; an alias has
- * the same source entry, dtype, shape and op list as its target; a copy
- * (copy_of >= 0) is never an alias; specs own their strings and op lists.
+ * the same dtype, shape and op list as its target and reads the same bytes (the
+ * same entry, or one sharing its torch.save storage); a copy (copy_of >= 0) is
+ * never an alias; specs own their strings and op lists.
  */
 #ifndef FC_XFORM_H
 #define FC_XFORM_H
@@ -83,6 +84,9 @@ int fc_xform_rules_add(struct fc_xform_rules *r, const char *op, const char *arg
  * Returns fc_xform_rules_add()'s codes plus FC_ENOENT/FC_EIO.
  */
 int fc_xform_rules_load(struct fc_xform_rules *r, const char *path);
+
+/* fc_xform_rules_parse() - the same on NUL-terminated text (modified in place); `name` for messages. */
+int fc_xform_rules_parse(struct fc_xform_rules *r, char *text, const char *name);
 void fc_xform_rules_release(struct fc_xform_rules *r);
 
 /* fc_xform_rules_describe() - the pipeline as parsed, one "rule N  op arg  (origin)" line each. */

@@ -180,17 +180,11 @@ static char *fc_trim(char *line)
     return line;
 }
 
-int fc_xform_rules_load(struct fc_xform_rules *r, const char *path)
+int fc_xform_rules_parse(struct fc_xform_rules *r, char *text, const char *name)
 {
-    struct fc_file f = FC_FILE_INIT;
-    unsigned char *text = NULL;
-    int rc;
-    FC_TRY(fc_file_open_read(&f, path));
-    rc = fc_file_read_alloc(&f, 0, (size_t)f.size, FC_RULES_FILE_CAP, &text);
-    fc_file_close(&f);
-    FC_TRY(rc);
-    char *line = (char *)text;
+    char *line = text;
     unsigned lineno = 0;
+    int rc = FC_OK;
     while (line != NULL && *line != '\0') {
         char *next = strchr(line, '\n');
         if (next != NULL)
@@ -202,23 +196,32 @@ int fc_xform_rules_load(struct fc_xform_rules *r, const char *path)
         line = fc_trim(line);
         if (*line != '\0') {
             char where[512];
-            snprintf(where, sizeof(where), "%s:%u", path, lineno);
+            snprintf(where, sizeof(where), "%s:%u", name, lineno);
             char *sp = line + strcspn(line, " \t");
             char *arg = sp;
             if (*sp != '\0') {
                 *sp = '\0';
                 arg = fc_trim(sp + 1);
             }
-            if (*arg == '\0' && strcmp(line, "strip-wrappers") != 0) {
-                rc = fc_error_set(FC_EINVAL, "%s: rule '%s' needs an argument", where, line);
-                break;
-            }
-            rc = fc_xform_rules_add(r, line, arg, where);
-            if (rc < 0)
-                break;
+            if (*arg == '\0' && strcmp(line, "strip-wrappers") != 0)
+                return fc_error_set(FC_EINVAL, "%s: rule '%s' needs an argument", where, line);
+            FC_TRY(fc_xform_rules_add(r, line, arg, where));
         }
         line = next;
     }
+    return rc;
+}
+
+int fc_xform_rules_load(struct fc_xform_rules *r, const char *path)
+{
+    struct fc_file f = FC_FILE_INIT;
+    unsigned char *text = NULL;
+    int rc;
+    FC_TRY(fc_file_open_read(&f, path));
+    rc = fc_file_read_alloc(&f, 0, (size_t)f.size, FC_RULES_FILE_CAP, &text);
+    fc_file_close(&f);
+    FC_TRY(rc);
+    rc = fc_xform_rules_parse(r, (char *)text, path);
     fc_free(text);
     return rc;
 }

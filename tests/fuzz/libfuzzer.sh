@@ -9,7 +9,7 @@ out=build/libfuzzer
 mkdir -p "$out"
 flags="-fsanitize=fuzzer,address,undefined -g -O1 -std=c11 -Ilib -Iconvert -Ikernels -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -DFC_VERSION=\"fuzz\""
 srcs="$(ls lib/*.c convert/*.c kernels/*_cpu.c kernels/dispatch.c kernels/cuda_stub.c 2>/dev/null | grep -v 'comm_nccl\.c' || true)"
-libs="$(pkg-config --libs libzstd libdeflate jansson libcrypto) -lm -pthread"
+libs="$(pkg-config --libs libzstd libdeflate jansson libcrypto libpcre2-8) -lm -pthread"
 for f in tests/fuzz/fuzz_*.c; do
     name=$(basename "$f" .c)
     # shellcheck disable=SC2086
