@@ -85,7 +85,8 @@ int fc_xform_rules_add(struct fc_xform_rules *r, const char *op, const char *arg
  */
 int fc_xform_rules_load(struct fc_xform_rules *r, const char *path);
 
-/* fc_xform_rules_parse() - the same on NUL-terminated text (modified in place); `name` for messages. */
+/* fc_xform_rules_parse() - the same on NUL-terminated text (modified in place); `name` for
+ * messages. */
 int fc_xform_rules_parse(struct fc_xform_rules *r, char *text, const char *name);
 void fc_xform_rules_release(struct fc_xform_rules *r);
 
