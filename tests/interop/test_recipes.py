@@ -36,12 +36,9 @@ Exits 0 when every check passes, 1 otherwise.  RECIPES_KEEP=1 keeps the temp dir
 """
 
 import copy
-import datetime
-import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -264,17 +261,11 @@ def bagel_rank_check(mesh, case):
 
 
 def run_rank(rank, world, port, job):
-    import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
-    torch.set_num_threads(1)
-    if os.path.exists("/sys/class/net/lo"):
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     results = []
     try:
-        dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank,
-                                world_size=world,
-                                timeout=datetime.timedelta(seconds=job["timeout"]))
+        common.rank_init(rank, world, port, job["timeout"])
         for case in job["cases"]:
             shape = tuple(case["mesh"])
             names = ("replicate", "shard") if len(shape) == 2 else ("shard",)
@@ -283,51 +274,18 @@ def run_rank(rank, world, port, job):
                 probs = bagel_rank_check(mesh, case)
             except (Exception, CheckpointException):
                 probs = ["raised: %s" % ref.short_exc()]
-            results.append({"case": case["name"], "problems": probs[:20]})
-        dist.destroy_process_group()
+            results.append({"case": case["name"], "problems": common.cap_problems(probs)})
+            common.write_rank_results(job["result_dir"], rank, results)
     except (Exception, CheckpointException):
         results.append({"case": "*", "problems": ["setup failed: %s" % ref.short_exc()]})
-    with open(os.path.join(job["result_dir"], "rank%d.json" % rank), "w") as f:
-        json.dump(results, f)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+        common.write_rank_results(job["result_dir"], rank, results)
+    common.rank_finish()
 
 
 def run_fsdp(cases, tmp, world=4, timeout=180):
-    import torch.multiprocessing as mp
-    rdir = tempfile.mkdtemp(dir=tmp, prefix="ranks_")
-    job = {"cases": cases, "timeout": timeout, "result_dir": rdir}
-    ctx = mp.get_context("fork")
-    port = free_port()
-    procs = [ctx.Process(target=run_rank, args=(r, world, port, job)) for r in range(world)]
-    for p in procs:
-        p.start()
-    deadline = time.time() + timeout
-    out = {c["name"]: [] for c in cases}
-    for r, p in enumerate(procs):
-        p.join(max(1, deadline - time.time()))
-        if p.is_alive():
-            p.kill()
-            p.join()
-            for name in out:
-                out[name].append("rank %d hung" % r)
-    for r in range(world):
-        path = os.path.join(rdir, "rank%d.json" % r)
-        if not os.path.exists(path):
-            for name in out:
-                out[name].append("rank %d reported nothing" % r)
-            continue
-        with open(path) as f:
-            for res in json.load(f):
-                for name in (out if res["case"] == "*" else [res["case"]]):
-                    out[name] += ["rank %d: %s" % (r, p) for p in res["problems"]]
-    return out
+    job = {"cases": cases, "timeout": timeout,
+           "result_dir": tempfile.mkdtemp(dir=tmp, prefix="ranks_")}
+    return common.launch_ranks(run_rank, world, job, [c["name"] for c in cases], timeout)
 
 
 # ------------------------------------------------------------------------------ no-dist checks
