@@ -63,22 +63,20 @@ while [ $r -lt "$reps" ]; do
 done
 rm -rf "$out"
 
-"$py" - "$res" "$outbytes" "$pt" "$extras" <<'PY'
-import json, os, sys
-best = {}
-for line in open(sys.argv[1]):
-    r = json.loads(line)
-    b = best.setdefault(r["name"], dict(wall=r["wall_s"], rss=r["maxrss_kib"]))
-    b["wall"] = min(b["wall"], r["wall_s"])
-    b["rss"] = max(b["rss"], r["maxrss_kib"])
+"$py" - "$res" "$outbytes" "$pt" "$extras" "$here/../interop" <<'PY'
+import os, sys
+sys.path.insert(0, sys.argv[5])
+import common
+best = {n: common.best_round(rs) for n, rs in common.read_rounds(sys.argv[1]).items()}
 out, x = int(sys.argv[2]), os.path.getsize(sys.argv[3]) + os.path.getsize(sys.argv[4])
 m, y, s = best["multi_input_copies"], best["multi_cp_fsync"], best["single_input"]
 print("| figure | measured | target |")
 print("|---|---|---|")
 print("| two inputs + copies (%.2f GiB out, %.0f%% copies) / cp+fsync of as many bytes | "
       "**%.2fx** (%.2f s / %.2f s) | <= 1.10 |"
-      % (out / 2**30, 100.0 * (out - x) / out, m["wall"] / y["wall"], m["wall"], y["wall"]))
+      % (out / 2**30, 100.0 * (out - x) / out, m["wall_s"] / y["wall_s"], m["wall_s"],
+         y["wall_s"]))
 print("| peak RSS: two inputs + copies / model.pt alone | %.0f MiB / %.0f MiB | unchanged |"
-      % (m["rss"] / 1024, s["rss"] / 1024))
+      % (m["maxrss_kib"] / 1024, s["maxrss_kib"] / 1024))
 PY
 rm -f "$extras"
