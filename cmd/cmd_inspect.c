@@ -25,7 +25,7 @@ enum { OPT_JSON = 256, OPT_KEY, OPT_CHECKSUM, OPT_VERIFY };
 static const struct fc_opt inspect_opts[] = {
     {OPT_JSON, 0, "json", NULL, 0, NULL, NULL, "print one JSON object instead of a table"},
     {OPT_KEY, 0, "key", "<regex>", 0, NULL, NULL,
-     "only keys matching this POSIX extended regular expression"},
+     "only keys matching this regular expression (PCRE2)"},
     {OPT_CHECKSUM, 0, "checksum", NULL, 0, NULL, NULL,
      "SHA-256 of each tensor's logical C-contiguous little-endian bytes"},
     {OPT_VERIFY, 0, "verify", NULL, 0, NULL, NULL,

@@ -27,7 +27,7 @@ int fc_cancel_requested(void);
 
 struct fc_inspect_opts {
     const char *path;
-    const char *key_regex; /* POSIX extended regex over keys, or NULL for all */
+    const char *key_regex; /* PCRE2 regex over keys (lib/fc_regex.h), or NULL for all */
     int checksum;          /* compute SHA-256 of every selected tensor */
     int verify;            /* DCP: read every item, check lengths, shapes and CRCs */
 };
