@@ -28,8 +28,6 @@ static const struct fc_opt dcp_to_full_opts[] = {
      "export one subtree (e.g. model)"},
     {0, 0, "strip-prefix", "<p>", FC_OPT_RULE | FC_OPT_REPEAT, "strip-prefix", NULL,
      "remove <p> from keys that start with it"},
-    {0, 0, "drop", "<re>", FC_OPT_RULE | FC_OPT_REPEAT, "drop", NULL,
-     "leave out keys matching the regex"},
     {OPT_FORCE, 0, "force", NULL, 0, NULL, NULL, "replace an existing output"},
     {OPT_MAXMEM, 0, "max-memory", "<size>", 0, NULL, NULL, "cap on data buffers (default 1GiB)"},
     {0, 0, NULL, NULL, 0, NULL, NULL, NULL},
