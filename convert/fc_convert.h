@@ -92,8 +92,12 @@ struct fc_full_to_dcp_opts {
     size_t ninputs;
     const char *output;
     enum fc_out_format format;
-    int replicate; /* mesh: replicate x shard; plain FSDP2: 1 x world */
+    int replicate; /* mesh: replicate x shard x tp; plain FSDP2: 1 x world x 1 */
     int shard;
+    int tp;                      /* 0 or 1: no tensor parallelism */
+    const char *const *tp_rules; /* --tp REGEX=DIM, in command-line order */
+    size_t ntp_rules;
+    const char *tp_plan;             /* --tp-plan FILE (its rules come first), or NULL */
     const struct fc_rule_arg *rules; /* in command-line order; op "rules": a --rules FILE */
     size_t nrules;
     int dry_run;

@@ -25,6 +25,7 @@
 #include "plan.h"
 #include "st_sink.h"
 #include "stream.h"
+#include "tp.h"
 #include "xform.h"
 
 #define FC_PLAN_TEXT_CAP ((size_t)1 << 30)
@@ -192,6 +193,7 @@ struct fc_job {
     size_t *tensor_spec;
     long *spec_tensor;
     long *spec_value;
+    int *tp_dims; /* per spec: the dim its tp plan rule shards, -1 replicated (NULL: no tp) */
     struct fc_plan *plan;
     struct fc_dcp_meta *meta;
     struct fc_extent *extents;
@@ -217,6 +219,7 @@ static void fc_job_release(struct fc_job *j)
     fc_free(j->tensor_spec);
     fc_free(j->spec_tensor);
     fc_free(j->spec_value);
+    fc_free(j->tp_dims);
     fc_plan_free(j->plan);
     fc_dcp_meta_free(j->meta);
     fc_free(j->extents);
@@ -259,6 +262,52 @@ static int fc_open_inputs(const struct fc_full_to_dcp_opts *o, struct fc_job *j)
     return rc;
 }
 
+/*
+ * The tp dim of every spec from --tp / --tp-plan (optimizer state follows its
+ * parameter's key), into a new array *out; NULL when the mesh has no tp dim.
+ */
+static int fc_tp_dims(const struct fc_full_to_dcp_opts *o, const struct fc_xform_result *xr,
+                      int **out)
+{
+    struct fc_tp_plan tp = FC_TP_PLAN_INIT;
+    int rc = FC_OK;
+    *out = NULL;
+    if (o->tp <= 1) {
+        if (o->ntp_rules > 0 || o->tp_plan != NULL)
+            return fc_error_set(FC_EINVAL, "--tp and --tp-plan need a mesh with a tp dim "
+                                           "(--mesh shard=S,tp=T)");
+        return FC_OK;
+    }
+    if (o->tp_plan != NULL)
+        FC_TRY_GOTO(fc_tp_plan_load(&tp, o->tp_plan), rc, done);
+    for (size_t i = 0; i < o->ntp_rules; i++)
+        FC_TRY_GOTO(fc_tp_plan_add(&tp, o->tp_rules[i], "--tp"), rc, done);
+    int *dims = fc_calloc(xr->n + 1, sizeof(*dims));
+    if (dims == NULL) {
+        rc = fc_error_set(FC_ENOMEM, "out of memory");
+        goto done;
+    }
+    *out = dims;
+    for (size_t i = 0; i < xr->n; i++) {
+        const struct fc_xspec *s = &xr->specs[i];
+        const struct fc_xspec *ps = s->param_of >= 0 ? &xr->specs[s->param_of] : s;
+        dims[i] = -1;
+        if (s->kind != FC_ENTRY_TENSOR || (s->ndim == 0 && ps != s))
+            continue; /* values; 0-d optimizer state (step) is stored whole */
+        FC_TRY_GOTO(fc_tp_plan_dim(&tp, ps->key, s->ndim, &dims[i]), rc, done);
+        if (dims[i] >= 0 && s->replicate) {
+            rc = fc_error_set(FC_EINVAL,
+                              "'%s' is stored whole (--replicate) but a tp rule "
+                              "shards its dim %d",
+                              s->key, dims[i]);
+            goto done;
+        }
+    }
+done:
+    fc_tp_plan_release(&tp);
+    return rc;
+}
+
 static int fc_plan_job(const struct fc_full_to_dcp_opts *o, struct fc_job *j)
 {
     const int st = o->format == FC_OUT_SAFETENSORS;
@@ -295,6 +344,7 @@ static int fc_plan_job(const struct fc_full_to_dcp_opts *o, struct fc_job *j)
                                       (enum fc_layout)o->layout));
     }
     const size_t n = j->xr.n;
+    FC_TRY(fc_tp_dims(o, &j->xr, &j->tp_dims));
     j->tin = fc_calloc(n + 1, sizeof(*j->tin));
     j->vin = fc_calloc(n + 1, sizeof(*j->vin));
     j->blobs = fc_calloc(n + 1, sizeof(*j->blobs));
@@ -332,12 +382,14 @@ static int fc_plan_job(const struct fc_full_to_dcp_opts *o, struct fc_job *j)
         t->ndim = s->ndim;
         memcpy(t->shape, s->shape, sizeof(t->shape));
         t->placement = s->ndim == 0 || s->replicate ? FC_PLACE_REPLICATE : FC_PLACE_SHARD0;
+        t->tp_dim = j->tp_dims != NULL ? j->tp_dims[i] : -1;
         /* Safetensors cannot share bytes between names: a tied tensor is stored again. */
         t->alias_of = s->alias_of >= 0 && !st ? j->spec_tensor[s->alias_of] : -1;
         j->tensor_spec[nt] = i;
         j->spec_tensor[i] = (long)nt++;
     }
-    const struct fc_mesh mesh = {o->replicate, o->shard};
+    struct fc_mesh mesh;
+    FC_TRY(fc_mesh_init(&mesh, o->replicate, o->shard, o->tp > 0 ? o->tp : 1));
     if (!st)
         return fc_plan_build(&j->plan, &mesh, j->tin, nt, j->vin, nv, fc_blob_size, NULL);
     FC_TRY(fc_plan_build(&j->plan, &mesh, j->tin, nt, NULL, 0, fc_st_sink_item_size, NULL));

@@ -415,6 +415,7 @@ static int fc_state_spec(struct fc_optim *o, const struct fc_entry *e, size_t k,
                             "--optim-skip)",
                             o->osrc->path, e->key, ps->key + o->model_prefix);
     s->replicate = ps->replicate;
+    s->param_of = (long)p;
     for (size_t q = 0; q < ps->nops; q++) {
         struct fc_op op = ps->ops[q];
         if (op.kind == FC_OP_CAST)

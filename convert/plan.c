@@ -50,7 +50,8 @@ int fc_plan_file_name(int rank, char *buf, size_t bufsize)
 /* ------------------------------------------------------------------------ */
 /* Building a plan                                                          */
 
-static int fc_plan__check_tensor(const struct fc_plan_tensor_in *all, size_t i)
+static int fc_plan__check_tensor(const struct fc_mesh *mesh, const struct fc_plan_tensor_in *all,
+                                 size_t i, struct fc_dim_placement *pl)
 {
     const struct fc_plan_tensor_in *t = &all[i];
     assert(t->key != NULL);
@@ -75,6 +76,14 @@ static int fc_plan__check_tensor(const struct fc_plan_tensor_in *all, size_t i)
                             (int)t->placement);
     if (t->placement == FC_PLACE_SHARD0 && t->ndim == 0)
         return fc_error_set(FC_EINVAL, "plan: tensor '%s': 0-d tensor cannot be Shard(0)", t->key);
+    int bad_rank;
+    if (fc_mesh_placements(mesh, t->placement, t->tp_dim, t->ndim, pl) < 0 ||
+        fc_mesh_check_layout(mesh, pl, t->ndim, t->shape, &bad_rank) < 0) {
+        char why[512];
+        snprintf(why, sizeof(why), "%s", fc_error_last());
+        return fc_error_set(FC_EINVAL, "plan: tensor '%s': %s", t->key,
+                            strncmp(why, "mesh: ", 6) == 0 ? why + 6 : why);
+    }
     if (t->alias_of == -1)
         return FC_OK;
     if (t->alias_of < 0 || (uint64_t)t->alias_of >= (uint64_t)i)
@@ -83,6 +92,7 @@ static int fc_plan__check_tensor(const struct fc_plan_tensor_in *all, size_t i)
                             t->key, t->alias_of);
     const struct fc_plan_tensor_in *src = &all[t->alias_of];
     int same = src->dtype == t->dtype && src->ndim == t->ndim && src->placement == t->placement;
+    same = same && (fc_mesh_find(mesh, FC_MESH_DIM_TP) < 0 || src->tp_dim == t->tp_dim);
     for (int d = 0; same && d < t->ndim; d++)
         same = src->shape[d] == t->shape[d];
     if (!same)
@@ -122,13 +132,146 @@ static int fc_plan__check_keys(const struct fc_plan_tensor_in *tensors, size_t n
     return rc;
 }
 
-/* Number of distinct boxes of a (root) tensor: invariant 1 of plan.h. */
-static size_t fc_plan__distinct_boxes(const struct fc_plan_tensor_in *t, int shard)
+/*
+ * Coordinate classes of one mesh dim for one tensor: coordinates 0..k-1 each
+ * give their own box; k..n-1 (when k < n) all give the same one, empty on the
+ * dim.  A dim that shards a tensor dim some earlier placement already cut is
+ * enumerated coordinate by coordinate (k = n).
+ */
+static int fc_plan__classes(const struct fc_mesh *m, const struct fc_dim_placement *pl,
+                            const int64_t *shape, int i, int *k_out)
 {
-    if (t->placement == FC_PLACE_REPLICATE)
+    const int n = m->size[i];
+    *k_out = n;
+    if (pl[i].kind == FC_DIM_REPLICATE) {
+        *k_out = 1;
         return 1;
-    const int64_t k = fc_mesh_nonempty_chunks(t->shape[0], shard);
-    return (size_t)k + (k < shard ? 1 : 0);
+    }
+    for (int j = 0; j < i; j++) {
+        if (pl[j].kind != FC_DIM_REPLICATE && pl[j].dim == pl[i].dim)
+            return n;
+    }
+    int64_t len = shape[pl[i].dim];
+    if (pl[i].kind == FC_DIM_STRIDED) {
+        int64_t off;
+        fc_mesh_chunk(len, pl[i].split, 0, &off, &len); /* the largest piece */
+    }
+    *k_out = (int)fc_mesh_nonempty_chunks(len, n);
+    return *k_out + (*k_out < n);
+}
+
+/* Number of coordinate-class tuples of a tensor (an upper bound on its chunks). */
+static int fc_plan__tuples(const struct fc_mesh *m, const struct fc_dim_placement *pl,
+                           const int64_t *shape, size_t *out)
+{
+    size_t n = 1;
+    for (int i = 0; i < m->ndim; i++) {
+        int k;
+        if (fc_mul_size(n, (size_t)fc_plan__classes(m, pl, shape, i, &k), &n) < 0)
+            return fc_error_set(FC_EINVAL, "plan: chunk count overflows");
+    }
+    *out = n;
+    return FC_OK;
+}
+
+struct fc_plan__tuple {
+    struct fc_plan_holder h;
+    int64_t off[FC_MAX_DIMS];
+    int64_t size[FC_MAX_DIMS];
+};
+
+struct fc_plan__tuple_cmp {
+    const struct fc_plan__tuple *t;
+    int ndim;
+};
+
+static int fc_plan__cmp_tuple(const void *ctx, size_t a, size_t b)
+{
+    const struct fc_plan__tuple_cmp *c = ctx;
+    for (int d = 0; d < c->ndim; d++) {
+        const int64_t x = c->t[a].off[d], y = c->t[b].off[d];
+        if (x != y)
+            return x < y ? -1 : 1;
+    }
+    return 0;
+}
+
+/*
+ * Every coordinate-class tuple of tensor t with its box and holder box, sorted
+ * by box offsets (stable), into tup[0 .. *n_out) and order[].
+ */
+static int fc_plan__enumerate(const struct fc_mesh *m, const struct fc_plan_tensor *t,
+                              struct fc_plan__tuple *tup, size_t *order, size_t n)
+{
+    int radix[FC_MESH_MAX_DIMS], k[FC_MESH_MAX_DIMS], digit[FC_MESH_MAX_DIMS] = {0};
+    for (int i = 0; i < m->ndim; i++)
+        radix[i] = fc_plan__classes(m, t->pl, t->shape, i, &k[i]);
+    for (size_t x = 0; x < n; x++) {
+        struct fc_plan__tuple *u = &tup[x];
+        int coords[FC_MESH_MAX_DIMS];
+        for (int i = 0; i < m->ndim; i++) {
+            if (t->pl[i].kind == FC_DIM_REPLICATE) {
+                u->h.lo[i] = 0;
+                u->h.hi[i] = m->size[i];
+            } else if (digit[i] < k[i]) {
+                u->h.lo[i] = digit[i];
+                u->h.hi[i] = digit[i] + 1;
+            } else {
+                u->h.lo[i] = k[i];
+                u->h.hi[i] = m->size[i];
+            }
+            coords[i] = u->h.lo[i];
+        }
+        for (int i = m->ndim; i < FC_MESH_MAX_DIMS; i++)
+            u->h.lo[i] = u->h.hi[i] = 0;
+        FC_TRY(fc_mesh_box(m, t->pl, t->ndim, t->shape, fc_mesh_rank(m, coords), u->off, u->size));
+        order[x] = x;
+        for (int i = m->ndim - 1; i >= 0; i--) { /* odometer, last dim fastest */
+            if (++digit[i] < radix[i])
+                break;
+            digit[i] = 0;
+        }
+    }
+    const struct fc_plan__tuple_cmp ctx = {tup, t->ndim};
+    return fc_sort_idx(order, n, fc_plan__cmp_tuple, &ctx);
+}
+
+/*
+ * Calls fn(ctx, lo, hi) for each run [lo, hi) of contiguous ranks in holder
+ * box h, in increasing rank order; stops at the first negative return.
+ */
+typedef int (*fc_plan__run_fn)(void *ctx, int lo, int hi);
+
+static int fc_plan__holder_runs(const struct fc_mesh *m, const struct fc_plan_holder *h,
+                                fc_plan__run_fn fn, void *ctx)
+{
+    int q = m->ndim - 1; /* last dim whose range is not full: ranks are contiguous below it */
+    while (q >= 0 && h->lo[q] == 0 && h->hi[q] == m->size[q])
+        q--;
+    if (q < 0)
+        return fn(ctx, 0, fc_mesh_world_size(m));
+    int inner = 1;
+    for (int i = q + 1; i < m->ndim; i++)
+        inner *= m->size[i];
+    int c[FC_MESH_MAX_DIMS];
+    for (int i = 0; i < q; i++)
+        c[i] = h->lo[i];
+    for (;;) {
+        int base = 0;
+        for (int i = 0; i < q; i++)
+            base = base * m->size[i] + c[i];
+        base = base * m->size[q];
+        const int rc = fn(ctx, (base + h->lo[q]) * inner, (base + h->hi[q]) * inner);
+        if (rc < 0)
+            return rc;
+        int i = q - 1;
+        while (i >= 0 && ++c[i] == h->hi[i]) {
+            c[i] = h->lo[i];
+            i--;
+        }
+        if (i < 0)
+            return FC_OK;
+    }
 }
 
 /*
@@ -199,18 +342,27 @@ static int fc_plan__best_in(const struct fc_plan__loads *l, int lo, int hi)
     return best;
 }
 
-/* The least loaded holder of shard coordinates [first, first + count), ties to the lowest rank. */
-static int fc_plan__pick(const struct fc_plan__loads *l, const struct fc_mesh *mesh, int first,
-                         int count)
+struct fc_plan__pick_ctx {
+    const struct fc_plan__loads *l;
+    int best;
+};
+
+static int fc_plan__pick_run(void *ctxp, int lo, int hi)
 {
-    if (first == 0 && count == mesh->shard)
-        return l->tree[1];
-    int best = -1;
-    for (int r = 0; r < mesh->replicate; r++) {
-        const int lo = r * mesh->shard + first;
-        best = fc_plan__better(l, best, fc_plan__best_in(l, lo, lo + count));
-    }
-    return best;
+    struct fc_plan__pick_ctx *c = ctxp;
+    c->best = fc_plan__better(c->l, c->best, fc_plan__best_in(c->l, lo, hi));
+    return FC_OK;
+}
+
+/* The least loaded holder of a chunk, ties to the lowest rank. */
+static int fc_plan__pick(const struct fc_plan__loads *l, const struct fc_plan *p,
+                         const struct fc_plan_chunk *ch)
+{
+    struct fc_plan__pick_ctx c = {l, -1};
+    for (size_t h = 0; h < ch->nholders; h++)
+        (void)fc_plan__holder_runs(&p->mesh, &p->holders[ch->first_holder + h], fc_plan__pick_run,
+                                   &c);
+    return c.best;
 }
 
 void fc_plan_free(struct fc_plan *plan)
@@ -220,6 +372,7 @@ void fc_plan_free(struct fc_plan *plan)
     fc_free(plan->tensors);
     fc_free(plan->values);
     fc_free(plan->chunks);
+    fc_free(plan->holders);
     fc_free(plan->items);
     fc_free(plan->files);
     fc_free(plan->dims_);
@@ -237,29 +390,16 @@ static const char *fc_plan__intern(char *pool, size_t *cursor, const char *key)
     return dst;
 }
 
-/* Allocates the plan's arrays once all counts are known. */
-static int fc_plan__alloc(struct fc_plan *p, size_t ndims, size_t nstrings)
+/*
+ * Fills tensors[] and chunks[] (boxes, holders) from the coordinate-class
+ * tuples of each tensor: tuples with equal box offsets are one chunk (DCP's
+ * dedup), whose holders are the tuples' holder boxes.  Items are set later.
+ */
+static int fc_plan__fill_chunks(struct fc_plan *p, const struct fc_plan_tensor_in *in,
+                                const struct fc_dim_placement *pls, const size_t *ntuples,
+                                struct fc_plan__tuple *tup, size_t *order, size_t *str_cursor)
 {
-    p->tensors = fc_calloc(p->ntensors, sizeof(*p->tensors));
-    p->values = fc_calloc(p->nvalues, sizeof(*p->values));
-    p->chunks = fc_calloc(p->nchunks, sizeof(*p->chunks));
-    p->items = fc_calloc(p->nitems, sizeof(*p->items));
-    p->files = fc_calloc(p->nfiles, sizeof(*p->files));
-    p->dims_ = fc_calloc(ndims, sizeof(*p->dims_));
-    p->strings_ = fc_calloc(nstrings, 1);
-    if (p->tensors == NULL || p->values == NULL || p->chunks == NULL || p->items == NULL ||
-        p->files == NULL || p->dims_ == NULL || p->strings_ == NULL)
-        return fc_error_set(FC_ENOMEM, "plan: out of memory for %zu chunks and %zu items",
-                            p->nchunks, p->nitems);
-    return FC_OK;
-}
-
-/* Fills tensors[] and chunks[] (boxes, holders); items are set later. */
-static void fc_plan__fill_chunks(struct fc_plan *p, const struct fc_plan_tensor_in *in,
-                                 size_t *str_cursor)
-{
-    const int S = p->mesh.shard;
-    size_t c = 0, dim_cursor = 0;
+    size_t c = 0, h = 0, dim_cursor = 0;
     for (size_t i = 0; i < p->ntensors; i++) {
         struct fc_plan_tensor *t = &p->tensors[i];
         t->key = fc_plan__intern(p->strings_, str_cursor, in[i].key);
@@ -269,42 +409,53 @@ static void fc_plan__fill_chunks(struct fc_plan *p, const struct fc_plan_tensor_
         for (int d = t->ndim; d < FC_MAX_DIMS; d++)
             t->shape[d] = 0;
         t->placement = in[i].placement;
+        t->tp_dim = -1;
+        memcpy(t->pl, pls + (size_t)FC_MESH_MAX_DIMS * i, sizeof(t->pl));
+        for (int k = 0; k < p->mesh.ndim; k++) {
+            if (p->mesh.name[k] == FC_MESH_DIM_TP && t->pl[k].kind == FC_DIM_SHARD)
+                t->tp_dim = t->pl[k].dim;
+        }
         t->alias_of = FC_PLAN_NONE;
         if (in[i].alias_of >= 0) {
             const size_t src = (size_t)in[i].alias_of;
             t->alias_of = p->tensors[src].alias_of == FC_PLAN_NONE ? src : p->tensors[src].alias_of;
         }
         t->first_chunk = c;
-        t->nchunks = fc_plan__distinct_boxes(&in[i], S);
-        const int64_t k =
-            t->placement == FC_PLACE_SHARD0 ? fc_mesh_nonempty_chunks(t->shape[0], S) : 0;
-        for (size_t j = 0; j < t->nchunks; j++, c++) {
-            struct fc_plan_chunk *ch = &p->chunks[c];
-            int64_t *off = p->dims_ + dim_cursor;
-            int64_t *size = off + t->ndim;
-            dim_cursor += 2 * (size_t)t->ndim;
-            ch->box.offsets = off;
-            ch->box.sizes = size;
-            ch->tensor = i;
-            ch->item = FC_PLAN_NONE;
-            for (int d = 0; d < t->ndim; d++) {
-                off[d] = 0;
-                size[d] = t->shape[d];
+        FC_TRY(fc_plan__enumerate(&p->mesh, t, tup, order, ntuples[i]));
+        struct fc_plan_chunk *ch = NULL;
+        for (size_t x = 0; x < ntuples[i]; x++) {
+            const struct fc_plan__tuple *u = &tup[order[x]];
+            const int same = ch != NULL && memcmp(ch->box.offsets, u->off,
+                                                  sizeof(int64_t) * (size_t)t->ndim) == 0;
+            if (same && memcmp(ch->box.sizes, u->size, sizeof(int64_t) * (size_t)t->ndim) != 0)
+                return fc_error_set(FC_EINVAL,
+                                    "plan: tensor '%s': two boxes at the same offsets differ "
+                                    "in size",
+                                    t->key);
+            if (!same) {
+                ch = &p->chunks[c++];
+                int64_t *off = p->dims_ + dim_cursor;
+                int64_t *size = off + t->ndim;
+                dim_cursor += 2 * (size_t)t->ndim;
+                memcpy(off, u->off, sizeof(int64_t) * (size_t)t->ndim);
+                memcpy(size, u->size, sizeof(int64_t) * (size_t)t->ndim);
+                ch->box.offsets = off;
+                ch->box.sizes = size;
+                ch->tensor = i;
+                ch->item = FC_PLAN_NONE;
+                ch->first_holder = h;
+                ch->nholders = 0;
             }
-            if (t->placement == FC_PLACE_REPLICATE) {
-                ch->shard_first = 0;
-                ch->shard_count = S;
-            } else if ((int64_t)j < k) {
-                ch->shard_first = (int)j;
-                ch->shard_count = 1;
-                fc_mesh_chunk(t->shape[0], S, (int64_t)j, &off[0], &size[0]);
-            } else {
-                ch->shard_first = (int)k;
-                ch->shard_count = S - (int)k;
-                fc_mesh_chunk(t->shape[0], S, k, &off[0], &size[0]);
-            }
+            p->holders[h++] = u->h;
+            ch->nholders++;
         }
+        t->nchunks = c - t->first_chunk;
+        if (t->alias_of != FC_PLAN_NONE && t->nchunks != p->tensors[t->alias_of].nchunks)
+            return fc_error_set(FC_EINVAL, "plan: tensor '%s' does not shard like its tie", t->key);
     }
+    p->nchunks = c;
+    p->nholders = h;
+    return FC_OK;
 }
 
 /*
@@ -316,12 +467,13 @@ static int fc_plan__assign(struct fc_plan *p, const struct fc_plan_value_in *val
                            struct fc_plan__loads *loads)
 {
     size_t k = 0;
+    const int world = (int)p->nfiles;
     for (size_t v = 0; v < p->nvalues; v++, k++) {
         tmp[k].kind = FC_ITEM_BYTES;
         tmp[k].index = v;
         tmp[k].chunk = FC_PLAN_NONE;
         tmp[k].length = values[v].blob_size;
-        tmp[k].rank = fc_plan__pick(loads, &p->mesh, 0, p->mesh.shard);
+        tmp[k].rank = fc_plan__best_in(loads, 0, world);
         FC_TRY(fc_plan__add_load(loads, tmp[k].rank, tmp[k].length));
     }
     for (size_t i = 0; i < p->ntensors; i++) {
@@ -334,7 +486,7 @@ static int fc_plan__assign(struct fc_plan *p, const struct fc_plan_value_in *val
             tmp[k].index = i;
             tmp[k].chunk = t->first_chunk + j;
             FC_TRY(blob_size(ctx, t->dtype, ch->box.sizes, t->ndim, &tmp[k].length));
-            tmp[k].rank = fc_plan__pick(loads, &p->mesh, ch->shard_first, ch->shard_count);
+            tmp[k].rank = fc_plan__pick(loads, p, ch);
             FC_TRY(fc_plan__add_load(loads, tmp[k].rank, tmp[k].length));
         }
     }
@@ -397,7 +549,9 @@ int fc_plan_build(struct fc_plan **out, const struct fc_mesh *mesh,
     struct fc_plan *p = NULL;
     struct fc_plan_item *tmp = NULL;
     struct fc_plan__loads loads = {NULL, NULL, 0};
-    size_t *cursor = NULL;
+    struct fc_dim_placement *pls = NULL;
+    struct fc_plan__tuple *tup = NULL;
+    size_t *ntuples = NULL, *order = NULL, *cursor = NULL;
     int rc = FC_OK;
 
     assert(out != NULL && mesh != NULL);
@@ -405,59 +559,83 @@ int fc_plan_build(struct fc_plan **out, const struct fc_mesh *mesh,
     assert(nvalues == 0 || values != NULL);
     *out = NULL;
     FC_TRY(fc_mesh_validate(mesh));
+    pls = fc_calloc(ntensors + 1, sizeof(*pls) * FC_MESH_MAX_DIMS);
+    ntuples = fc_calloc(ntensors + 1, sizeof(*ntuples));
+    if (pls == NULL || ntuples == NULL) {
+        rc = fc_error_set(FC_ENOMEM, "plan: out of memory for %zu tensors", ntensors);
+        goto done;
+    }
     for (size_t i = 0; i < ntensors; i++)
-        FC_TRY(fc_plan__check_tensor(tensors, i));
-    FC_TRY(fc_plan__check_keys(tensors, ntensors, values, nvalues));
+        FC_TRY_GOTO(fc_plan__check_tensor(mesh, tensors, i, pls + (size_t)FC_MESH_MAX_DIMS * i), rc,
+                    done);
+    FC_TRY_GOTO(fc_plan__check_keys(tensors, ntensors, values, nvalues), rc, done);
 
-    /* Count everything first, so every array is allocated once. */
-    size_t nchunks = 0, ndims = 0, nitems = nvalues, nstrings = 0;
-    size_t *counts = fc_calloc(ntensors, sizeof(*counts));
-    if (counts == NULL)
-        return fc_error_set(FC_ENOMEM, "plan: out of memory for %zu tensors", ntensors);
+    /* Upper bounds (one chunk per coordinate-class tuple), so every array is allocated once. */
+    size_t nbound = 0, ndims = 0, nstrings = 0, maxtuples = 1;
     int overflow = 0;
     for (size_t i = 0; i < ntensors; i++) {
-        const int64_t a = tensors[i].alias_of;
-        counts[i] = a >= 0 ? counts[a] : fc_plan__distinct_boxes(&tensors[i], mesh->shard);
+        FC_TRY_GOTO(fc_plan__tuples(mesh, pls + (size_t)FC_MESH_MAX_DIMS * i, tensors[i].shape,
+                                    &ntuples[i]),
+                    rc, done);
         size_t d;
-        overflow |= fc_add_size(nchunks, counts[i], &nchunks);
-        overflow |= fc_mul_size(counts[i], 2 * (size_t)tensors[i].ndim, &d);
+        maxtuples = ntuples[i] > maxtuples ? ntuples[i] : maxtuples;
+        overflow |= fc_add_size(nbound, ntuples[i], &nbound);
+        overflow |= fc_mul_size(ntuples[i], 2 * (size_t)tensors[i].ndim, &d);
         overflow |= fc_add_size(ndims, d, &ndims);
-        if (a < 0)
-            overflow |= fc_add_size(nitems, counts[i], &nitems);
         overflow |= fc_add_size(nstrings, strlen(tensors[i].key) + 1, &nstrings);
     }
     for (size_t v = 0; v < nvalues; v++) {
         assert(values[v].key != NULL);
         overflow |= fc_add_size(nstrings, strlen(values[v].key) + 1, &nstrings);
     }
-    fc_free(counts);
-    if (overflow)
-        return fc_error_set(FC_EINVAL, "plan: chunk or item count overflows");
+    if (overflow) {
+        rc = fc_error_set(FC_EINVAL, "plan: chunk or item count overflows");
+        goto done;
+    }
 
     p = fc_calloc(1, sizeof(*p));
-    if (p == NULL)
-        return fc_error_set(FC_ENOMEM, "plan: out of memory");
+    if (p == NULL) {
+        rc = fc_error_set(FC_ENOMEM, "plan: out of memory");
+        goto done;
+    }
     p->mesh = *mesh;
     p->ntensors = ntensors;
     p->nvalues = nvalues;
-    p->nchunks = nchunks;
-    p->nitems = nitems;
     p->nfiles = (size_t)fc_mesh_world_size(mesh);
-    FC_TRY_GOTO(fc_plan__alloc(p, ndims, nstrings), rc, done);
+    p->tensors = fc_calloc(ntensors + 1, sizeof(*p->tensors));
+    p->values = fc_calloc(nvalues + 1, sizeof(*p->values));
+    p->chunks = fc_calloc(nbound + 1, sizeof(*p->chunks));
+    p->holders = fc_calloc(nbound + 1, sizeof(*p->holders));
+    p->dims_ = fc_calloc(ndims + 1, sizeof(*p->dims_));
+    p->strings_ = fc_calloc(nstrings + 1, 1);
+    tup = fc_calloc(maxtuples, sizeof(*tup));
+    order = fc_calloc(maxtuples, sizeof(*order));
+    if (p->tensors == NULL || p->values == NULL || p->chunks == NULL || p->holders == NULL ||
+        p->dims_ == NULL || p->strings_ == NULL || tup == NULL || order == NULL) {
+        rc = fc_error_set(FC_ENOMEM, "plan: out of memory for %zu chunks", nbound);
+        goto done;
+    }
 
     size_t str_cursor = 0;
-    fc_plan__fill_chunks(p, tensors, &str_cursor);
+    FC_TRY_GOTO(fc_plan__fill_chunks(p, tensors, pls, ntuples, tup, order, &str_cursor), rc, done);
     for (size_t v = 0; v < nvalues; v++) {
         p->values[v].key = fc_plan__intern(p->strings_, &str_cursor, values[v].key);
         p->values[v].item = FC_PLAN_NONE;
     }
+    p->nitems = nvalues;
+    for (size_t i = 0; i < ntensors; i++) {
+        if (p->tensors[i].alias_of == FC_PLAN_NONE)
+            p->nitems += p->tensors[i].nchunks; /* <= nbound + nvalues: no overflow */
+    }
 
     const int world = (int)p->nfiles;
-    tmp = fc_calloc(nitems, sizeof(*tmp));
+    p->items = fc_calloc(p->nitems + 1, sizeof(*p->items));
+    p->files = fc_calloc(p->nfiles, sizeof(*p->files));
+    tmp = fc_calloc(p->nitems + 1, sizeof(*tmp));
     cursor = fc_calloc((size_t)world, sizeof(*cursor));
-    if (tmp == NULL || cursor == NULL) {
-        rc =
-            fc_error_set(FC_ENOMEM, "plan: out of memory for %zu items on %d ranks", nitems, world);
+    if (p->items == NULL || p->files == NULL || tmp == NULL || cursor == NULL) {
+        rc = fc_error_set(FC_ENOMEM, "plan: out of memory for %zu items on %d ranks", p->nitems,
+                          world);
         goto done;
     }
     FC_TRY_GOTO(fc_plan__loads_init(&loads, world), rc, done);
@@ -476,6 +654,10 @@ done:
     fc_free(tmp);
     fc_plan__loads_release(&loads);
     fc_free(cursor);
+    fc_free(pls);
+    fc_free(ntuples);
+    fc_free(tup);
+    fc_free(order);
     if (rc < 0) {
         fc_plan_free(p);
         return rc;
@@ -554,11 +736,40 @@ size_t fc_plan_rank_chunk(const struct fc_plan *plan, size_t tensor, int rank)
     assert(plan != NULL && tensor < plan->ntensors);
     assert(rank >= 0 && (size_t)rank < plan->nfiles);
     const struct fc_plan_tensor *t = &plan->tensors[tensor];
-    if (t->placement == FC_PLACE_REPLICATE)
-        return t->first_chunk;
-    const int s = rank % plan->mesh.shard;
-    const int64_t k = fc_mesh_nonempty_chunks(t->shape[0], plan->mesh.shard);
-    return t->first_chunk + (size_t)(s < k ? s : k);
+    int64_t off[FC_MAX_DIMS], size[FC_MAX_DIMS];
+    const int rc = fc_mesh_box(&plan->mesh, t->pl, t->ndim, t->shape, rank, off, size);
+    assert(rc == FC_OK); /* checked when the plan was built */
+    (void)rc;
+    size_t lo = t->first_chunk, hi = t->first_chunk + t->nchunks; /* chunks sorted by offsets */
+    while (hi - lo > 1) {
+        const size_t mid = lo + (hi - lo) / 2;
+        const int64_t *o = plan->chunks[mid].box.offsets;
+        int cmp = 0;
+        for (int d = 0; d < t->ndim && cmp == 0; d++)
+            cmp = (o[d] > off[d]) - (o[d] < off[d]);
+        if (cmp > 0)
+            hi = mid;
+        else
+            lo = mid;
+    }
+    return lo;
+}
+
+int fc_plan_chunk_holds(const struct fc_plan *plan, size_t chunk, int rank)
+{
+    assert(plan != NULL && chunk < plan->nchunks);
+    int coords[FC_MESH_MAX_DIMS];
+    fc_mesh_coords(&plan->mesh, rank, coords);
+    const struct fc_plan_chunk *ch = &plan->chunks[chunk];
+    for (size_t h = 0; h < ch->nholders; h++) {
+        const struct fc_plan_holder *hb = &plan->holders[ch->first_holder + h];
+        int in = 1;
+        for (int i = 0; i < plan->mesh.ndim; i++)
+            in &= coords[i] >= hb->lo[i] && coords[i] < hb->hi[i];
+        if (in)
+            return 1;
+    }
+    return 0;
 }
 
 void fc_plan_rank_box(const struct fc_plan *plan, size_t tensor, int rank, int64_t *offsets_out,
@@ -572,20 +783,76 @@ void fc_plan_rank_box(const struct fc_plan *plan, size_t tensor, int rank, int64
     }
 }
 
-static int fc_plan__put_ranks(struct fc_buf *out, const struct fc_mesh *mesh, int first, int count)
+/* Holder runs of one chunk, gathered for printing. */
+struct fc_plan__runs {
+    int (*run)[2];
+    size_t n, cap;
+};
+
+static int fc_plan__collect_run(void *ctxp, int lo, int hi)
 {
-    if (first == 0 && count == mesh->shard)
-        return fc_buf_puts(out, "all");
-    for (int r = 0; r < mesh->replicate; r++) {
-        if (r == FC_PLAN_DESCRIBE_MAX_RUNS)
-            return fc_buf_printf(out, ", ... (%" PRId64 " ranks)",
-                                 (int64_t)mesh->replicate * count);
-        const int lo = r * mesh->shard + first, hi = lo + count - 1;
-        FC_TRY(fc_buf_printf(out, "%s%d", r > 0 ? "," : "", lo));
-        if (hi > lo)
-            FC_TRY(fc_buf_printf(out, "-%d", hi));
+    struct fc_plan__runs *r = ctxp;
+    if (r->n == r->cap) {
+        const size_t cap = r->cap ? 2 * r->cap : 16;
+        int(*grown)[2] = fc_reallocarray(r->run, cap, sizeof(*r->run));
+        if (grown == NULL)
+            return fc_error_set(FC_ENOMEM, "plan: out of memory listing holders");
+        r->run = grown;
+        r->cap = cap;
     }
+    r->run[r->n][0] = lo;
+    r->run[r->n][1] = hi;
+    r->n++;
     return FC_OK;
+}
+
+static int fc_plan__cmp_run(const void *a, const void *b)
+{
+    const int *x = a, *y = b;
+    return (x[0] > y[0]) - (x[0] < y[0]);
+}
+
+static int fc_plan__put_ranks(struct fc_buf *out, const struct fc_plan *plan,
+                              const struct fc_plan_chunk *ch)
+{
+    struct fc_plan__runs r = {NULL, 0, 0};
+    int rc = FC_OK;
+    for (size_t h = 0; h < ch->nholders; h++)
+        FC_TRY_GOTO(fc_plan__holder_runs(&plan->mesh, &plan->holders[ch->first_holder + h],
+                                         fc_plan__collect_run, &r),
+                    rc, done);
+    qsort(r.run, r.n, sizeof(*r.run), fc_plan__cmp_run);
+    size_t m = 0; /* merge touching runs */
+    int64_t total = 0;
+    for (size_t k = 0; k < r.n; k++) {
+        if (m > 0 && r.run[k][0] <= r.run[m - 1][1]) {
+            if (r.run[k][1] > r.run[m - 1][1])
+                r.run[m - 1][1] = r.run[k][1];
+        } else {
+            r.run[m][0] = r.run[k][0];
+            r.run[m][1] = r.run[k][1];
+            m++;
+        }
+    }
+    for (size_t k = 0; k < m; k++)
+        total += r.run[k][1] - r.run[k][0];
+    if (total == (int64_t)plan->nfiles) {
+        rc = fc_buf_puts(out, "all");
+        goto done;
+    }
+    for (size_t k = 0; k < m; k++) {
+        if (k == FC_PLAN_DESCRIBE_MAX_RUNS) {
+            rc = fc_buf_printf(out, ", ... (%" PRId64 " ranks)", total);
+            goto done;
+        }
+        const int lo = r.run[k][0], hi = r.run[k][1] - 1;
+        FC_TRY_GOTO(fc_buf_printf(out, "%s%d", k > 0 ? "," : "", lo), rc, done);
+        if (hi > lo)
+            FC_TRY_GOTO(fc_buf_printf(out, "-%d", hi), rc, done);
+    }
+done:
+    fc_free(r.run);
+    return rc;
 }
 
 static int fc_plan__put_item(struct fc_buf *out, const struct fc_plan *plan, size_t item)
@@ -602,7 +869,9 @@ static int fc_plan__describe_tensor(const struct fc_plan *plan, size_t i, struct
     FC_TRY(fc_plan__put_key(out, t->key));
     FC_TRY(fc_buf_printf(out, "  %s ", fc_dtype_name(t->dtype)));
     FC_TRY(fc_dims_format(out, t->ndim, t->shape));
-    FC_TRY(fc_buf_printf(out, "  %s", fc_placement_name(&plan->mesh, t->placement)));
+    char pname[160];
+    FC_TRY(fc_buf_printf(out, "  %s",
+                         fc_mesh_placement_name(&plan->mesh, t->pl, pname, sizeof(pname))));
     if (t->alias_of != FC_PLAN_NONE) {
         FC_TRY(fc_buf_puts(out, "  alias of "));
         FC_TRY(fc_plan__put_key(out, plan->tensors[t->alias_of].key));
@@ -616,7 +885,7 @@ static int fc_plan__describe_tensor(const struct fc_plan *plan, size_t i, struct
         FC_TRY(fc_buf_puts(out, "  box "));
         FC_TRY(fc_box_format(out, t->ndim, ch->box.offsets, ch->box.sizes));
         FC_TRY(fc_buf_puts(out, "  ranks "));
-        FC_TRY(fc_plan__put_ranks(out, &plan->mesh, ch->shard_first, ch->shard_count));
+        FC_TRY(fc_plan__put_ranks(out, plan, ch));
         FC_TRY(fc_plan__put_item(out, plan, ch->item));
         if (empty)
             FC_TRY(fc_buf_puts(out, "  (empty)"));
@@ -630,11 +899,13 @@ static int fc_plan__describe_tensor(const struct fc_plan *plan, size_t i, struct
 int fc_plan_describe(const struct fc_plan *plan, struct fc_buf *out)
 {
     assert(plan != NULL && out != NULL);
+    char mname[96];
     FC_TRY(fc_buf_printf(out,
-                         "plan: mesh replicate=%d shard=%d (world %zu); %zu tensors, %zu values; "
+                         "plan: mesh %s (world %zu); %zu tensors, %zu values; "
                          "%zu items in %zu files, %" PRIu64 " bytes\n",
-                         plan->mesh.replicate, plan->mesh.shard, plan->nfiles, plan->ntensors,
-                         plan->nvalues, plan->nitems, plan->nfiles, plan->total_bytes));
+                         fc_mesh_describe(&plan->mesh, mname, sizeof(mname)), plan->nfiles,
+                         plan->ntensors, plan->nvalues, plan->nitems, plan->nfiles,
+                         plan->total_bytes));
     for (size_t v = 0; v < plan->nvalues; v++) {
         FC_TRY(fc_buf_puts(out, "value "));
         FC_TRY(fc_plan__put_key(out, plan->values[v].key));

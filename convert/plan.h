@@ -17,20 +17,21 @@
  * tests/fuzz/fuzz_plan.c):
  *
  *  1. Chunks.  Each tensor owns chunks[first_chunk .. first_chunk+nchunks),
- *     one per DISTINCT box that some rank holds (fc_mesh_box()): replicas and
- *     identical empty boxes collapse into one chunk, as DCP's dedup by (fqn,
- *     offsets) does.  Chunks are ordered by box offset (= shard order).  For
- *     FC_PLACE_SHARD0 with L = shape[0] and S = mesh.shard: chunks 0..k-1 are
- *     the k = fc_mesh_nonempty_chunks(L, S) pieces with length > 0 along dim 0
- *     (chunk s held by shard coordinate s), followed, when k < S, by ONE chunk
- *     at dim-0 offset L with length 0 held by shard coordinates k..S-1.  For
- *     FC_PLACE_REPLICATE there is one chunk, offsets 0, sizes = shape (a 0-d
- *     tensor: one chunk with ndim 0).  Consequently the offset tuples of a
- *     tensor's chunks are pairwise distinct, and its chunks with dim-0 length
- *     > 0 tile the tensor exactly once (fc_chunks_check_coverage() reports
- *     nothing).
- *  2. Holders.  The ranks holding chunk c are { r * S + s : 0 <= r < R,
- *     shard_first <= s < shard_first + shard_count }.
+ *     one per DISTINCT box that some rank holds (fc_mesh_box() under the
+ *     tensor's placements pl[]): replicas and identical empty boxes collapse
+ *     into one chunk, as DCP's dedup by (fqn, offsets) does.  Chunks are
+ *     ordered by their offset tuples (lexicographically), which are pairwise
+ *     distinct; their non-empty boxes tile the tensor exactly once.  For
+ *     FC_PLACE_SHARD0 on a mesh without tp, with L = shape[0] and S the
+ *     dp_shard size: chunks 0..k-1 are the k = fc_mesh_nonempty_chunks(L, S)
+ *     pieces with length > 0 along dim 0, followed, when k < S, by ONE chunk
+ *     at dim-0 offset L with length 0.  For FC_PLACE_REPLICATE there is one
+ *     chunk, offsets 0, sizes = shape (a 0-d tensor: one chunk with ndim 0).
+ *     A tensor whose placements torch cannot round-trip
+ *     (fc_mesh_check_layout()) is refused.
+ *  2. Holders.  The ranks holding chunk c are the union of its holder boxes
+ *     holders[c.first_holder .. + c.nholders): each is a product of one
+ *     coordinate range per mesh dim (fc_plan_chunk_holds()).
  *  3. Items.  One item per value and one per chunk of a non-alias tensor.
  *     An alias tensor (weight tying) has its own chunks (same boxes as its
  *     root) whose `item` is the root chunk's item: no bytes are stored twice.
@@ -43,8 +44,9 @@
  *     bytes and values as 1, we weigh every item by its planned length, which
  *     balances the files better).  Chunks with one holder (Shard(0) on a 1-D
  *     mesh) have no choice but still add to their rank's load.  A segment
- *     tree over (load, rank) makes each choice O(R log W) (holders are R runs
- *     of contiguous ranks), so building is O(items * R log W + chunks * ndim)
+ *     tree over (load, rank) makes each choice O(runs log W), runs = the
+ *     holder boxes' runs of contiguous ranks (R for HSDP, R * S for a
+ *     tp-sharded box), so building is O(items * runs log W + chunks * ndim)
  *     time and O(W + chunks * ndim) memory, W = world size.
  *  5. Files.  One file per rank, files[r] named "__{r}_0.distcp", created
  *     even when empty.  items[] is grouped by file in write order:
@@ -83,8 +85,10 @@ struct fc_plan_tensor_in {
     int ndim;                    /* 0 .. FC_MAX_DIMS */
     int64_t shape[FC_MAX_DIMS];  /* global shape; dims >= 0, numel * elem size fits uint64 */
     enum fc_placement placement; /* FC_PLACE_SHARD0 needs ndim >= 1 */
+    int tp_dim;                  /* dim sharded over the mesh's tp dim, -1: Replicate() on tp;
+                                    ignored on a mesh without tp */
     int64_t alias_of;            /* -1, or index of an EARLIER tensor sharing the same bytes
-                                    (same dtype, ndim, shape, placement); chains allowed */
+                                    (same dtype, ndim, shape, placement, tp_dim); chains allowed */
 };
 
 /* One non-tensor value (a DCP bytes item): blob_size = its torch.save blob length. */
@@ -115,17 +119,25 @@ struct fc_plan_tensor {
     int ndim;
     int64_t shape[FC_MAX_DIMS];
     enum fc_placement placement;
+    int tp_dim;                                   /* -1 when not sharded on tp */
+    struct fc_dim_placement pl[FC_MESH_MAX_DIMS]; /* per mesh dim (fc_mesh_placements()) */
     size_t alias_of;    /* SIZE_MAX, or the ROOT (non-alias) tensor whose items it shares */
     size_t first_chunk; /* its chunks are chunks[first_chunk .. first_chunk + nchunks) */
     size_t nchunks;     /* >= 1 */
 };
 
 struct fc_plan_chunk {
-    struct fc_box box; /* tensors[tensor].ndim entries each, owned by the plan */
-    size_t tensor;     /* the tensor this chunk belongs to */
-    size_t item;       /* the item storing its bytes (the root's item for an alias) */
-    int shard_first;   /* holders: see invariant 2 */
-    int shard_count;
+    struct fc_box box;   /* tensors[tensor].ndim entries each, owned by the plan */
+    size_t tensor;       /* the tensor this chunk belongs to */
+    size_t item;         /* the item storing its bytes (the root's item for an alias) */
+    size_t first_holder; /* holders: see invariant 2 */
+    size_t nholders;     /* >= 1 */
+};
+
+/* Ranks whose coordinate on every mesh dim i lies in [lo[i], hi[i]). */
+struct fc_plan_holder {
+    int lo[FC_MESH_MAX_DIMS];
+    int hi[FC_MESH_MAX_DIMS];
 };
 
 struct fc_plan_value {
@@ -160,6 +172,8 @@ struct fc_plan {
     size_t nvalues;
     struct fc_plan_chunk *chunks;
     size_t nchunks;
+    struct fc_plan_holder *holders;
+    size_t nholders;
     struct fc_plan_item *items; /* grouped by file in write order */
     size_t nitems;
     struct fc_plan_file *files; /* files[r] for r in [0, world) */
@@ -178,8 +192,9 @@ struct fc_plan {
  * (fc_plan_free()); on failure *out is NULL.
  *
  * Returns FC_OK; FC_EINVAL for an invalid mesh, a tensor with a bad dtype,
- * ndim, shape or placement, an alias that is not an earlier tensor or differs
- * in dtype/shape/placement, a duplicate key, or file sizes overflowing
+ * ndim, shape, placement or tp_dim, a layout torch cannot round-trip
+ * (fc_mesh_check_layout()), an alias that is not an earlier tensor or
+ * differs in dtype/shape/placement, a duplicate key, or file sizes overflowing
  * uint64 (the message names the key); FC_ENOMEM; or whatever the callback
  * returned.
  */
@@ -223,15 +238,18 @@ int fc_plan_file_name(int rank, char *buf, size_t bufsize);
 /*
  * fc_plan_rank_chunk() - index into plan->chunks of the box that `rank`
  * holds of tensor `tensor` (even when that chunk's item is stored in another
- * rank's file).  Preconditions (asserted): tensor < ntensors, 0 <= rank <
- * world.
+ * rank's file); O(ndim log nchunks).  Preconditions (asserted): tensor <
+ * ntensors, 0 <= rank < world.
  */
 size_t fc_plan_rank_chunk(const struct fc_plan *plan, size_t tensor, int rank);
+
+/* fc_plan_chunk_holds() - 1 when `rank` is one of chunk `chunk`'s holders. */
+int fc_plan_chunk_holds(const struct fc_plan *plan, size_t chunk, int rank);
 
 /*
  * fc_plan_rank_box() - copy the box of fc_plan_rank_chunk() into
  * offsets_out/sizes_out (tensors[tensor].ndim entries each).  Equals
- * fc_mesh_box() for the tensor's shape and placement.
+ * fc_mesh_box() for the tensor's shape and placements.
  */
 void fc_plan_rank_box(const struct fc_plan *plan, size_t tensor, int rank, int64_t *offsets_out,
                       int64_t *sizes_out);
@@ -242,7 +260,7 @@ void fc_plan_rank_box(const struct fc_plan *plan, size_t tensor, int rank, int64
  * Format (one record per line, fields separated by two spaces; keys are
  * written with bytes outside printable ASCII, and backslash, as \xNN):
  *
- *   plan: mesh replicate=R shard=S (world W); T tensors, V values; I items in W files, B bytes
+ *   plan: mesh <fc_mesh_describe> (world W); T tensors, V values; I items in W files, B bytes
  *   value <key>  ->  <file>  offset <o>  bytes <n>                  (one per value)
  *   tensor <key>  <dtype> [d0, d1]  <placement>[  alias of <key>]   (one per tensor)
  *     box [a:b, c:d]  ranks <set>  ->  <file>  offset <o>  bytes <n>[  (empty)][  (shared)]
@@ -250,9 +268,10 @@ void fc_plan_rank_box(const struct fc_plan *plan, size_t tensor, int rank, int64
  *
  * A box line follows its tensor line, one per chunk.  Boxes are half-open
  * Python slices per dim ("[]" for 0-d).  <set> is "all", or the holder
- * ranks as comma-separated runs "a" / "a-b" (at most 8 runs, then ", ...
- * (N ranks)").  "(empty)" marks a zero-element box, "(shared)" an alias's
- * chunk whose bytes are the root's item.  <placement> is fc_placement_name().
+ * ranks as comma-separated runs "a" / "a-b" in rank order (at most 8 runs,
+ * then ", ... (N ranks)").  "(empty)" marks a zero-element box, "(shared)" an
+ * alias's chunk whose bytes are the root's item.  <placement> is
+ * fc_mesh_placement_name().
  *
  * Returns FC_OK or FC_ENOMEM (out's cap exceeded; out keeps what fit).
  */

@@ -92,6 +92,7 @@ int fc_xform_push(struct fc_xform_result *xr, size_t *out)
     memset(&a[xr->n], 0, sizeof(a[xr->n]));
     a[xr->n].alias_of = -1;
     a[xr->n].copy_of = -1;
+    a[xr->n].param_of = -1;
     *out = xr->n++;
     return FC_OK;
 }

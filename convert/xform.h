@@ -114,6 +114,7 @@ struct fc_xspec {
     long copy_of;   /* -1, or the spec this one is a --copy of (its optimizer state follows) */
     int replicate;  /* stored whole instead of Shard(0) */
     int optim_skip; /* no optimizer parameter */
+    long param_of;  /* -1, or the parameter whose placement this optimizer state takes */
 };
 
 struct fc_xform_result {

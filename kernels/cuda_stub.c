@@ -130,12 +130,3 @@ int fc_cuda_pack_shard(fc_dtype dst_dtype, void *dst, fc_dtype src_dtype, const 
     (void)offset, (void)size, (void)stream;
     return fc_no_cuda("cuda_pack_shard");
 }
-
-int fc_cuda_pack_chunks(fc_dtype dst_dtype, void *const *dst, fc_dtype src_dtype, const void *src,
-                        int ndim, const int64_t *shape, const struct fc_kern_mesh *mesh,
-                        void *stream)
-{
-    (void)dst_dtype, (void)dst, (void)src_dtype, (void)src, (void)ndim, (void)shape;
-    (void)mesh, (void)stream;
-    return fc_no_cuda("cuda_pack_chunks");
-}

@@ -132,47 +132,6 @@ int fc_kern_conv2d_to_linear(void *dst, const void *src, size_t elem_size, const
 int fc_kern_pack_shard(fc_dtype dst_dtype, void *dst, fc_dtype src_dtype, const void *src, int ndim,
                        const int64_t *src_shape, const int64_t *offset, const int64_t *size);
 
-#define FC_KERN_MAX_MESH_DIMS 4
-
-/*
- * A DeviceMesh of ndim dims with one placement per mesh dim: Shard(shard_dim[i])
- * or Replicate (shard_dim[i] == -1).  Ranks are numbered row-major over `size`
- * (as DeviceMesh(torch.arange(world).view(size)) does).  Shards on the same
- * tensor dim nest in mesh-dim order, each with torch.chunk semantics: a length L
- * cut in n pieces gives chunk = ceil(L / n) and piece k covers
- * [min(chunk * k, L), min(chunk * (k + 1), L)) of the current extent.
- */
-struct fc_kern_mesh {
-    int ndim;                             /* 1 .. FC_KERN_MAX_MESH_DIMS */
-    int64_t size[FC_KERN_MAX_MESH_DIMS];  /* ranks along each mesh dim, >= 1 */
-    int shard_dim[FC_KERN_MAX_MESH_DIMS]; /* tensor dim, or -1 for Replicate */
-};
-
-/* fc_kern_mesh_world_size() - product of mesh->size.  FC_OK or FC_EINVAL. */
-int fc_kern_mesh_world_size(const struct fc_kern_mesh *mesh, int64_t *out);
-
-/*
- * fc_kern_chunk_box() - the box (offset_out[d], size_out[d] for each of the
- * ndim tensor dims) that `rank` holds of a tensor of shape `shape` placed on
- * `mesh`, equal to DTensor's compute_local_shape_and_global_offset().  An
- * empty piece has size 0 and, as in DTensor, offset shape[d] on that dim.
- *
- * Returns FC_OK, or FC_EINVAL (bad mesh, rank out of range, a shard dim >= ndim).
- */
-int fc_kern_chunk_box(const struct fc_kern_mesh *mesh, int ndim, const int64_t *shape, int64_t rank,
-                      int64_t *offset_out, int64_t *size_out);
-
-/*
- * fc_kern_pack_chunks() - cut the full C-contiguous tensor src into every
- * rank's piece (fc_kern_chunk_box()) in one call, writing rank r's dense piece,
- * cast to dst_dtype, to dst[r].  dst has world-size entries; a NULL entry skips
- * that rank.  Replicated ranks each get a full copy.
- *
- * Returns as fc_kern_pack_shard(); on failure some pieces may be written.
- */
-int fc_kern_pack_chunks(fc_dtype dst_dtype, void *const *dst, fc_dtype src_dtype, const void *src,
-                        int ndim, const int64_t *shape, const struct fc_kern_mesh *mesh);
-
 /* ---- CUDA device management (device_cuda.cu / cuda_stub.c) --------------- */
 
 /* 1 if CUDA was built in and at least one device is usable, else 0.  Never fails. */
@@ -262,10 +221,6 @@ int fc_cuda_conv2d_to_linear(void *dst, const void *src, size_t elem_size, const
 int fc_cuda_pack_shard(fc_dtype dst_dtype, void *dst, fc_dtype src_dtype, const void *src, int ndim,
                        const int64_t *src_shape, const int64_t *offset, const int64_t *size,
                        void *stream);
-/* dst is a host array of world-size device pointers (NULL entries skipped). */
-int fc_cuda_pack_chunks(fc_dtype dst_dtype, void *const *dst, fc_dtype src_dtype, const void *src,
-                        int ndim, const int64_t *shape, const struct fc_kern_mesh *mesh,
-                        void *stream);
 
 #ifdef __cplusplus
 }

@@ -128,24 +128,3 @@ extern "C" int fc_cuda_pack_shard(fc_dtype dst_dtype, void *dst, fc_dtype src_dt
                             fc_dtype_name(src_dtype));
     }
 }
-
-extern "C" int fc_cuda_pack_chunks(fc_dtype dst_dtype, void *const *dst, fc_dtype src_dtype,
-                                   const void *src, int ndim, const int64_t *shape,
-                                   const struct fc_kern_mesh *mesh, void *stream)
-{
-    int64_t world;
-    int64_t off[FC_MAX_DIMS];
-    int64_t len[FC_MAX_DIMS];
-
-    FC_TRY(fc_kern_mesh_world_size(mesh, &world));
-    if (dst == NULL)
-        return fc_error_set(FC_EINVAL, "cuda_pack_chunks: NULL destination array");
-    for (int64_t r = 0; r < world; r++) {
-        FC_TRY(fc_kern_chunk_box(mesh, ndim, shape, r, off, len));
-        if (dst[r] == NULL)
-            continue;
-        FC_TRY(
-            fc_cuda_pack_shard(dst_dtype, dst[r], src_dtype, src, ndim, shape, off, len, stream));
-    }
-    return FC_OK;
-}

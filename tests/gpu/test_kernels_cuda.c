@@ -17,6 +17,7 @@
 #include "fc_test.h"
 
 #include "fc_kernels.h"
+#include "mesh.h"
 
 static const fc_dtype fc_g_float[4] = { FC_DTYPE_FLOAT64, FC_DTYPE_FLOAT32, FC_DTYPE_FLOAT16,
                                         FC_DTYPE_BFLOAT16 };
@@ -287,58 +288,57 @@ static void test_cuda_pack_shard_matches_cpu_with_every_cast(void **state)
                 fc_g_check_box(fc_g_float[di], fc_g_float[si]);
 }
 
-static void fc_g_check_chunks(fc_dtype ddt, fc_dtype sdt, int ndim, const int64_t *shape,
-                              const struct fc_kern_mesh *mesh)
+/*
+ * Every rank's box of a hand-built mesh (fc_mesh_box, Shard(dims[i]) or
+ * Replicate() for -1 on mesh dim i) packed on the device equals the CPU pack.
+ */
+static void fc_g_check_mesh_boxes(fc_dtype ddt, fc_dtype sdt, int ndim, const int64_t *shape,
+                                  int mdim, const int64_t *msize, const int *dims)
 {
-    int64_t world;
+    struct fc_mesh mesh;
+    struct fc_dim_placement pl[FC_MESH_MAX_DIMS];
     const size_t des = fc_dtype_size(ddt);
     const size_t ses = fc_dtype_size(sdt);
     const int64_t snumel = fc_g_numel(ndim, shape);
     unsigned char *const src = malloc((size_t)snumel * ses + 1);
     struct fc_dev_buf dsrc = FC_DEV_BUF_INIT;
-    struct fc_dev_buf ddst[16];
-    void *host[16];
-    void *dev[16];
-    int64_t nbytes[16];
 
-    assert_fc_ok(fc_kern_mesh_world_size(mesh, &world));
-    assert_true(world <= 16);
+    memset(&mesh, 0, sizeof(mesh));
+    mesh.ndim = mdim;
+    for (int i = 0; i < mdim; i++) {
+        mesh.size[i] = (int)msize[i];
+        pl[i].kind = dims[i] < 0 ? FC_DIM_REPLICATE : FC_DIM_SHARD;
+        pl[i].dim = dims[i] < 0 ? 0 : dims[i];
+        pl[i].split = 1;
+    }
     assert_non_null(src);
     fc_g_fill_random(src, (size_t)snumel * ses);
-    for (int64_t r = 0; r < world; r++) {
-        int64_t off[FC_MAX_DIMS];
-        int64_t size[FC_MAX_DIMS];
-        assert_fc_ok(fc_kern_chunk_box(mesh, ndim, shape, r, off, size));
-        nbytes[r] = fc_g_numel(ndim, size) * (int64_t)des;
-        ddst[r].ptr = NULL;
-        ddst[r].nbytes = 0;
-        assert_fc_ok(fc_dev_buf_alloc(&ddst[r], (size_t)nbytes[r] + 16));
-        /* Rank 1's piece is skipped on both sides. */
-        host[r] = r == 1 ? NULL : malloc((size_t)nbytes[r] + 1);
-        dev[r] = r == 1 ? NULL : ddst[r].ptr;
-        assert_true(r == 1 || host[r] != NULL);
-    }
     assert_fc_ok(fc_dev_buf_alloc(&dsrc, (size_t)snumel * ses + 16));
     assert_fc_ok(fc_dev_buf_upload(&dsrc, 0, src, (size_t)snumel * ses, NULL));
-    assert_fc_ok(fc_kern_pack_chunks(ddt, host, sdt, src, ndim, shape, mesh));
-    assert_fc_ok(fc_cuda_pack_chunks(ddt, dev, sdt, dsrc.ptr, ndim, shape, mesh, NULL));
-    assert_fc_ok(fc_cuda_stream_sync(NULL));
-    for (int64_t r = 0; r < world; r++) {
-        if (host[r] != NULL) {
-            unsigned char *const got = malloc((size_t)nbytes[r] + 1);
-            assert_non_null(got);
-            assert_fc_ok(fc_dev_buf_download(got, &ddst[r], 0, (size_t)nbytes[r], NULL));
-            assert_memory_equal(got, host[r], (size_t)nbytes[r]);
-            free(got);
-            free(host[r]);
-        }
-        fc_dev_buf_free(&ddst[r]);
+    for (int r = 0; r < fc_mesh_world_size(&mesh); r++) {
+        int64_t off[FC_MAX_DIMS];
+        int64_t size[FC_MAX_DIMS];
+        struct fc_dev_buf ddst = FC_DEV_BUF_INIT;
+        assert_fc_ok(fc_mesh_box(&mesh, pl, ndim, shape, r, off, size));
+        const size_t nbytes = (size_t)fc_g_numel(ndim, size) * des;
+        unsigned char *const want = malloc(nbytes + 1);
+        unsigned char *const got = malloc(nbytes + 1);
+        assert_true(want != NULL && got != NULL);
+        assert_fc_ok(fc_dev_buf_alloc(&ddst, nbytes + 16));
+        assert_fc_ok(fc_kern_pack_shard(ddt, want, sdt, src, ndim, shape, off, size));
+        assert_fc_ok(fc_cuda_pack_shard(ddt, ddst.ptr, sdt, dsrc.ptr, ndim, shape, off, size, NULL));
+        assert_fc_ok(fc_cuda_stream_sync(NULL));
+        assert_fc_ok(fc_dev_buf_download(got, &ddst, 0, nbytes, NULL));
+        assert_memory_equal(got, want, nbytes);
+        free(want);
+        free(got);
+        fc_dev_buf_free(&ddst);
     }
     fc_dev_buf_free(&dsrc);
     free(src);
 }
 
-static void test_cuda_pack_chunks_matches_cpu_on_1d_and_2d_meshes(void **state)
+static void test_cuda_pack_matches_cpu_on_1d_and_2d_mesh_boxes(void **state)
 {
     static const int64_t shape3[3] = { 7, 5, 6 };
     static const int64_t meshes[][2] = { { 2, 2 }, { 2, 3 }, { 3, 3 }, { 2, 4 } };
@@ -347,16 +347,17 @@ static void test_cuda_pack_chunks_matches_cpu_on_1d_and_2d_meshes(void **state)
         skip();
     for (int d = 0; d < 3; d++)
         for (int64_t n = 1; n <= 9; n++) {
-            const struct fc_kern_mesh mesh = { 1, { n }, { d } };
-            fc_g_check_chunks(FC_DTYPE_FLOAT32, FC_DTYPE_FLOAT32, 3, shape3, &mesh);
-            fc_g_check_chunks(FC_DTYPE_BFLOAT16, FC_DTYPE_FLOAT32, 3, shape3, &mesh);
+            fc_g_check_mesh_boxes(FC_DTYPE_FLOAT32, FC_DTYPE_FLOAT32, 3, shape3, 1, &n, &d);
+            fc_g_check_mesh_boxes(FC_DTYPE_BFLOAT16, FC_DTYPE_FLOAT32, 3, shape3, 1, &n, &d);
         }
     for (size_t k = 0; k < sizeof(meshes) / sizeof(meshes[0]); k++)
         for (int a = -1; a < 3; a++)
             for (int b = -1; b < 3; b++) {
-                const struct fc_kern_mesh mesh = { 2, { meshes[k][0], meshes[k][1] }, { a, b } };
-                fc_g_check_chunks(FC_DTYPE_FLOAT16, FC_DTYPE_FLOAT64, 3, shape3, &mesh);
-                fc_g_check_chunks(FC_DTYPE_INT64, FC_DTYPE_INT64, 3, shape3, &mesh);
+                const int dims[2] = { a, b };
+                fc_g_check_mesh_boxes(FC_DTYPE_FLOAT16, FC_DTYPE_FLOAT64, 3, shape3, 2,
+                                      meshes[k], dims);
+                fc_g_check_mesh_boxes(FC_DTYPE_INT64, FC_DTYPE_INT64, 3, shape3, 2, meshes[k],
+                                      dims);
             }
 }
 
@@ -419,7 +420,7 @@ int main(void)
         cmocka_unit_test(test_cuda_conv2d_to_linear_matches_cpu),
         cmocka_unit_test(test_cuda_pack_shard_matches_cpu_without_cast),
         cmocka_unit_test(test_cuda_pack_shard_matches_cpu_with_every_cast),
-        cmocka_unit_test(test_cuda_pack_chunks_matches_cpu_on_1d_and_2d_meshes),
+        cmocka_unit_test(test_cuda_pack_matches_cpu_on_1d_and_2d_mesh_boxes),
         cmocka_unit_test(test_cuda_rejects_misaligned_pointers_and_bad_ranges),
         cmocka_unit_test(test_cuda_pinned_buffers_round_trip),
     };

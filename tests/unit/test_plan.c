@@ -43,8 +43,27 @@ static struct fc_plan_tensor_in tin(const char *key, fc_dtype dt, enum fc_placem
     t.shape[1] = d1;
     t.shape[2] = d2;
     t.placement = pl;
+    t.tp_dim = -1;
     t.alias_of = -1;
     return t;
+}
+
+/* A (replicate, shard, tp) mesh as fc_mesh_init() lays it out, without validating it. */
+static struct fc_mesh mesh3(int replicate, int shard, int tp)
+{
+    struct fc_mesh m;
+    memset(&m, 0, sizeof(m));
+    if (replicate != 1) {
+        m.size[m.ndim] = replicate;
+        m.name[m.ndim++] = FC_MESH_DIM_REPLICATE;
+    }
+    m.size[m.ndim] = shard;
+    m.name[m.ndim++] = FC_MESH_DIM_SHARD;
+    if (tp != 1) {
+        m.size[m.ndim] = tp;
+        m.name[m.ndim++] = FC_MESH_DIM_TP;
+    }
+    return m;
 }
 
 static int64_t box_numel(int ndim, const int64_t *sizes)
@@ -149,9 +168,7 @@ static void check_plan(const struct fc_plan *p)
             if (t->alias_of != SIZE_MAX)
                 assert_int_equal(ch->item, p->chunks[p->tensors[t->alias_of].first_chunk + j].item);
             /* the owner holds the box */
-            int ss;
-            fc_mesh_coords(m, it->rank, NULL, &ss);
-            assert_true(ss >= ch->shard_first && ss < ch->shard_first + ch->shard_count);
+            assert_true(fc_plan_chunk_holds(p, t->first_chunk + j, it->rank));
             if (t->ndim > 0 && ch->box.sizes[0] == 0)
                 assert_int_equal(ch->box.offsets[0], t->shape[0]); /* empty at offset L */
         }
@@ -172,14 +189,16 @@ static void check_plan(const struct fc_plan *p)
         for (int r = 0; r < world; r++) {
             int64_t off[FC_MAX_DIMS], size[FC_MAX_DIMS], moff[FC_MAX_DIMS], msize[FC_MAX_DIMS];
             fc_plan_rank_box(p, i, r, off, size);
-            assert_fc_ok(fc_mesh_box(m, t->placement, t->ndim, t->shape, r, moff, msize));
+            assert_fc_ok(fc_mesh_box(m, t->pl, t->ndim, t->shape, r, moff, msize));
             for (int d = 0; d < t->ndim; d++) {
                 assert_int_equal(off[d], moff[d]);
                 assert_int_equal(size[d], msize[d]);
             }
-            const struct fc_plan_chunk *ch = &p->chunks[fc_plan_rank_chunk(p, i, r)];
-            assert_true(r % m->shard >= ch->shard_first &&
-                        r % m->shard < ch->shard_first + ch->shard_count);
+            /* r holds exactly the chunk of its box */
+            const size_t mine = fc_plan_rank_chunk(p, i, r);
+            for (size_t j = 0; j < t->nchunks; j++)
+                assert_int_equal(fc_plan_chunk_holds(p, t->first_chunk + j, r),
+                                 t->first_chunk + j == mine);
         }
     }
     assert_int_equal(next_chunk, p->nchunks);
@@ -229,7 +248,7 @@ static struct fc_plan *build_toy(int replicate, int shard)
 {
     struct fc_plan_tensor_in t[NTOY];
     toy_model(t);
-    const struct fc_mesh m = {replicate, shard};
+    const struct fc_mesh m = mesh3(replicate, shard, 1);
     struct fc_plan *p = NULL;
     assert_fc_ok(fc_plan_build(&p, &m, t, NTOY, toy_values, 3, blob_size, NULL));
     assert_non_null(p);
@@ -265,13 +284,73 @@ static void test_plan_tiles_every_tensor_on_hsdp_meshes(void **state)
     }
 }
 
+static void test_plan_tiles_every_tensor_on_tp_meshes(void **state)
+{
+    (void)state;
+    static const int rst[][3] = {{1, 2, 2}, {1, 3, 2}, {2, 2, 2}, {1, 2, 4}, {1, 1, 2}};
+    static const int tp_dims[NTOY] = {0, 0, -1, 2, 1, 0, -1, 0, 1};
+    for (size_t k = 0; k < sizeof(rst) / sizeof(rst[0]); k++) {
+        struct fc_plan_tensor_in t[NTOY];
+        toy_model(t);
+        for (int i = 0; i < NTOY; i++)
+            t[i].tp_dim = tp_dims[i];
+        const struct fc_mesh m = mesh3(rst[k][0], rst[k][1], rst[k][2]);
+        struct fc_plan *p = NULL;
+        assert_fc_ok(fc_plan_build(&p, &m, t, NTOY, toy_values, 3, blob_size, NULL));
+        check_plan(p);
+        assert_int_equal(p->tensors[3].tp_dim, 2);
+        fc_plan_free(p);
+    }
+}
+
+static void test_plan_stores_tp_replicated_chunks_once(void **state)
+{
+    (void)state;
+    /* dp=2 x tp=2: a tp-replicated [3, 2] has 2 chunks, each held by both tp ranks. */
+    struct fc_plan_tensor_in t[2] = {tin("norm", FC_DTYPE_FLOAT32, FC_PLACE_SHARD0, 2, 3, 2, 0),
+                                     tin("wo", FC_DTYPE_FLOAT32, FC_PLACE_SHARD0, 2, 4, 6, 0)};
+    t[1].tp_dim = 1;
+    const struct fc_mesh m = mesh3(1, 2, 2);
+    struct fc_plan *p = NULL;
+    assert_fc_ok(fc_plan_build(&p, &m, t, 2, NULL, 0, blob_size, NULL));
+    check_plan(p);
+    assert_int_equal(p->tensors[0].nchunks, 2);
+    assert_int_equal(p->tensors[1].nchunks, 4);
+    for (int r = 0; r < 4; r++)
+        assert_int_equal(fc_plan_chunk_holds(p, p->tensors[0].first_chunk, r), r < 2);
+    struct fc_buf out = FC_BUF_INIT(1 << 16);
+    assert_fc_ok(fc_plan_describe(p, &out));
+    assert_fc_ok(fc_buf_putc(&out, '\0'));
+    const char *s = (const char *)out.data;
+    assert_non_null(strstr(s, "plan: mesh replicate=1 shard=2 tp=2 (world 4)"));
+    assert_non_null(strstr(s, "tensor norm  float32 [3, 2]  (Shard(0), Replicate())\n"
+                              "  box [0:2, 0:2]  ranks 0-1  ->"));
+    assert_non_null(strstr(s, "tensor wo  float32 [4, 6]  (Shard(0), Shard(1))\n"
+                              "  box [0:2, 0:3]  ranks 0  ->"));
+    fc_buf_release(&out);
+    fc_plan_free(p);
+
+    /* Torch records boxes that disagree with the data: refused, naming the key. */
+    struct fc_plan_tensor_in v = tin("tok_embeddings.weight", FC_DTYPE_FLOAT32, FC_PLACE_SHARD0, 2,
+                                     37, 4, 0);
+    v.tp_dim = 0;
+    const struct fc_mesh m3 = mesh3(1, 3, 2);
+    assert_fc_fails(fc_plan_build(&p, &m3, &v, 1, NULL, 0, blob_size, NULL), FC_EINVAL,
+                    "tensor 'tok_embeddings.weight': torch records rows [14, 20) of dim 0 for "
+                    "rank 4");
+    assert_null(p);
+    v.tp_dim = 2;
+    assert_fc_fails(fc_plan_build(&p, &m3, &v, 1, NULL, 0, blob_size, NULL), FC_EINVAL,
+                    "'tok_embeddings.weight': tp shards dim 2 of a 2-dim tensor");
+}
+
 static void test_plan_records_identical_empty_boxes_once_at_offset_len(void **state)
 {
     (void)state;
     /* L = 2 over 4 ranks: (0)/1, (1)/1, (2)/0 as DCP's dedup stores it. */
     struct fc_plan_tensor_in t[2] = {tin("w", FC_DTYPE_FLOAT32, FC_PLACE_SHARD0, 2, 2, 3, 0),
                                      tin("z", FC_DTYPE_FLOAT32, FC_PLACE_SHARD0, 1, 0, 0, 0)};
-    const struct fc_mesh m = {1, 4};
+    const struct fc_mesh m = mesh3(1, 4, 1);
     struct fc_plan *p = NULL;
     assert_fc_ok(fc_plan_build(&p, &m, t, 2, NULL, 0, blob_size, NULL));
     check_plan(p);
@@ -283,15 +362,16 @@ static void test_plan_records_identical_empty_boxes_once_at_offset_len(void **st
     assert_int_equal(c[2].box.offsets[0], 2);
     assert_int_equal(c[2].box.sizes[0], 0);
     assert_int_equal(c[2].box.sizes[1], 3);
-    assert_int_equal(c[2].shard_first, 2);
-    assert_int_equal(c[2].shard_count, 2);
+    for (int r = 0; r < 4; r++)
+        assert_int_equal(fc_plan_chunk_holds(p, p->tensors[0].first_chunk + 2, r), r >= 2);
     assert_int_equal(fc_plan_rank_chunk(p, 0, 3), p->tensors[0].first_chunk + 2);
     /* a zero-length tensor: one empty chunk at offset 0 held by everyone */
     assert_int_equal(p->tensors[1].nchunks, 1);
     const struct fc_plan_chunk *z = &p->chunks[p->tensors[1].first_chunk];
     assert_int_equal(z->box.offsets[0], 0);
     assert_int_equal(z->box.sizes[0], 0);
-    assert_int_equal(z->shard_count, 4);
+    for (int r = 0; r < 4; r++)
+        assert_true(fc_plan_chunk_holds(p, p->tensors[1].first_chunk, r));
     fc_plan_free(p);
 }
 
@@ -320,7 +400,7 @@ static void test_plan_relayout_orders_by_element_size_after_the_head(void **stat
     struct fc_plan_tensor_in t[3] = {tin("b", FC_DTYPE_UINT8, FC_PLACE_SHARD0, 1, 5, 0, 0),
                                      tin("h", FC_DTYPE_BFLOAT16, FC_PLACE_SHARD0, 1, 6, 0, 0),
                                      tin("d", FC_DTYPE_FLOAT64, FC_PLACE_SHARD0, 2, 3, 2, 0)};
-    const struct fc_mesh m = {1, 2};
+    const struct fc_mesh m = mesh3(1, 2, 1);
     struct fc_plan *p = NULL;
     assert_fc_ok(fc_plan_build(&p, &m, t, 3, NULL, 0, raw_size, NULL));
     const size_t owner0 = p->chunks[p->tensors[0].first_chunk].item;
@@ -372,7 +452,7 @@ static void test_plan_alias_shares_the_items_of_its_root(void **state)
                                      tin("s", FC_DTYPE_INT64, FC_PLACE_REPLICATE, 0, 0, 0, 0)};
     t[1].alias_of = 0;
     t[2].alias_of = 1; /* a chain resolves to the root */
-    const struct fc_mesh m = {1, 4};
+    const struct fc_mesh m = mesh3(1, 4, 1);
     struct fc_plan *p = NULL;
     struct blob_ctx ctx = {0, 0};
     assert_fc_ok(fc_plan_build(&p, &m, t, 4, NULL, 0, blob_size, &ctx));
@@ -394,7 +474,7 @@ static void test_plan_alias_shares_the_items_of_its_root(void **state)
 static void test_plan_rejects_bad_aliases(void **state)
 {
     (void)state;
-    const struct fc_mesh m = {1, 2};
+    const struct fc_mesh m = mesh3(1, 2, 1);
     static struct fc_plan sentinel;
     struct fc_plan *p = &sentinel; /* must come back NULL */
     struct fc_plan_tensor_in t[2] = {tin("a", FC_DTYPE_FLOAT32, FC_PLACE_SHARD0, 2, 5, 2, 0),
@@ -427,7 +507,7 @@ static void test_plan_rejects_bad_aliases(void **state)
 static void test_plan_rejects_duplicate_keys_across_tensors_and_values(void **state)
 {
     (void)state;
-    const struct fc_mesh m = {1, 2};
+    const struct fc_mesh m = mesh3(1, 2, 1);
     struct fc_plan *p = NULL;
     struct fc_plan_tensor_in t[2] = {tin("a", FC_DTYPE_FLOAT32, FC_PLACE_SHARD0, 1, 5, 0, 0),
                                      tin("b", FC_DTYPE_FLOAT32, FC_PLACE_SHARD0, 1, 5, 0, 0)};
@@ -446,7 +526,7 @@ static void test_plan_rejects_duplicate_keys_across_tensors_and_values(void **st
 static void test_plan_rejects_invalid_tensors_and_meshes(void **state)
 {
     (void)state;
-    const struct fc_mesh m = {1, 2}, bad = {0, 2};
+    const struct fc_mesh m = mesh3(1, 2, 1), bad = mesh3(0, 2, 1);
     struct fc_plan *p = NULL;
     struct fc_plan_tensor_in t = tin("w", FC_DTYPE_INVALID, FC_PLACE_SHARD0, 1, 4, 0, 0);
     assert_fc_fails(fc_plan_build(&p, &m, &t, 1, NULL, 0, blob_size, NULL), FC_EINVAL,
@@ -476,7 +556,7 @@ static void test_plan_rejects_invalid_tensors_and_meshes(void **state)
                     "unknown placement");
     t.placement = FC_PLACE_SHARD0;
     assert_fc_fails(fc_plan_build(&p, &bad, &t, 1, NULL, 0, blob_size, NULL), FC_EINVAL,
-                    "replicate size 0");
+                    "dim 0 has size 0");
     assert_null(p);
 }
 
@@ -536,7 +616,7 @@ static void test_plan_hsdp_stores_each_shard_box_once_on_one_of_its_replicas(voi
     const char *keys[8] = {"t0", "t1", "t2", "t3", "t4", "t5", "t6", "t7"};
     for (int i = 0; i < 8; i++)
         t[i] = tin(keys[i], FC_DTYPE_FLOAT32, FC_PLACE_SHARD0, 2, 8, 4, 0);
-    const struct fc_mesh m = {2, 2};
+    const struct fc_mesh m = mesh3(2, 2, 1);
     struct fc_plan *p = NULL;
     assert_fc_ok(fc_plan_build(&p, &m, t, 8, NULL, 0, blob_size, NULL));
     check_plan(p);
@@ -553,7 +633,7 @@ static void test_plan_hsdp_stores_each_shard_box_once_on_one_of_its_replicas(voi
     /* 2 x 3 with 5 rows: boxes rows 0-1, 2-3, 4; each stored once on (s or 3 + s). */
     for (int i = 0; i < 6; i++)
         t[i] = tin(keys[i], FC_DTYPE_FLOAT32, FC_PLACE_SHARD0, 2, 5, 4, 0);
-    const struct fc_mesh m2 = {2, 3};
+    const struct fc_mesh m2 = mesh3(2, 3, 1);
     assert_fc_ok(fc_plan_build(&p, &m2, t, 6, NULL, 0, blob_size, NULL));
     check_plan(p);
     assert_int_equal(p->nitems, 18);
@@ -576,7 +656,7 @@ static void test_plan_spreads_bytes_values_and_replicated_tensors(void **state)
         v[i].key = keys[i];
         v[i].blob_size = 100;
     }
-    const struct fc_mesh m = {1, 4};
+    const struct fc_mesh m = mesh3(1, 4, 1);
     struct fc_plan *p = NULL;
     assert_fc_ok(fc_plan_build(&p, &m, NULL, 0, v, 8, NULL, NULL));
     check_plan(p);
@@ -602,7 +682,7 @@ static void test_plan_creates_a_file_for_every_rank_even_when_idle(void **state)
 {
     (void)state;
     struct fc_plan_tensor_in t = tin("w", FC_DTYPE_FLOAT32, FC_PLACE_SHARD0, 1, 2, 0, 0);
-    const struct fc_mesh m = {1, 8};
+    const struct fc_mesh m = mesh3(1, 8, 1);
     struct fc_plan *p = NULL;
     assert_fc_ok(fc_plan_build(&p, &m, &t, 1, NULL, 0, blob_size, NULL));
     check_plan(p);
@@ -637,7 +717,7 @@ static void test_plan_scales_to_wide_meshes(void **state)
     }
     static const int rs[][2] = {{1, 1 << 16}, {256, 256}};
     for (int k = 0; k < 2; k++) {
-        const struct fc_mesh m = {rs[k][0], rs[k][1]};
+        const struct fc_mesh m = mesh3(rs[k][0], rs[k][1], 1);
         struct fc_plan *p = NULL;
         assert_fc_ok(fc_plan_build(&p, &m, t, 64, toy_values, 3, blob_size, NULL));
         assert_int_equal(p->nfiles, 1 << 16);
@@ -655,7 +735,7 @@ static void test_plan_propagates_blob_size_errors(void **state)
     (void)state;
     struct fc_plan_tensor_in t[NTOY];
     toy_model(t);
-    const struct fc_mesh m = {1, 4};
+    const struct fc_mesh m = mesh3(1, 4, 1);
     for (unsigned k = 1; k <= 6; k++) {
         struct blob_ctx ctx = {0, k};
         struct fc_plan *p = NULL;
@@ -670,7 +750,7 @@ static void test_plan_survives_every_allocation_failure(void **state)
     (void)state;
     struct fc_plan_tensor_in t[NTOY];
     toy_model(t);
-    const struct fc_mesh m = {2, 3};
+    const struct fc_mesh m = mesh3(2, 3, 1);
     for (unsigned long n = 1;; n++) {
         struct fc_plan *p = NULL;
         fc_alloc_fail_at(n);
@@ -697,7 +777,7 @@ static void test_plan_describe_renders_the_dry_run_table(void **state)
                                      tin("tied", FC_DTYPE_FLOAT32, FC_PLACE_SHARD0, 2, 3, 2, 0)};
     t[2].alias_of = 0;
     const struct fc_plan_value_in v = {"step", 10};
-    const struct fc_mesh m = {1, 2};
+    const struct fc_mesh m = mesh3(1, 2, 1);
     struct fc_plan *p = NULL;
     assert_fc_ok(fc_plan_build(&p, &m, t, 3, &v, 1, blob_size, NULL));
     struct fc_buf out = FC_BUF_INIT(1 << 16);
@@ -726,7 +806,7 @@ static void test_plan_describe_lists_hsdp_holders_and_empty_boxes(void **state)
 {
     (void)state;
     struct fc_plan_tensor_in t = tin("x\n\\y", FC_DTYPE_BFLOAT16, FC_PLACE_SHARD0, 1, 1, 0, 0);
-    const struct fc_mesh m = {2, 3};
+    const struct fc_mesh m = mesh3(2, 3, 1);
     struct fc_plan *p = NULL;
     assert_fc_ok(fc_plan_build(&p, &m, &t, 1, NULL, 0, blob_size, NULL));
     struct fc_buf out = FC_BUF_INIT(1 << 16);
@@ -741,7 +821,7 @@ static void test_plan_describe_lists_hsdp_holders_and_empty_boxes(void **state)
     fc_plan_free(p);
 
     /* Long holder lists are cut after 8 runs. */
-    const struct fc_mesh wide = {10, 2};
+    const struct fc_mesh wide = mesh3(10, 2, 1);
     assert_fc_ok(fc_plan_build(&p, &wide, &t, 1, NULL, 0, blob_size, NULL));
     fc_buf_init(&out, 1 << 16);
     assert_fc_ok(fc_plan_describe(p, &out));
@@ -1299,6 +1379,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plan_tiles_every_tensor_on_1d_meshes),
         cmocka_unit_test(test_plan_tiles_every_tensor_on_hsdp_meshes),
+        cmocka_unit_test(test_plan_tiles_every_tensor_on_tp_meshes),
+        cmocka_unit_test(test_plan_stores_tp_replicated_chunks_once),
         cmocka_unit_test(test_plan_records_identical_empty_boxes_once_at_offset_len),
         cmocka_unit_test(test_plan_relayout_orders_by_element_size_after_the_head),
         cmocka_unit_test(test_plan_gives_a_scalar_one_chunk_with_no_dims),

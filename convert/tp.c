@@ -1,0 +1,163 @@
+#include "tp.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fc_alloc.h"
+#include "fc_error.h"
+#include "fc_io.h"
+
+#define FC_TP_FILE_CAP ((size_t)1 << 20)
+
+/* "replicate" -> -1, "0".."63" -> the dim; FC_EINVAL otherwise. */
+static int fc_tp__parse_dim(const char *s, const char *where, const char *pattern, int *out)
+{
+    if (strcmp(s, "replicate") == 0) {
+        *out = -1;
+        return FC_OK;
+    }
+    char *end = NULL;
+    errno = 0;
+    const long v = strtol(s, &end, 10);
+    if (s[0] < '0' || s[0] > '9' || *end != '\0' || errno != 0 || v > 63)
+        return fc_error_set(FC_EINVAL,
+                            "%s: tp rule '%s': dim '%s' is neither a tensor dim nor 'replicate'",
+                            where, pattern, s);
+    *out = (int)v;
+    return FC_OK;
+}
+
+/* Adds a rule from its parts (pattern and dim text are copied). */
+static int fc_tp__add(struct fc_tp_plan *p, const char *pattern, size_t plen, const char *dim,
+                      const char *where)
+{
+    int d = -1;
+    char *pat = fc_malloc(plen + 1);
+    if (pat == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    memcpy(pat, pattern, plen);
+    pat[plen] = '\0';
+    int rc = FC_OK;
+    if (plen == 0) {
+        rc = fc_error_set(FC_EINVAL, "%s: tp rule needs a regex before the dim", where);
+        goto fail;
+    }
+    FC_TRY_GOTO(fc_tp__parse_dim(dim, where, pat, &d), rc, fail);
+    struct fc_tp_rule *a = fc_reallocarray(p->rules, p->n + 1, sizeof(*a));
+    if (a == NULL) {
+        rc = fc_error_set(FC_ENOMEM, "out of memory");
+        goto fail;
+    }
+    p->rules = a;
+    struct fc_tp_rule *r = &a[p->n];
+    memset(r, 0, sizeof(*r));
+    if (regcomp(&r->re, pat, REG_EXTENDED | REG_NOSUB) != 0) {
+        rc = fc_error_set(FC_EINVAL, "%s: tp rule '%s': invalid regular expression", where, pat);
+        goto fail;
+    }
+    r->where = fc_strdup(where);
+    if (r->where == NULL) {
+        regfree(&r->re);
+        rc = fc_error_set(FC_ENOMEM, "out of memory");
+        goto fail;
+    }
+    r->pattern = pat;
+    r->dim = d;
+    p->n++;
+    return FC_OK;
+fail:
+    fc_free(pat);
+    return rc;
+}
+
+int fc_tp_plan_add(struct fc_tp_plan *p, const char *spec, const char *where)
+{
+    const char *eq = strrchr(spec, '=');
+    if (eq == NULL)
+        return fc_error_set(FC_EINVAL, "%s: tp rule '%s': expected REGEX=DIM", where, spec);
+    return fc_tp__add(p, spec, (size_t)(eq - spec), eq + 1, where);
+}
+
+int fc_tp_plan_load(struct fc_tp_plan *p, const char *path)
+{
+    struct fc_file f = FC_FILE_INIT;
+    unsigned char *text = NULL;
+    int rc;
+    FC_TRY(fc_file_open_read(&f, path));
+    rc = fc_file_read_alloc(&f, 0, (size_t)f.size, FC_TP_FILE_CAP, &text);
+    fc_file_close(&f);
+    FC_TRY(rc);
+    char *line = (char *)text;
+    unsigned lineno = 0;
+    while (rc == FC_OK && line != NULL && *line != '\0') {
+        char *next = strchr(line, '\n');
+        if (next != NULL)
+            *next++ = '\0';
+        lineno++;
+        char *hash = strchr(line, '#');
+        if (hash != NULL)
+            *hash = '\0';
+        size_t len = strlen(line);
+        while (len > 0 && strchr(" \t\r", line[len - 1]) != NULL)
+            line[--len] = '\0';
+        while (*line == ' ' || *line == '\t')
+            line++, len--;
+        if (len > 0) {
+            char where[512];
+            snprintf(where, sizeof(where), "%s:%u", path, lineno);
+            char *sp = line + len;
+            while (sp > line && sp[-1] != ' ' && sp[-1] != '\t')
+                sp--;
+            char *end = sp;
+            while (end > line && (end[-1] == ' ' || end[-1] == '\t'))
+                end--;
+            if (end == line)
+                rc = fc_error_set(FC_EINVAL, "%s: tp plan line '%s': expected REGEX DIM", where,
+                                  line);
+            else
+                rc = fc_tp__add(p, line, (size_t)(end - line), sp, where);
+        }
+        line = next;
+    }
+    fc_free(text);
+    return rc;
+}
+
+void fc_tp_plan_release(struct fc_tp_plan *p)
+{
+    for (size_t i = 0; i < p->n; i++) {
+        regfree(&p->rules[i].re);
+        fc_free(p->rules[i].pattern);
+        fc_free(p->rules[i].where);
+    }
+    fc_free(p->rules);
+    p->rules = NULL;
+    p->n = 0;
+}
+
+int fc_tp_plan_dim(const struct fc_tp_plan *p, const char *key, int ndim, int *dim_out)
+{
+    const struct fc_tp_rule *first = NULL;
+    for (size_t i = 0; i < p->n; i++) {
+        const struct fc_tp_rule *r = &p->rules[i];
+        if (regexec(&r->re, key, 0, NULL, 0) != 0)
+            continue;
+        if (r->dim >= ndim)
+            return fc_error_set(FC_EINVAL,
+                                "%s: tp rule '%s' shards dim %d of '%s', which has %d dims",
+                                r->where, r->pattern, r->dim, key, ndim);
+        if (first != NULL && first->dim != r->dim) {
+            char a[16], b[16];
+            snprintf(a, sizeof(a), r->dim < 0 ? "replicate" : "dim %d", r->dim);
+            snprintf(b, sizeof(b), first->dim < 0 ? "replicate" : "dim %d", first->dim);
+            return fc_error_set(FC_EINVAL,
+                                "%s: tp rule '%s' (%s) disagrees with %s: '%s' (%s) on '%s'",
+                                r->where, r->pattern, a, first->where, first->pattern, b, key);
+        }
+        first = first != NULL ? first : r;
+    }
+    *dim_out = first != NULL ? first->dim : -1;
+    return FC_OK;
+}

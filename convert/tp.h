@@ -1,0 +1,70 @@
+/*
+ * tp.h - the tensor-parallel plan: which tensor dim each key shards over the
+ * mesh's tp dim.
+ *
+ * A plan is a list of rules "REGEX=DIM" (--tp) or "REGEX DIM" lines of a
+ * file (--tp-plan; '#' starts a comment, blank lines are ignored).  REGEX is
+ * a POSIX extended regular expression searched in the key (anchor it with ^
+ * and $ to match whole keys); DIM is a tensor dim (0, 1, ...) or
+ * "replicate".  A key no rule matches is replicated over tp.  Every rule
+ * matching a key must say the same DIM, and DIM must be a dim of the tensor;
+ * otherwise the key is refused with a message naming the rule(s) and the key.
+ *
+ * How torch's parallel styles map to dims (torch.distributed.tensor.parallel):
+ * ColwiseParallel shards nn.Linear's weight [out, in] and bias on dim 0 and
+ * nn.Embedding's weight [vocab, dim] on dim 1; RowwiseParallel shards
+ * nn.Linear's weight on dim 1 (its bias is replicated) and nn.Embedding's
+ * weight on dim 0; SequenceParallel leaves norm weights replicated.
+ *
+ * Ownership: a plan owns its rules (fc_tp_plan_release()).  Lookups are
+ * read-only and may run on several threads.
+ */
+#ifndef FC_TP_H
+#define FC_TP_H
+
+#include <regex.h>
+#include <stddef.h>
+
+struct fc_tp_rule {
+    char *pattern;
+    char *where; /* "--tp" or "FILE:LINE", for messages */
+    int dim;     /* -1: replicate */
+    regex_t re;
+};
+
+struct fc_tp_plan {
+    struct fc_tp_rule *rules;
+    size_t n;
+};
+
+#define FC_TP_PLAN_INIT                                                                            \
+    {                                                                                              \
+        NULL, 0                                                                                    \
+    }
+
+/*
+ * fc_tp_plan_add() - add "REGEX=DIM" (split at the last '=').  `where` names
+ * the origin for messages.  Returns FC_OK, FC_EINVAL (no '=', empty regex, a
+ * regex that does not compile, a DIM that is neither a dim nor "replicate"),
+ * FC_ENOMEM.
+ */
+int fc_tp_plan_add(struct fc_tp_plan *p, const char *spec, const char *where);
+
+/*
+ * fc_tp_plan_load() - add the rules of a plan file ("REGEX DIM" per line,
+ * split at the last run of blanks).  Returns fc_tp_plan_add()'s codes (the
+ * message names FILE:LINE) plus FC_ENOENT/FC_EIO.
+ */
+int fc_tp_plan_load(struct fc_tp_plan *p, const char *path);
+
+void fc_tp_plan_release(struct fc_tp_plan *p);
+
+/*
+ * fc_tp_plan_dim() - the tp dim of `key`, a tensor of ndim dims, into *dim_out
+ * (-1: replicated over tp).  Returns FC_OK, or FC_EINVAL when two matching
+ * rules disagree or a matching rule's DIM is >= ndim (the message names the
+ * rule(s) and the key).
+ */
+int fc_tp_plan_dim(const struct fc_tp_plan *p, const char *key, int ndim, int *dim_out);
+
+#endif
