@@ -60,7 +60,7 @@ static const struct fc_cmd_spec full_to_dcp_spec = {
     {fc_cli_job_target_opts, full_to_dcp_opts, fc_cli_pipeline_opts, fc_cli_job_run_opts},
     "Rules run in command-line order, each on the names the ones before it made\n"
     "(like sed -e).  Directions: --tie <dst>=<src> assigns, like dst = src;\n"
-    "--rename and --copy read <from>=<to>.",
+    "--rename and --copy read <from>=<to>.\n\n" FC_CLI_TP_EPILOG,
 };
 
 /* "PREFIX=PATH" or "PATH" ("./a=b" and "/a=b" are paths); -1 after a usage error. */
@@ -110,7 +110,7 @@ static int full_to_dcp_option(void *ctx, int id, const char *value)
 int cmd_full_to_dcp(int argc, char **argv)
 {
     struct fc_full_to_dcp_opts o = {.max_memory = (uint64_t)1 << 30, .compress = 0};
-    struct fc_cli_job job = {&o, 0, 0, 1};
+    struct fc_cli_job job = {.o = &o, .nproc = 1};
     struct fc_cmdline cl;
     const int st = fc_opt_parse(&full_to_dcp_spec, argc, argv, full_to_dcp_option, &job, &cl);
     if (st >= 0)

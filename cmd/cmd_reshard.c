@@ -32,7 +32,8 @@ static const struct fc_cmd_spec reshard_spec = {
     1,
     1,
     {fc_cli_job_target_opts, reshard_opts, fc_cli_pipeline_opts, fc_cli_job_run_opts},
-    "Rules run in command-line order, each on the names the ones before it made.",
+    "Rules run in command-line order, each on the names the ones before it "
+    "made.\n\n" FC_CLI_TP_EPILOG,
 };
 
 static int reshard_option(void *ctx, int id, const char *value)
@@ -49,7 +50,7 @@ int cmd_reshard(int argc, char **argv)
 {
     struct fc_full_to_dcp_opts o = {
         .max_memory = (uint64_t)1 << 30, .compress = -1, .require_dcp = 1};
-    struct fc_cli_job job = {&o, 0, 0, 1};
+    struct fc_cli_job job = {.o = &o, .nproc = 1};
     struct fc_cmdline cl;
     const int st = fc_opt_parse(&reshard_spec, argc, argv, reshard_option, &job, &cl);
     if (st >= 0)

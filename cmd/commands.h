@@ -33,11 +33,36 @@ extern const struct fc_opt fc_cli_job_run_opts[];
  */
 extern const struct fc_opt fc_cli_pipeline_opts[];
 
+#define FC_CLI_MAX_TP_RULES 256
+
+/* The tensor-parallel help text full-to-dcp and reshard print after their options. */
+#define FC_CLI_TP_EPILOG                                                                           \
+    "Tensor parallelism (--mesh ...,tp=<t>): FSDP2 shards dim 0 over dp_shard; a --tp rule\n"      \
+    "also shards a key over tp.  For nn.Linear (weight [out, in]) ColwiseParallel is dim 0\n"      \
+    "(weight and bias), RowwiseParallel dim 1 (its bias is replicated); for nn.Embedding\n"        \
+    "(weight [vocab, dim]) ColwiseParallel is dim 1, RowwiseParallel dim 0.  Norms under\n"        \
+    "SequenceParallel, and keys no rule matches, are replicated over tp and stored once.\n"        \
+    "torchtitan's Llama plan as a --tp-plan file:\n"                                               \
+    "\n"                                                                                           \
+    "    tok_embeddings\\.weight$        0   # RowwiseParallel (nn.Embedding)\n"                   \
+    "    attention\\.w[qkv]\\.weight$     0   # ColwiseParallel\n"                                 \
+    "    attention\\.wo\\.weight$         1   # RowwiseParallel\n"                                 \
+    "    feed_forward\\.w[13]\\.weight$   0   # ColwiseParallel\n"                                 \
+    "    feed_forward\\.w2\\.weight$      1   # RowwiseParallel\n"                                 \
+    "    (^|\\.)output\\.weight$         0   # ColwiseParallel\n"                                  \
+    "\n"                                                                                           \
+    "    fsdpconv full-to-dcp --mesh shard=8,tp=8 --tp-plan llama.tp -o step-0 model.pt\n"         \
+    "\n"                                                                                           \
+    "A tp-sharded dim 0 that tp does not divide is refused (exit 2) where torch 2.15\n"            \
+    "records boxes that disagree with the data (for dp_shard > 2, e.g. 7 rows on 3 x 2).\n"
+
 struct fc_cli_job {
     struct fc_full_to_dcp_opts *o;
-    long world;   /* --world-size, 0 = not given */
-    long threads; /* --threads, 0 = default */
-    long nproc;   /* --nproc, default 1 */
+    long world;                          /* --world-size, 0 = not given */
+    long threads;                        /* --threads, 0 = default */
+    long nproc;                          /* --nproc, default 1 */
+    const char *tp[FC_CLI_MAX_TP_RULES]; /* --tp REGEX=DIM, in command-line order */
+    size_t ntp;
 };
 
 /*

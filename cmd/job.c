@@ -23,7 +23,9 @@ enum {
     OPT_COMPRESS,
     OPT_DRY,
     OPT_FORCE,
-    OPT_FORMAT
+    OPT_FORMAT,
+    OPT_TP,
+    OPT_TP_PLAN
 };
 
 /* clang-format off */
@@ -32,8 +34,15 @@ const struct fc_opt fc_cli_job_target_opts[] = {
      "directory to create (written atomically)"},
     {OPT_WORLD, 0, "world-size", "<n>", FC_OPT_ONE_OF, NULL, NULL,
      "FSDP2 on a 1-D mesh of n ranks: Shard(0), torch.chunk semantics"},
-    {OPT_MESH, 0, "mesh", "replicate=<r>,shard=<s>", FC_OPT_ONE_OF, NULL, NULL,
-     "HSDP: (Replicate(), Shard(0)) over r x s ranks"},
+    {OPT_MESH, 0, "mesh", "[replicate=<r>,]shard=<s>[,tp=<t>]", FC_OPT_ONE_OF, NULL, NULL,
+     "mesh (dp_replicate, dp_shard, tp) of r x s x t ranks, rank\n"
+     "((r*S)+s)*T+t: HSDP (Replicate(), Shard(0)); with tp, FSDP2\n"
+     "over tensor parallelism as --tp/--tp-plan place each key"},
+    {OPT_TP, 0, "tp", "<re>=<dim>", FC_OPT_REPEAT, NULL, NULL,
+     "keys matching <re> are sharded on tensor dim <dim> over tp\n"
+     "(or 'replicate'); keys no rule matches are replicated"},
+    {OPT_TP_PLAN, 0, "tp-plan", "<file>", 0, NULL, NULL,
+     "the same rules from a file: one '<re> <dim>' a line, # comments"},
     {OPT_FORMAT, 0, "format", "(dcp|safetensors)", 0, NULL, NULL,
      "dcp (default), or one safetensors file per rank for torch's\n"
      "HuggingFaceStorageReader (torch >= 2.8; tensors only)"},
@@ -87,7 +96,15 @@ int fc_cli_job_option(void *ctx, int id, const char *value)
     switch (id) {
     case 'o': j->o->output = value; return 0;
     case OPT_WORLD: return fc_opt_int(cmd, "--world-size", value, 1, 1 << 20, &j->world);
-    case OPT_MESH: return fc_opt_mesh(cmd, "--mesh", value, &j->o->replicate, &j->o->shard);
+    case OPT_MESH:
+        return fc_opt_mesh(cmd, "--mesh", value, &j->o->replicate, &j->o->shard, &j->o->tp);
+    case OPT_TP:
+        if (j->ntp == FC_CLI_MAX_TP_RULES)
+            return fc_cli_usage_error(cmd, "more than %d --tp rules (use --tp-plan)",
+                                      FC_CLI_MAX_TP_RULES);
+        j->tp[j->ntp++] = value;
+        return 0;
+    case OPT_TP_PLAN: j->o->tp_plan = value; return 0;
     case OPT_THREADS: return fc_opt_int(cmd, "--threads", value, 1, 256, &j->threads);
     case OPT_NPROC: return fc_opt_int(cmd, "--nproc", value, 1, 4096, &j->nproc);
     case OPT_ENGINE: return fc_opt_engine(cmd, "--engine", value, &j->o->engine);
@@ -120,6 +137,8 @@ int fc_cli_run_convert(const char *cmd, struct fc_cli_job *job)
         o->replicate = 1;
         o->shard = (int)world;
     }
+    o->tp_rules = job->tp;
+    o->ntp_rules = job->ntp;
     if (threads == 0) {
         const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
         threads = ncpu < 1 ? 1 : ncpu > 8 ? 8 : ncpu;

@@ -391,19 +391,21 @@ int fc_opt_check_float_dtype(const char *cmd, const char *opt, const char *s)
     return 0;
 }
 
-int fc_opt_mesh(const char *cmd, const char *opt, const char *s, int *replicate, int *shard)
+int fc_opt_mesh(const char *cmd, const char *opt, const char *s, int *replicate, int *shard,
+                int *tp)
 {
-    long r = -1, sh = -1;
+    static const char expect[] = "expected [replicate=R,]shard=S[,tp=T]";
+    long r = -1, sh = -1, t = -1;
     const char *p = s;
     while (*p != '\0') {
         const char *eq = strchr(p, '=');
         if (eq == NULL)
-            return fc_opt_bad(cmd, opt, s, "expected replicate=R,shard=S");
+            return fc_opt_bad(cmd, opt, s, expect);
         const char *comma = strchr(eq, ',');
         const size_t vlen = comma != NULL ? (size_t)(comma - eq - 1) : strlen(eq + 1);
         char val[32];
         if (vlen == 0 || vlen >= sizeof(val))
-            return fc_opt_bad(cmd, opt, s, "expected replicate=R,shard=S");
+            return fc_opt_bad(cmd, opt, s, expect);
         memcpy(val, eq + 1, vlen);
         val[vlen] = '\0';
         char *end = NULL;
@@ -411,18 +413,25 @@ int fc_opt_mesh(const char *cmd, const char *opt, const char *s, int *replicate,
         const long v = strtol(val, &end, 10);
         if (*end != '\0' || errno != 0 || v < 1 || v > 1000000)
             return fc_opt_bad(cmd, opt, s, "mesh sizes must be integers >= 1");
+        long *dst = NULL;
         if ((size_t)(eq - p) == 9 && strncmp(p, "replicate", 9) == 0)
-            r = v;
+            dst = &r;
         else if ((size_t)(eq - p) == 5 && strncmp(p, "shard", 5) == 0)
-            sh = v;
+            dst = &sh;
+        else if ((size_t)(eq - p) == 2 && strncmp(p, "tp", 2) == 0)
+            dst = &t;
         else
-            return fc_opt_bad(cmd, opt, s, "unknown mesh dimension; expected replicate and shard");
+            return fc_opt_bad(cmd, opt, s, "unknown mesh dimension; expected replicate, shard, tp");
+        if (*dst != -1)
+            return fc_opt_bad(cmd, opt, s, "a mesh dimension is given twice");
+        *dst = v;
         p = comma != NULL ? comma + 1 : eq + 1 + vlen;
     }
-    if (r < 1 || sh < 1)
-        return fc_opt_bad(cmd, opt, s, "expected replicate=R,shard=S");
-    *replicate = (int)r;
+    if (sh < 1)
+        return fc_opt_bad(cmd, opt, s, expect);
+    *replicate = r < 1 ? 1 : (int)r;
     *shard = (int)sh;
+    *tp = t < 1 ? 1 : (int)t;
     return 0;
 }
 

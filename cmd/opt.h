@@ -94,8 +94,9 @@ int fc_opt_int(const char *cmd, const char *opt, const char *s, long min, long m
 int fc_opt_size(const char *cmd, const char *opt, const char *s, uint64_t min, uint64_t *out);
 /* FC_OPT_RULE check of --dtype: a floating dtype name (float32/fp32/bf16/...). */
 int fc_opt_check_float_dtype(const char *cmd, const char *opt, const char *s);
-/* "replicate=R,shard=S" (either order; both >= 1). */
-int fc_opt_mesh(const char *cmd, const char *opt, const char *s, int *replicate, int *shard);
+/* "[replicate=R,]shard=S[,tp=T]" (any order; each >= 1; R and T default to 1). */
+int fc_opt_mesh(const char *cmd, const char *opt, const char *s, int *replicate, int *shard,
+                int *tp);
 /* "zstd" or "zstd:<level>" (1..22; default 3) -> *level. */
 int fc_opt_compress(const char *cmd, const char *opt, const char *s, int *level);
 /* "cpu", "cuda" or "auto" -> 1, 2, 0 (enum fc_engine). */

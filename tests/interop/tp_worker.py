@@ -1,0 +1,156 @@
+"""One rank of test_tp.py: a tiny Llama-like model under tensor parallelism + FSDP2.
+
+The model is parallelized as torchtitan does it (parallelize_module with ColwiseParallel /
+RowwiseParallel on the tp mesh dim, then fully_shard over the data-parallel dims), saved with
+torch's own dcp.save, and then a second copy with different weights loads fsdpconv's
+checkpoint. Each rank writes rank<r>.json: problems, its box of every key, and the bytes it
+read (/proc/self/io rchar) during dcp.load.
+"""
+
+import datetime
+import json
+import os
+import sys
+
+import torch
+import torch.nn as nn
+
+MAX_PROBLEMS = 40
+
+# torchtitan's Llama plan, on our module names (see TP_PLAN in test_tp.py for the same as
+# fsdpconv rules): embeddings Rowwise (vocab dim 0), a positional embedding Colwise (dim 1),
+# q/k/v and w1/w3 Colwise (dim 0, with bias), wo and w2 Rowwise (dim 1; wo's bias is
+# replicated), output Colwise (dim 0); norms stay plain parameters.
+
+
+class Block(nn.Module):
+    def __init__(self, dim, hidden, kv):
+        super().__init__()
+        self.attention_norm = nn.LayerNorm(dim)
+        self.attention = nn.Module()
+        self.attention.wq = nn.Linear(dim, dim)
+        self.attention.wk = nn.Linear(dim, kv)
+        self.attention.wv = nn.Linear(dim, kv, bias=False)
+        self.attention.wo = nn.Linear(dim, dim)
+        self.ffn_norm = nn.LayerNorm(dim)
+        self.feed_forward = nn.Module()
+        self.feed_forward.w1 = nn.Linear(dim, hidden, bias=False)
+        self.feed_forward.w2 = nn.Linear(hidden, dim, bias=False)
+        self.feed_forward.w3 = nn.Linear(dim, hidden, bias=False)
+
+
+class TinyLM(nn.Module):
+    def __init__(self, vocab, dim, hidden, kv, layers, positions):
+        super().__init__()
+        self.tok_embeddings = nn.Embedding(vocab, dim)
+        self.pos_embeddings = nn.Embedding(positions, dim)
+        self.layers = nn.ModuleList(Block(dim, hidden, kv) for _ in range(layers))
+        self.norm = nn.LayerNorm(dim)
+        self.output = nn.Linear(dim, vocab, bias=False)
+        self.scale = nn.Parameter(torch.ones(1))
+
+
+def build(cfg, seed):
+    torch.manual_seed(seed)
+    m = TinyLM(**cfg)
+    with torch.no_grad():
+        for p in m.parameters():   # every value distinct and exact in float32
+            p.copy_(torch.randn(p.shape))
+    return m
+
+
+def parallelize(model, mesh, hsdp):
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
+                                                   parallelize_module)
+    tp = mesh["tp"]
+    parallelize_module(model, tp, {
+        "tok_embeddings": RowwiseParallel(),
+        "pos_embeddings": ColwiseParallel(),
+        "output": ColwiseParallel(),
+    })
+    for block in model.layers:
+        parallelize_module(block, tp, {
+            "attention.wq": ColwiseParallel(),
+            "attention.wk": ColwiseParallel(),
+            "attention.wv": ColwiseParallel(),
+            "attention.wo": RowwiseParallel(),
+            "feed_forward.w1": ColwiseParallel(),
+            "feed_forward.w2": RowwiseParallel(),
+            "feed_forward.w3": ColwiseParallel(),
+        })
+    dp = mesh["dp_replicate", "dp_shard"] if hsdp else mesh["dp_shard"]
+    for block in model.layers:
+        fully_shard(block, mesh=dp)
+    fully_shard(model, mesh=dp)
+    return model
+
+
+def rchar():
+    with open("/proc/self/io") as f:
+        for line in f:
+            if line.startswith("rchar:"):
+                return int(line.split()[1])
+    return -1
+
+
+def run(rank, job):
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor
+
+    shape = tuple(job["mesh"])
+    hsdp = len(shape) == 3
+    names = ("dp_replicate", "dp_shard", "tp") if hsdp else ("dp_shard", "tp")
+    mesh = init_device_mesh("cpu", shape, mesh_dim_names=names)
+    problems = []
+
+    model = parallelize(build(job["cfg"], 0), mesh, hsdp)
+    sd = model.state_dict()
+    dcp.save(sd, checkpoint_id=job["torch_dir"])
+
+    boxes = {}
+    for k, v in sd.items():
+        if isinstance(v, DTensor):
+            ch = v.__create_chunk_list__()[0]
+            boxes[k] = [list(ch.offsets), list(ch.sizes), str(tuple(v.placements))]
+
+    other = parallelize(build(job["cfg"], 1), mesh, hsdp)
+    sd2 = other.state_dict()
+    before = rchar()
+    dcp.load(sd2, checkpoint_id=job["ours"])
+    read = rchar() - before
+    for k, v in sd.items():
+        a = v.to_local() if isinstance(v, DTensor) else v
+        b = sd2[k].to_local() if isinstance(sd2[k], DTensor) else sd2[k]
+        if a.shape != b.shape:
+            problems.append("%s: local shape %s after load, %s before"
+                            % (k, list(b.shape), list(a.shape)))
+        elif not torch.equal(a.view(torch.uint8) if a.numel() else a,
+                             b.view(torch.uint8) if b.numel() else b):
+            problems.append("%s: rank %d's local shard differs after dcp.load" % (k, rank))
+    return {"problems": problems, "boxes": boxes, "read": read}
+
+
+def run_rank(rank, world, port, job):
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    if os.path.exists("/sys/class/net/lo"):
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    try:
+        dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank,
+                                world_size=world,
+                                timeout=datetime.timedelta(seconds=job.get("timeout", 120)))
+        res = run(rank, job)
+        dist.destroy_process_group()
+    except Exception as e:  # reported, not raised: the orchestrator collects every rank
+        res = {"problems": ["rank %d raised %s: %s" % (rank, type(e).__name__, e)]}
+    res["problems"] = res["problems"][:MAX_PROBLEMS]
+    path = os.path.join(job["result_dir"], "rank%d.json" % rank)
+    with open(path + ".tmp", "w") as f:
+        json.dump(res, f)
+    os.replace(path + ".tmp", path)
+
+
+if __name__ == "__main__":
+    sys.exit("run by test_tp.py")
