@@ -267,6 +267,10 @@ static int print_table_dcp(const char *path, const struct fc_inspect_result *r,
                    ch->storage.length, ch->storage.ntransforms > 0 ? "  " : "",
                    ch->storage.ntransforms > 0 ? ch->storage.transforms[0] : "");
         }
+        fc_buf_clear(&ob);
+        FC_TRY_GOTO(fc_inspect_grid(row->dcp, &ob), rc, done);
+        if (ob.len > 0)
+            fwrite(ob.data, 1, ob.len, stdout);
     }
     size_t nv = 0;
     for (size_t k = 0; k < rows->n; k++) {

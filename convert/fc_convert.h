@@ -60,6 +60,17 @@ struct fc_inspect_result {
 int fc_inspect(const struct fc_inspect_opts *opts, struct fc_inspect_result *r);
 void fc_inspect_result_release(struct fc_inspect_result *r);
 
+/*
+ * fc_inspect_grid() - append the box grid of a DCP tensor cut on two dims
+ * (FSDP2 x tensor parallelism on another dim): one line per piece of the
+ * first cut dim, a column per piece of the second, each cell the rank of the
+ * file storing that box ("-" none, "*" several).  Nothing when at most one
+ * dim is cut (the chunk list says it); one line for more than two cut dims.
+ * Returns FC_OK or FC_ENOMEM.
+ */
+struct fc_dcp_entry;
+int fc_inspect_grid(const struct fc_dcp_entry *e, struct fc_buf *out);
+
 /* SHA-256 (hex, NUL-terminated) of a tensor's logical C-contiguous bytes. */
 int fc_tensor_sha256(const struct fc_source *src, const struct fc_entry *e, char hex_out[65]);
 

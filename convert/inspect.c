@@ -344,3 +344,120 @@ done:
         fc_inspect_result_release(r);
     return rc;
 }
+
+static int fc_cmp_i64(const void *a, const void *b)
+{
+    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The rank of a "__{r}_0.distcp" file name, or -1 for any other name. */
+static int fc_grid_rank(const char *name)
+{
+    int r = -1, n = 0;
+    if (sscanf(name, "__%d_0.distcp%n", &r, &n) != 1 || name[n] != '\0')
+        return -1;
+    return r;
+}
+
+/* Sorted distinct starts and ends of the non-empty chunks along dim d, into edges. */
+static size_t fc_grid_edges(const struct fc_dcp_entry *e, int d, int64_t *edges)
+{
+    size_t n = 0;
+    edges[n++] = 0;
+    edges[n++] = e->size[d];
+    for (size_t c = 0; c < e->nchunks; c++) {
+        const struct fc_dcp_chunk *ch = &e->chunks[c];
+        int empty = 0;
+        for (int k = 0; k < e->ndim; k++)
+            empty |= ch->sizes[k] == 0;
+        if (!empty) {
+            edges[n++] = ch->offsets[d];
+            edges[n++] = ch->offsets[d] + ch->sizes[d];
+        }
+    }
+    qsort(edges, n, sizeof(*edges), fc_cmp_i64);
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (m == 0 || edges[i] != edges[m - 1])
+            edges[m++] = edges[i];
+    }
+    return m;
+}
+
+/* The file rank storing the cell at (row, col) of the cut dims, "-" none, "*" several. */
+static int fc_grid_cell(struct fc_buf *out, const struct fc_dcp_entry *e, const int *dims, int ncut,
+                        const int64_t *at, int width)
+{
+    int found = -2;
+    for (size_t c = 0; c < e->nchunks; c++) {
+        const struct fc_dcp_chunk *ch = &e->chunks[c];
+        int in = 1;
+        for (int k = 0; k < e->ndim; k++)
+            in &= ch->sizes[k] > 0;
+        for (int i = 0; in && i < ncut; i++)
+            in = at[i] >= ch->offsets[dims[i]] && at[i] < ch->offsets[dims[i]] + ch->sizes[dims[i]];
+        if (in)
+            found = found == -2 ? fc_grid_rank(ch->storage.relative_path) : -3;
+    }
+    char cell[16];
+    if (found >= 0)
+        snprintf(cell, sizeof(cell), "%d", found);
+    else
+        snprintf(cell, sizeof(cell), "%s", found == -2 ? "-" : "*");
+    return fc_buf_printf(out, " %*s", width, cell);
+}
+
+int fc_inspect_grid(const struct fc_dcp_entry *e, struct fc_buf *out)
+{
+    int dims[FC_MAX_DIMS], ncut = 0;
+    int64_t *edges[2] = {NULL, NULL};
+    size_t nedges[2] = {0, 0};
+    int rc = FC_OK;
+    if (e->kind != FC_DCP_TENSOR || e->ndim == 0 || e->nchunks < 2)
+        return FC_OK;
+    int64_t *tmp = fc_calloc(2 * e->nchunks + 2, sizeof(*tmp));
+    if (tmp == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    for (int d = 0; d < e->ndim; d++) {
+        if (fc_grid_edges(e, d, tmp) > 2)
+            dims[ncut++] = d;
+    }
+    fc_free(tmp);
+    if (ncut != 2) /* one cut dim: the chunk lines say it all */
+        return ncut < 2 ? FC_OK : fc_buf_printf(out, "    grid: cut on %d dims\n", ncut);
+    for (int i = 0; i < 2; i++) {
+        edges[i] = fc_calloc(2 * e->nchunks + 2, sizeof(int64_t));
+        if (edges[i] == NULL) {
+            rc = fc_error_set(FC_ENOMEM, "out of memory");
+            goto done;
+        }
+        nedges[i] = fc_grid_edges(e, dims[i], edges[i]);
+    }
+    /* One line per piece of the first cut dim, one column per piece of the second. */
+    FC_TRY_GOTO(
+        fc_buf_printf(out, "    grid (file rank per box): dim %d x dim %d\n", dims[0], dims[1]), rc,
+        done);
+    const size_t cols = nedges[1] - 1;
+    FC_TRY_GOTO(fc_buf_printf(out, "    %14s", ""), rc, done);
+    for (size_t j = 0; j < cols; j++) {
+        char h[48];
+        snprintf(h, sizeof(h), "[%" PRId64 ":%" PRId64 ")", edges[1][j], edges[1][j + 1]);
+        FC_TRY_GOTO(fc_buf_printf(out, " %12s", h), rc, done);
+    }
+    FC_TRY_GOTO(fc_buf_puts(out, "\n"), rc, done);
+    for (size_t i = 0; i + 1 < nedges[0]; i++) {
+        char h[48];
+        snprintf(h, sizeof(h), "[%" PRId64 ":%" PRId64 ")", edges[0][i], edges[0][i + 1]);
+        FC_TRY_GOTO(fc_buf_printf(out, "    %14s", h), rc, done);
+        for (size_t j = 0; j < cols; j++) {
+            const int64_t at[2] = {edges[0][i], edges[1][j]};
+            FC_TRY_GOTO(fc_grid_cell(out, e, dims, 2, at, 12), rc, done);
+        }
+        FC_TRY_GOTO(fc_buf_puts(out, "\n"), rc, done);
+    }
+done:
+    fc_free(edges[0]);
+    fc_free(edges[1]);
+    return rc;
+}
