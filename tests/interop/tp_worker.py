@@ -3,8 +3,9 @@
 The model is parallelized as torchtitan does it (parallelize_module with ColwiseParallel /
 RowwiseParallel on the tp mesh dim, then fully_shard over the data-parallel dims), saved with
 torch's own dcp.save, and then a second copy with different weights loads fsdpconv's
-checkpoint. Each rank writes rank<r>.json: problems, its box of every key, and the bytes it
-read (/proc/self/io rchar) during dcp.load.
+checkpoint. Each rank writes rank<r>.json: problems, its box of every key, the byte ranges
+dcp.load asked of each .distcp file, and the bytes its read syscalls returned (/proc/self/io rchar,
+buffered read-ahead and the metadata included).
 """
 
 import datetime
@@ -86,6 +87,50 @@ def parallelize(model, mesh, hsdp):
     return model
 
 
+class _CountingStream:
+    """A read stream that records the byte ranges torch asks for (logical, not read-ahead)."""
+
+    def __init__(self, cm, ranges):
+        self._cm = cm   # the context manager that owns the file
+        self._s = cm.__enter__()
+        self._ranges = ranges
+
+    def read(self, n=-1):
+        pos = self._s.tell()
+        b = self._s.read(n)
+        self._ranges.append((pos, len(b)))
+        return b
+
+    def readinto(self, buf):
+        pos = self._s.tell()
+        n = self._s.readinto(buf)
+        self._ranges.append((pos, n or 0))
+        return n
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return self._cm.__exit__(*exc)
+
+    def __getattr__(self, name):
+        return getattr(self._s, name)
+
+
+def record_reads(reads):
+    """Make every DCP FileSystemReader stream record its reads into reads[file name]."""
+    from torch.distributed.checkpoint import filesystem
+    orig = filesystem.FileSystem.create_stream
+
+    def create_stream(self, path, mode):
+        cm = orig(self, path, mode)
+        if "r" not in mode or not str(path).endswith(".distcp"):
+            return cm
+        return _CountingStream(cm, reads.setdefault(os.path.basename(str(path)), []))
+
+    filesystem.FileSystem.create_stream = create_stream
+
+
 def rchar():
     with open("/proc/self/io") as f:
         for line in f:
@@ -117,6 +162,9 @@ def run(rank, job):
 
     other = parallelize(build(job["cfg"], 1), mesh, hsdp)
     sd2 = other.state_dict()
+    dcp.load(sd2, checkpoint_id=job["torch_dir"])   # warm-up: modules dcp.load imports
+    reads = {}
+    record_reads(reads)
     before = rchar()
     dcp.load(sd2, checkpoint_id=job["ours"])
     read = rchar() - before
@@ -129,7 +177,7 @@ def run(rank, job):
         elif not torch.equal(a.view(torch.uint8) if a.numel() else a,
                              b.view(torch.uint8) if b.numel() else b):
             problems.append("%s: rank %d's local shard differs after dcp.load" % (k, rank))
-    return {"problems": problems, "boxes": boxes, "read": read}
+    return {"problems": problems, "boxes": boxes, "read": read, "ranges": reads}
 
 
 def run_rank(rank, world, port, job):
