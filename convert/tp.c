@@ -80,49 +80,23 @@ int fc_tp_plan_add(struct fc_tp_plan *p, const char *spec, const char *where)
     return fc_tp__add(p, spec, (size_t)(eq - spec), eq + 1, where);
 }
 
+/* One "REGEX DIM" line of a plan file: split at the last run of blanks. */
+static int fc_tp__plan_line(void *ctx, char *line, const char *where)
+{
+    char *sp = line + strlen(line);
+    while (sp > line && sp[-1] != ' ' && sp[-1] != '\t')
+        sp--;
+    char *end = sp;
+    while (end > line && (end[-1] == ' ' || end[-1] == '\t'))
+        end--;
+    if (end == line)
+        return fc_error_set(FC_EINVAL, "%s: tp plan line '%s': expected REGEX DIM", where, line);
+    return fc_tp__add(ctx, line, (size_t)(end - line), sp, where);
+}
+
 int fc_tp_plan_load(struct fc_tp_plan *p, const char *path)
 {
-    struct fc_file f = FC_FILE_INIT;
-    unsigned char *text = NULL;
-    int rc;
-    FC_TRY(fc_file_open_read(&f, path));
-    rc = fc_file_read_alloc(&f, 0, (size_t)f.size, FC_TP_FILE_CAP, &text);
-    fc_file_close(&f);
-    FC_TRY(rc);
-    char *line = (char *)text;
-    unsigned lineno = 0;
-    while (rc == FC_OK && line != NULL && *line != '\0') {
-        char *next = strchr(line, '\n');
-        if (next != NULL)
-            *next++ = '\0';
-        lineno++;
-        char *hash = strchr(line, '#');
-        if (hash != NULL)
-            *hash = '\0';
-        size_t len = strlen(line);
-        while (len > 0 && strchr(" \t\r", line[len - 1]) != NULL)
-            line[--len] = '\0';
-        while (*line == ' ' || *line == '\t')
-            line++, len--;
-        if (len > 0) {
-            char where[512];
-            snprintf(where, sizeof(where), "%s:%u", path, lineno);
-            char *sp = line + len;
-            while (sp > line && sp[-1] != ' ' && sp[-1] != '\t')
-                sp--;
-            char *end = sp;
-            while (end > line && (end[-1] == ' ' || end[-1] == '\t'))
-                end--;
-            if (end == line)
-                rc = fc_error_set(FC_EINVAL, "%s: tp plan line '%s': expected REGEX DIM", where,
-                                  line);
-            else
-                rc = fc_tp__add(p, line, (size_t)(end - line), sp, where);
-        }
-        line = next;
-    }
-    fc_free(text);
-    return rc;
+    return fc_file_each_line(path, FC_TP_FILE_CAP, fc_tp__plan_line, p);
 }
 
 void fc_tp_plan_release(struct fc_tp_plan *p)

@@ -226,3 +226,37 @@ int fc_remove_tree(const char *path)
         rc = fc_error_set(FC_EIO, "%s: cannot remove directory: %s", path, strerror(errno));
     return rc;
 }
+
+int fc_file_each_line(const char *path, size_t cap, fc_line_fn fn, void *ctx)
+{
+    struct fc_file f = FC_FILE_INIT;
+    unsigned char *text = NULL;
+    FC_TRY(fc_file_open_read(&f, path));
+    int rc = fc_file_read_alloc(&f, 0, (size_t)f.size, cap, &text);
+    fc_file_close(&f);
+    FC_TRY(rc);
+    char *line = (char *)text;
+    unsigned lineno = 0;
+    while (rc == FC_OK && line != NULL && *line != '\0') {
+        char *next = strchr(line, '\n');
+        if (next != NULL)
+            *next++ = '\0';
+        lineno++;
+        char *hash = strchr(line, '#');
+        if (hash != NULL)
+            *hash = '\0';
+        while (*line == ' ' || *line == '\t' || *line == '\r')
+            line++;
+        size_t len = strlen(line);
+        while (len > 0 && (line[len - 1] == ' ' || line[len - 1] == '\t' || line[len - 1] == '\r'))
+            line[--len] = '\0';
+        if (len > 0) {
+            char where[512];
+            snprintf(where, sizeof(where), "%s:%u", path, lineno);
+            rc = fn(ctx, line, where);
+        }
+        line = next;
+    }
+    fc_free(text);
+    return rc;
+}

@@ -42,6 +42,17 @@ int fc_file_pread(const struct fc_file *f, void *dst, size_t n, uint64_t off);
 int fc_file_read_alloc(const struct fc_file *f, uint64_t off, size_t n, size_t cap,
                        unsigned char **out);
 
+/*
+ * fc_file_each_line() - the lines of a small text file (rules, plans): read
+ * it whole (FC_ECORRUPT past cap bytes), cut each line at the first '#',
+ * trim blanks and '\r' at both ends, skip empty lines, and call fn(ctx,
+ * line, where) for the rest in order; `line` may be modified by fn, `where`
+ * is "PATH:LINE" for messages.  Stops at fn's first negative return, which
+ * it returns; else FC_OK.  FC_ENOENT/FC_EIO/FC_ENOMEM as the file calls.
+ */
+typedef int (*fc_line_fn)(void *ctx, char *line, const char *where);
+int fc_file_each_line(const char *path, size_t cap, fc_line_fn fn, void *ctx);
+
 /* Hint sequential access for [off, off+n) (posix_fadvise); never fails. */
 void fc_file_advise_sequential(const struct fc_file *f, uint64_t off, uint64_t n);
 

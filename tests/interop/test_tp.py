@@ -20,7 +20,6 @@ For dp=2 x tp=2, dp=3 x tp=2 and replicate=2 x shard=2 x tp=2, a tiny Llama-like
 import json
 import os
 import shutil
-import socket
 import sys
 import tempfile
 import time
@@ -28,7 +27,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import Report, run_fsdpconv  # noqa: E402
+from common import Report, free_port, run_fsdpconv  # noqa: E402
 import tp_worker  # noqa: E402
 
 TP_PLAN = r"""# torchtitan's Llama plan as fsdpconv rules (REGEX DIM)
@@ -48,14 +47,6 @@ CASES = [
     ((2, 2, 2), "replicate=2,shard=2,tp=2",
      dict(vocab=13, dim=6, hidden=5, kv=1, layers=1, positions=3)),
 ]
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def run_ranks(world, job, timeout=240):
