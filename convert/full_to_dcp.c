@@ -263,8 +263,33 @@ static int fc_open_inputs(const struct fc_full_to_dcp_opts *o, struct fc_job *j)
 }
 
 /*
+ * The parameter FQN inside an optimizer state key of the layouts
+ * get_state_dict gives (checkpoints read back by reshard):
+ * "[app.]optim.state.<fqn>.<name>" or "optimizer.state.<fqn>.<name>", as a
+ * new string in *out; NULL when `key` is not one.
+ */
+static int fc_tp_state_param(const char *key, char **out)
+{
+    static const char *const marks[] = {"optim.state.", "optimizer.state."};
+    *out = NULL;
+    for (size_t m = 0; m < sizeof(marks) / sizeof(marks[0]); m++) {
+        const char *at = strstr(key, marks[m]);
+        if (at == NULL || (at != key && at[-1] != '.'))
+            continue;
+        const char *fqn = at + strlen(marks[m]);
+        const char *dot = strrchr(fqn, '.');
+        if (dot == NULL || dot == fqn)
+            return FC_OK;
+        *out = fc_strndup(fqn, (size_t)(dot - fqn));
+        return *out == NULL ? fc_error_set(FC_ENOMEM, "out of memory") : FC_OK;
+    }
+    return FC_OK;
+}
+
+/*
  * The tp dim of every spec from --tp / --tp-plan (optimizer state follows its
- * parameter's key), into a new array *out; NULL when the mesh has no tp dim.
+ * parameter's key: the spec it was built from, or the FQN in its DCP key),
+ * into a new array *out; NULL when the mesh has no tp dim.
  */
 static int fc_tp_dims(const struct fc_full_to_dcp_opts *o, const struct fc_xform_result *xr,
                       int **out)
@@ -292,9 +317,17 @@ static int fc_tp_dims(const struct fc_full_to_dcp_opts *o, const struct fc_xform
         const struct fc_xspec *s = &xr->specs[i];
         const struct fc_xspec *ps = s->param_of >= 0 ? &xr->specs[s->param_of] : s;
         dims[i] = -1;
-        if (s->kind != FC_ENTRY_TENSOR || (s->ndim == 0 && ps != s))
-            continue; /* values; 0-d optimizer state (step) is stored whole */
-        FC_TRY_GOTO(fc_tp_plan_dim(&tp, ps->key, s->ndim, &dims[i]), rc, done);
+        if (s->kind != FC_ENTRY_TENSOR)
+            continue;
+        char *fqn = NULL;
+        if (ps == s)
+            FC_TRY_GOTO(fc_tp_state_param(s->key, &fqn), rc, done);
+        /* 0-d optimizer state (step) is stored whole */
+        if (s->ndim > 0 || (ps == s && fqn == NULL))
+            rc = fc_tp_plan_dim(&tp, fqn != NULL ? fqn : ps->key, s->ndim, &dims[i]);
+        fc_free(fqn);
+        if (rc < 0)
+            goto done;
         if (dims[i] >= 0 && s->replicate) {
             rc = fc_error_set(FC_EINVAL,
                               "'%s' is stored whole (--replicate) but a tp rule "

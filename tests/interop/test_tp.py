@@ -11,7 +11,8 @@ For dp=2 x tp=2, dp=3 x tp=2 and replicate=2 x shard=2 x tp=2, a tiny Llama-like
     byte range dcp.load asks of a .distcp file lies in such an item (/proc/self/io rchar,
     which includes buffered read-ahead, is printed);
   - torch's TP checkpoint reads bit-exactly (fsdpconv diff against the full state dict)
-    and reshards to FSDP-only and back to the same chunk list, bit-exact;
+    and reshards to FSDP-only and back to the same chunk list, bit-exact; on dp=2 x tp=2
+    also with AdamW state (get_state_dict), whose keys take their parameters' placements;
   - layouts torch 2.15 cannot round-trip (vocab 37 or 7 rows on dp=3 x tp=2; the boxes
     compute_local_shape_and_global_offset records are in tests/unit/test_mesh.c) are
     refused with exit 2 naming the key.
@@ -139,7 +140,26 @@ def placements_seen(ranks):
     return sorted({b[2] for res in ranks for b in res.get("boxes", {}).values()})
 
 
-def run_case(rep, tmp, mesh, mesh_arg, cfg):
+def check_optimizer(rep, label, job, plan, world):
+    """torch's TP save of model + AdamW state: reads bit-exactly, reshards to FSDP-only and back."""
+    d = job["result_dir"]
+    flat, back = os.path.join(d, "optim_flat"), os.path.join(d, "optim_back")
+    problems = []
+    for args in [("diff", job["optim_full"], job["optim_dir"]),
+                 ("reshard", "--world-size", str(world), "-o", flat, job["optim_dir"]),
+                 ("reshard", "--mesh", label.split()[1], "--tp-plan", plan, "-o", back, flat),
+                 ("diff", back, job["optim_dir"])]:
+        rc, out, err = run_fsdpconv(*args)
+        if rc != 0:
+            problems.append("%s exit %d: %s%s" % (" ".join(args[:3]), rc, out[-600:], err))
+            break
+    if not problems:
+        problems = compare_chunks(metadata(back), metadata(job["optim_dir"]))
+    rep.case(label + ": torch's TP model + AdamW save reads bit-exactly, reshards and back "
+             "to torch's chunk list", problems)
+
+
+def run_case(rep, tmp, mesh, mesh_arg, cfg, with_optim):
     label = "mesh %s" % mesh_arg
     world = 1
     for d in mesh:
@@ -157,6 +177,8 @@ def run_case(rep, tmp, mesh, mesh_arg, cfg):
         return
     job = {"mesh": list(mesh), "cfg": cfg, "ours": ours, "torch_dir": os.path.join(d, "torch"),
            "result_dir": d}
+    if with_optim:
+        job["optim_dir"], job["optim_full"] = os.path.join(d, "optim"), os.path.join(d, "optim.pt")
     ranks, problems = run_ranks(world, job)
     rep.case(label + ": dcp.load bit-exact on every rank", problems)
     if problems:
@@ -182,6 +204,8 @@ def run_case(rep, tmp, mesh, mesh_arg, cfg):
     if not problems:
         problems = compare_chunks(metadata(back), md_torch)
     rep.case(label + ": torch's TP checkpoint -> FSDP-only -> back, bit-exact", problems)
+    if with_optim:
+        check_optimizer(rep, label, job, plan, world)
 
 
 def check_refusals(rep, tmp):
@@ -203,8 +227,8 @@ def main():
     rep = Report("test_tp")
     tmp = tempfile.mkdtemp(prefix="fsdpconv_tp_")
     try:
-        for mesh, mesh_arg, cfg in CASES:
-            run_case(rep, tmp, mesh, mesh_arg, cfg)
+        for i, (mesh, mesh_arg, cfg) in enumerate(CASES):
+            run_case(rep, tmp, mesh, mesh_arg, cfg, with_optim=i == 0)
         check_refusals(rep, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -139,6 +139,22 @@ def rchar():
     return -1
 
 
+def save_optimizer(model, rank, job):
+    """One AdamW step on the parallelized model; torch saves it sharded and (rank 0) full."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+    for p in model.parameters():
+        p.grad = torch.ones_like(p) * 0.5
+    opt.step()
+    msd, osd = get_state_dict(model, opt)
+    dcp.save({"model": msd, "optim": osd}, checkpoint_id=job["optim_dir"])
+    fm, fo = get_state_dict(model, opt, options=StateDictOptions(full_state_dict=True,
+                                                                   cpu_offload=True))
+    if rank == 0:
+        torch.save({"model": fm, "optim": fo}, job["optim_full"])
+
+
 def run(rank, job):
     import torch.distributed.checkpoint as dcp
     from torch.distributed.device_mesh import init_device_mesh
@@ -177,6 +193,8 @@ def run(rank, job):
         elif not torch.equal(a.view(torch.uint8) if a.numel() else a,
                              b.view(torch.uint8) if b.numel() else b):
             problems.append("%s: rank %d's local shard differs after dcp.load" % (k, rank))
+    if job.get("optim_dir"):   # last: the step changes the model's weights
+        save_optimizer(model, rank, job)
     return {"problems": problems, "boxes": boxes, "read": read, "ranges": reads}
 
 
