@@ -67,4 +67,7 @@ echo
 # Issue 11's metadata case is 1,000,000 chunks (BENCH_META_TENSORS=1000); the default 100k chunks
 # keeps make bench within the memory of a shared 2-core VM while the metadata is not compact.
 "$py" "$here/bench_metadata.py" "$bin" "$dir/metadata" --tensors "${BENCH_META_TENSORS:-100}"
+echo
+# 4-rank load on a dp=2 x tp=2 mesh: TP-layout DCP vs plain --world-size 4 (a ~1 GiB model)
+"$py" "$here/bench_tp_load.py" "$bin" "$dir/tp_load" --rounds "${BENCH_LOAD_REPS:-2}"
 echo "bench: done in $(( $(date +%s) - start )) s"

@@ -10,8 +10,9 @@ For dp=2 x tp=2, dp=3 x tp=2 and replicate=2 x shard=2 x tp=2, a tiny Llama-like
     file holding each tp-replicated box it shares (stored once, as torch stores it); every
     byte range dcp.load asks of a .distcp file lies in such an item (/proc/self/io rchar,
     which includes buffered read-ahead, is printed);
-  - torch's TP checkpoint reads bit-exactly (fsdpconv diff against the full state dict)
-    and reshards to FSDP-only and back to the same chunk list, bit-exact; on dp=2 x tp=2
+  - torch's TP checkpoint reads bit-exactly (fsdpconv diff against the full state dict),
+    exports with dcp-to-full, and reshards to FSDP-only and back to the same chunk list,
+    bit-exact; on dp=2 x tp=2
     also with AdamW state (get_state_dict), whose keys take their parameters' placements;
   - layouts torch 2.15 cannot round-trip (vocab 37 or 7 rows on dp=3 x tp=2; the boxes
     compute_local_shape_and_global_offset records are in tests/unit/test_mesh.c) are
@@ -192,9 +193,11 @@ def run_case(rep, tmp, mesh, mesh_arg, cfg, with_optim):
     rep.case(label + ": torch's TP checkpoint reads bit-exactly",
              [] if rc == 0 else ["diff exit %d: %s%s" % (rc, out[-800:], err)])
     flat, back = os.path.join(d, "flat"), os.path.join(d, "back")
+    export = os.path.join(d, "export.safetensors")
     steps = [("reshard", "--world-size", str(world), "-o", flat, job["torch_dir"]),
              ("reshard", "--mesh", mesh_arg, "--tp-plan", plan, "-o", back, flat),
-             ("diff", back, job["torch_dir"]), ("diff", flat, full)]
+             ("diff", back, job["torch_dir"]), ("diff", flat, full),
+             ("dcp-to-full", "-o", export, job["torch_dir"]), ("diff", export, full)]
     problems = []
     for args in steps:
         rc, out, err = run_fsdpconv(*args)
@@ -203,7 +206,8 @@ def run_case(rep, tmp, mesh, mesh_arg, cfg, with_optim):
             break
     if not problems:
         problems = compare_chunks(metadata(back), md_torch)
-    rep.case(label + ": torch's TP checkpoint -> FSDP-only -> back, bit-exact", problems)
+    rep.case(label + ": torch's TP checkpoint -> FSDP-only -> back, and exported, bit-exact",
+             problems)
     if with_optim:
         check_optimizer(rep, label, job, plan, world)
 
