@@ -24,8 +24,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "interop"))
-from bench_load import bits_sum, free_port, proc_io  # noqa: E402
-from measure import drop_caches  # noqa: E402
+import common  # noqa: E402
+from bench_load import bits_sum, proc_io  # noqa: E402
 
 # BENCH_TP_CFG='{"vocab": 64, ...}' shrinks the model for a smoke run.
 CFG = json.loads(os.environ.get("BENCH_TP_CFG", "null")) or dict(
@@ -69,7 +69,7 @@ def worker(ckpt, out_path):
 
 def load(ckpt, tmp):
     world = MESH[0] * MESH[1]
-    port = free_port()
+    port = common.free_port()
     procs = []
     for r in range(world):
         env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
@@ -120,12 +120,12 @@ def main():
     full, outs = prepare(fsdpconv, d)
     gib = os.path.getsize(full) / 2**30
     best, seen = {}, {}
-    cache = "cold" if drop_caches() else "warm"
+    cache = "cold" if common.drop_caches() else "warm"
     with open(os.path.join(d, "tp_load.jsonl"), "a") as log:
         for i in range(rounds + (cache == "warm")):
             for name in ("tp", "flat"):
                 if cache == "cold":
-                    drop_caches()
+                    common.drop_caches()
                 ranks = load(outs[name], d)
                 if cache == "warm" and i == 0:
                     continue   # the unmeasured warm-up round

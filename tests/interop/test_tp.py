@@ -24,12 +24,12 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import Report, free_port, run_fsdpconv  # noqa: E402
+import common  # noqa: E402
+from common import Report, run_fsdpconv  # noqa: E402
 import tp_worker  # noqa: E402
 
 TP_PLAN = r"""# torchtitan's Llama plan as fsdpconv rules (REGEX DIM)
@@ -52,31 +52,16 @@ CASES = [
 
 
 def run_ranks(world, job, timeout=240):
-    import torch.multiprocessing as mp
-    ctx = mp.get_context("fork")
-    port = free_port()
-    procs = [ctx.Process(target=tp_worker.run_rank, args=(r, world, port, job))
-             for r in range(world)]
-    for p in procs:
-        p.start()
-    deadline = time.time() + timeout
-    out, problems = [], []
-    for r, p in enumerate(procs):
-        p.join(max(1, deadline - time.time()))
-        if p.is_alive():
-            p.kill()
-            p.join()
-            problems.append("rank %d hung" % r)
+    """Every rank's result record and the problems of all ranks."""
+    problems = common.launch_ranks(tp_worker.run_rank, world, job, ["load"], timeout)["load"]
+    out = []
     for r in range(world):
         path = os.path.join(job["result_dir"], "rank%d.json" % r)
-        if not os.path.exists(path):
-            problems.append("rank %d reported nothing" % r)
-            out.append({})
-            continue
-        with open(path) as f:
-            res = json.load(f)
-        problems.extend("rank %d: %s" % (r, p) for p in res["problems"])
-        out.append(res)
+        rec = {}
+        if os.path.exists(path):
+            with open(path) as f:
+                rec = json.load(f)[0]
+        out.append(rec)
     return out, problems
 
 

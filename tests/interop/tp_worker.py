@@ -8,15 +8,13 @@ dcp.load asked of each .distcp file, and the bytes its read syscalls returned (/
 buffered read-ahead and the metadata included).
 """
 
-import datetime
-import json
 import os
 import sys
 
 import torch
 import torch.nn as nn
 
-MAX_PROBLEMS = 40
+import common
 
 # torchtitan's Llama plan, on our module names (see TP_PLAN in test_tp.py for the same as
 # fsdpconv rules): embeddings Rowwise (vocab dim 0), a positional embedding Colwise (dim 1),
@@ -199,23 +197,16 @@ def run(rank, job):
 
 
 def run_rank(rank, world, port, job):
-    import torch.distributed as dist
-    torch.set_num_threads(1)
-    if os.path.exists("/sys/class/net/lo"):
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    """launch_ranks target: one case "load" with problems, boxes, read ranges and rchar."""
     try:
-        dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank,
-                                world_size=world,
-                                timeout=datetime.timedelta(seconds=job.get("timeout", 120)))
+        common.rank_init(rank, world, port, job.get("timeout", 120))
         res = run(rank, job)
-        dist.destroy_process_group()
     except Exception as e:  # reported, not raised: the orchestrator collects every rank
         res = {"problems": ["rank %d raised %s: %s" % (rank, type(e).__name__, e)]}
-    res["problems"] = res["problems"][:MAX_PROBLEMS]
-    path = os.path.join(job["result_dir"], "rank%d.json" % rank)
-    with open(path + ".tmp", "w") as f:
-        json.dump(res, f)
-    os.replace(path + ".tmp", path)
+    res["case"] = "load"
+    res["problems"] = common.cap_problems(res["problems"])
+    common.write_rank_results(job["result_dir"], rank, [res])
+    common.rank_finish()
 
 
 if __name__ == "__main__":
