@@ -130,7 +130,7 @@ FUZZ_BIN := $(patsubst tests/fuzz/%.c,$(B)/fuzz/%,$(FUZZ_SRC))
 GPU_SRC := $(sort $(wildcard tests/gpu/test_*.c))
 GPU_BIN := $(patsubst tests/gpu/%.c,$(B)/gpu/%,$(GPU_SRC))
 
-.PHONY: all fsdpconv check-unused unused-list deps venv demo test test-unit test-cli test-interop test-gpu bench-gpu fuzz fuzz-regress \
+.PHONY: all fsdpconv check-unused unused-list deps venv demo test test-unit test-cli test-hostile test-interop test-gpu bench-gpu fuzz fuzz-regress \
         asan ubsan valgrind check check-deps check-banned man-lint format format-check \
         install clean bench fixtures config-summary
 .DEFAULT_GOAL := all
@@ -216,7 +216,7 @@ demo: deps
 test: deps venv
 	@$(MAKE) --no-print-directory all test-build
 	@$(MAKE) --no-print-directory check-deps check-banned man-lint
-	@sh tests/run_parts.sh test "$(MAKE)" test-unit fuzz-regress test-cli test-interop
+	@sh tests/run_parts.sh test "$(MAKE)" test-unit fuzz-regress test-cli test-hostile test-interop
 
 .PHONY: test-build
 test-build: $(BIN) $(UNIT_BIN) $(FUZZ_BIN)
@@ -226,6 +226,10 @@ test-unit: $(UNIT_BIN)
 
 test-cli: $(BIN)
 	@sh tests/cli/run.sh "$(CURDIR)/$(BIN)"
+
+# Every command on every hostile input (tests/hostile/gen.py): exit 2/3, one line, nothing left.
+test-hostile: $(BIN)
+	@sh tests/hostile/run.sh "$(CURDIR)/$(BIN)" "$(PYTHON)"
 
 test-interop: $(BIN)
 	@sh tests/interop/run.sh "$(CURDIR)/$(BIN)" "$(PYTHON)"
@@ -244,7 +248,8 @@ fuzz:
 
 asan:
 	@$(MAKE) --no-print-directory SANITIZE=address,undefined test-build
-	@sh tests/run_parts.sh asan "$(MAKE) SANITIZE=address,undefined" test-unit fuzz-regress test-cli
+	@sh tests/run_parts.sh asan "$(MAKE) SANITIZE=address,undefined" test-unit fuzz-regress test-cli \
+	  test-hostile
 
 ubsan:
 	@$(MAKE) --no-print-directory SANITIZE=undefined test-unit

@@ -129,7 +129,8 @@ static int fc_inspect_list_files(const char *dir, struct fc_inspect_result *r)
     }
     closedir(d);
     FC_TRY(rc);
-    qsort(r->files, r->nfiles, sizeof(*r->files), fc_cmp_name);
+    if (r->nfiles > 1) /* files is NULL when there are none, which qsort does not accept */
+        qsort(r->files, r->nfiles, sizeof(*r->files), fc_cmp_name);
     r->file_bytes = fc_calloc(r->nfiles + 1, sizeof(*r->file_bytes));
     if (r->file_bytes == NULL)
         return fc_error_set(FC_ENOMEM, "out of memory");

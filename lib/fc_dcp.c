@@ -643,7 +643,7 @@ static int rd_err(const struct rd *r, int code, const struct fc_pv *v, const cha
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     if (v != NULL)
-        return fc_error_set(code, "%s: offset %" PRIu64 ": %s", r->what, v->offset, msg);
+        return fc_error_set(code, "%s: offset %" PRIu64 ": %s", r->what, (uint64_t)v->offset, msg);
     return fc_error_set(code, "%s: %s", r->what, msg);
 }
 
@@ -905,6 +905,22 @@ static int read_properties(const struct rd *r, const struct fc_pv *v, const char
     return FC_OK;
 }
 
+/*
+ * Every size later derived from a shape (element counts, byte sizes, strides,
+ * offsets) is computed in int64 by every command; checking the extremes once
+ * here, as the metadata is parsed, is what lets the rest compute unchecked.
+ */
+static int check_extent(const struct rd *r, const struct fc_pv *v, const char *where,
+                        const char *what, const int64_t *dims, int ndim, fc_dtype dtype)
+{
+    int64_t numel, nbytes;
+    if (fc_shape_numel(dims, ndim, &numel) < 0 ||
+        fc_mul_i64(numel, (int64_t)fc_dtype_size(dtype), &nbytes) < 0)
+        return rd_err(r, FC_ECORRUPT, v, "%s: the %s's element count or byte size overflows int64",
+                      where, what);
+    return FC_OK;
+}
+
 static int read_tensor(struct rd *r, const struct fc_pv *v, size_t idx)
 {
     struct fc_dcp_meta *m = r->m;
@@ -924,6 +940,7 @@ static int read_tensor(struct rd *r, const struct fc_pv *v, size_t idx)
         memcpy(e->size, size, (size_t)ndim * sizeof(int64_t));
         FC_TRY(need_field(r, st, "properties", where, &f));
         FC_TRY(read_properties(r, f, fqn, e));
+        FC_TRY(check_extent(r, v, where, "shape", size, ndim, e->dtype));
     }
     FC_TRY(need_field(r, st, "chunks", where, &f));
     if (!is_seq(f))
@@ -944,6 +961,13 @@ static int read_tensor(struct rd *r, const struct fc_pv *v, size_t idx)
                           "%s: offsets/sizes have %d/%d dims, the tensor "
                           "has %d",
                           cwhere, n1, n2, ndim);
+        FC_TRY(check_extent(r, cv, cwhere, "sizes", sz, ndim, m->entries[idx].dtype));
+        for (int d = 0; d < ndim; d++) {
+            int64_t end;
+            if (fc_add_i64(off[d], sz[d], &end) < 0)
+                return rd_err(r, FC_ECORRUPT, cv, "%s: offset + size overflows int64 in dim %d",
+                              cwhere, d);
+        }
         FC_TRY(fc_dcp_meta_add_chunk(m, idx, off, sz, NULL));
     }
     return FC_OK;

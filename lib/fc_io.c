@@ -12,6 +12,20 @@
 #include "fc_alloc.h"
 #include "fc_error.h"
 
+/* What a non-regular file is, for the message that refuses it. */
+static const char *fc_file_type_name(mode_t mode)
+{
+    if (S_ISDIR(mode))
+        return "is a directory, not a file";
+    if (S_ISFIFO(mode))
+        return "is a FIFO, not a regular file";
+    if (S_ISSOCK(mode))
+        return "is a socket, not a regular file";
+    if (S_ISCHR(mode) || S_ISBLK(mode))
+        return "is a device, not a regular file";
+    return "not a regular file";
+}
+
 int fc_file_open_read(struct fc_file *f, const char *path)
 {
     struct stat st;
@@ -20,7 +34,11 @@ int fc_file_open_read(struct fc_file *f, const char *path)
     f->path = fc_strdup(path);
     if (f->path == NULL)
         return fc_error_set(FC_ENOMEM, "%s: out of memory", path);
-    f->fd = open(path, O_RDONLY | O_CLOEXEC);
+    /*
+     * O_NONBLOCK: opening a FIFO (or a device) for reading would otherwise wait
+     * for a writer forever.  It changes nothing for the regular files we accept.
+     */
+    f->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (f->fd < 0) {
         const int e = errno;
         fc_free(f->path);
@@ -28,11 +46,14 @@ int fc_file_open_read(struct fc_file *f, const char *path)
         return fc_error_set(e == ENOENT ? FC_ENOENT : FC_EIO, "%s: cannot open: %s", path,
                             strerror(e));
     }
-    if (fstat(f->fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        const int is_dir = S_ISDIR(st.st_mode);
+    if (fstat(f->fd, &st) != 0) {
+        const int e = errno;
         fc_file_close(f);
-        return fc_error_set(FC_EIO, "%s: %s", path,
-                            is_dir ? "is a directory" : "not a regular file");
+        return fc_error_set(FC_EIO, "%s: cannot stat: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        fc_file_close(f);
+        return fc_error_set(FC_ECORRUPT, "%s: %s", path, fc_file_type_name(st.st_mode));
     }
     f->size = (uint64_t)st.st_size;
     return FC_OK;

@@ -24,7 +24,11 @@ struct fc_file {
         -1, 0, NULL                                                                                \
     }
 
-/* Open for reading; FC_ENOENT, FC_EIO (also for directories), FC_ENOMEM. */
+/*
+ * Open for reading; FC_ENOENT, FC_EIO, FC_ENOMEM, or FC_ECORRUPT when path is
+ * not a regular file (a directory, FIFO, socket or device): every input file
+ * is opened here, so nothing we read can block in open() or read().
+ */
 int fc_file_open_read(struct fc_file *f, const char *path);
 void fc_file_close(struct fc_file *f); /* accepts a never-opened FC_FILE_INIT */
 

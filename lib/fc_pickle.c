@@ -2223,12 +2223,16 @@ static int fc_vm_finish(struct fc_vm *vm, struct fc_pv *root)
         struct fc_pv *v;
         size_t next;
         uint32_t h;
+        uint64_t n; /* expanded nodes so far: this one plus its children's */
     } *st = fc_calloc(FC_PICKLE_MAX_NESTING + 1, sizeof(*st));
     if (st == NULL)
         return fc_error_set(FC_ENOMEM, "%s: out of memory", vm->what);
     int rc = FC_OK;
     size_t depth = 0;
-    st[0] = (struct frame){root, 0, 1};
+    /* ->expanded is 32 bits; inputs are at most 1 GiB, so this cap binds only on bombs */
+    const uint64_t max_expanded =
+        FC_PICKLE_MAX_EXPANDED(vm->len) < UINT32_MAX ? FC_PICKLE_MAX_EXPANDED(vm->len) : UINT32_MAX;
+    st[0] = (struct frame){root, 0, 1, 1};
     root->height = FC_HEIGHT_GRAY;
     for (;;) {
         struct frame *f = &st[depth];
@@ -2261,12 +2265,16 @@ static int fc_vm_finish(struct fc_vm *vm, struct fc_pv *root)
                 goto done;
             }
             f->v->height = f->h;
+            f->v->expanded = (uint32_t)f->n; /* <= max_expanded, checked as children add up */
             if (depth == 0)
                 break;
             depth--;
             if (st[depth].h < f->h + 1)
                 st[depth].h = f->h + 1;
+            st[depth].n += f->n;
             st[depth].next++;
+            if (st[depth].n > max_expanded)
+                goto bomb;
             continue;
         }
         if (c->height == FC_HEIGHT_GRAY) {
@@ -2277,7 +2285,10 @@ static int fc_vm_finish(struct fc_vm *vm, struct fc_pv *root)
         if (c->height != 0) {
             if (f->h < c->height + 1)
                 f->h = c->height + 1;
+            f->n += c->expanded;
             f->next++;
+            if (f->n > max_expanded)
+                goto bomb;
             continue;
         }
         if (depth + 1 >= FC_PICKLE_MAX_NESTING) {
@@ -2287,8 +2298,15 @@ static int fc_vm_finish(struct fc_vm *vm, struct fc_pv *root)
             goto done;
         }
         c->height = FC_HEIGHT_GRAY;
-        st[++depth] = (struct frame){c, 0, 1};
+        st[++depth] = (struct frame){c, 0, 1, 1};
     }
+    goto done;
+bomb:
+    vm->op_off = st[depth].v->offset;
+    rc = fc_vm_err(vm, FC_ECORRUPT,
+                   "shared values expand to more than %" PRIu64
+                   " objects (memo references repeated beyond any real checkpoint)",
+                   max_expanded);
 done:
     fc_free(st);
     return rc;

@@ -41,7 +41,11 @@
  *
  * The result is checked after STOP: it is acyclic (a cycle made through the
  * memo is FC_EFORMAT), its nesting depth is at most FC_PICKLE_MAX_NESTING
- * (each node's ->height says how deep it goes), and dict keys that Python
+ * (each node's ->height says how deep it goes), its size with every shared
+ * subtree counted at each use is at most FC_PICKLE_MAX_EXPANDED(len) nodes
+ * (FC_ECORRUPT otherwise: a few hundred bytes of memo references can describe
+ * 2^40 nodes, and every consumer that walks or re-pickles the tree would
+ * expand them), and dict keys that Python
  * would merge (equal str, bytes, int/bool or None keys) are merged: the first
  * key keeps its position and gets the last value, as in Python.  Sets are not
  * deduplicated.
@@ -68,6 +72,8 @@
 #define FC_PICKLE_MAX_STACK     ((size_t)1 << 24)   /* stack entries, all MARK frames together */
 #define FC_PICKLE_MAX_CONTAINER ((size_t)100000000) /* items of one list/tuple/set/dict */
 #define FC_PICKLE_MAX_NESTING   1000                /* longest path from the root to a leaf */
+/* Nodes of the expanded tree allowed for an input of len bytes (sharing-heavy, yet linear). */
+#define FC_PICKLE_MAX_EXPANDED(len) (((uint64_t)1 << 20) + (uint64_t)16 * (len))
 /* Arena bytes allowed for an input of len bytes. */
 #define FC_PICKLE_MAX_ARENA(len) (((size_t)64 << 20) + (size_t)64 * (len))
 
@@ -104,8 +110,9 @@ struct fc_pv_tensor {
 
 struct fc_pv {
     enum fc_pv_kind kind;
-    uint32_t height; /* 1 for leaves, 1 + max over children otherwise (set by the loader) */
-    uint64_t offset; /* byte offset of the opcode that created the node (for messages) */
+    uint32_t height;   /* 1 for leaves, 1 + max over children otherwise (set by the loader) */
+    uint32_t offset;   /* byte offset of the opcode that created the node (input <= 1 GiB) */
+    uint32_t expanded; /* nodes, each shared subtree counted at every use (set by the loader) */
     union {
         int b;
         int64_t i;

@@ -617,7 +617,8 @@ static int fc_source_open_dir(struct fc_source **out, const char *path)
         names = nn;
         n++;
     }
-    qsort(names, n, sizeof(*names), fc_cmp_str);
+    if (n > 1) /* names is NULL for an empty directory, which qsort does not accept */
+        qsort(names, n, sizeof(*names), fc_cmp_str);
     const char *index = NULL;
     size_t nst = 0, nts = 0, ndistcp = 0;
     const char *ts = NULL;

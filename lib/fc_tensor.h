@@ -37,13 +37,18 @@ static inline int fc_shape_numel(const int64_t *shape, int ndim, int64_t *out)
     return 0;
 }
 
-/* fc_tensor_set_contiguous() - fill row-major strides for desc->shape. */
+/*
+ * fc_tensor_set_contiguous() - fill row-major strides for desc->shape.  Shapes
+ * from input files are checked with fc_shape_numel() where they are parsed; a
+ * product that would overflow anyway saturates instead of being undefined.
+ */
 static inline void fc_tensor_set_contiguous(struct fc_tensor_desc *desc)
 {
     int64_t s = 1;
     for (int i = desc->ndim - 1; i >= 0; i--) {
         desc->stride[i] = s;
-        s *= desc->shape[i] > 0 ? desc->shape[i] : 1;
+        if (__builtin_mul_overflow(s, desc->shape[i] > 0 ? desc->shape[i] : 1, &s))
+            s = INT64_MAX;
     }
 }
 
@@ -56,7 +61,8 @@ static inline int fc_tensor_is_contiguous(const struct fc_tensor_desc *desc)
             return 1;
         if (desc->shape[i] != 1 && desc->stride[i] != s)
             return 0;
-        s *= desc->shape[i];
+        if (__builtin_mul_overflow(s, desc->shape[i], &s))
+            return 0;
     }
     return 1;
 }

@@ -425,12 +425,12 @@ static int ts_check_extent(const struct fc_torchsave *ts, const struct fc_pv *no
         return fc_error_set(FC_ECORRUPT,
                             "%s: data.pkl offset %" PRIu64 ": tensor on storage '%s'"
                             " has a bad shape",
-                            ts->what, node->offset, t->storage_key);
+                            ts->what, (uint64_t)node->offset, t->storage_key);
     if (d->storage_offset < 0)
         return fc_error_set(FC_ECORRUPT,
                             "%s: data.pkl offset %" PRIu64 ": tensor on storage '%s'"
                             " has a negative storage offset",
-                            ts->what, node->offset, t->storage_key);
+                            ts->what, (uint64_t)node->offset, t->storage_key);
     if (numel == 0)
         return FC_OK;
     for (int i = 0; i < d->ndim; i++) {
@@ -439,13 +439,13 @@ static int ts_check_extent(const struct fc_torchsave *ts, const struct fc_pv *no
             return fc_error_set(FC_ECORRUPT,
                                 "%s: data.pkl offset %" PRIu64 ": tensor on "
                                 "storage '%s' has a negative stride",
-                                ts->what, node->offset, t->storage_key);
+                                ts->what, (uint64_t)node->offset, t->storage_key);
         if (fc_mul_i64(d->shape[i] - 1, d->stride[i], &step) != 0 ||
             fc_add_i64(last, step, &last) != 0)
             return fc_error_set(FC_ECORRUPT,
                                 "%s: data.pkl offset %" PRIu64 ": tensor on "
                                 "storage '%s': extent overflows",
-                                ts->what, node->offset, t->storage_key);
+                                ts->what, (uint64_t)node->offset, t->storage_key);
     }
     const uint64_t elems = s->nbytes / es;
     if ((uint64_t)last >= elems)
@@ -453,8 +453,8 @@ static int ts_check_extent(const struct fc_torchsave *ts, const struct fc_pv *no
                             "%s: data.pkl offset %" PRIu64 ": tensor view (offset %" PRId64
                             ", last element %" PRId64 ") lies outside storage '%s' of %" PRIu64
                             " %s elements",
-                            ts->what, node->offset, d->storage_offset, last, t->storage_key, elems,
-                            fc_dtype_name(d->dtype));
+                            ts->what, (uint64_t)node->offset, d->storage_offset, last,
+                            t->storage_key, elems, fc_dtype_name(d->dtype));
     return FC_OK;
 }
 
@@ -471,25 +471,26 @@ static int ts_add_tensor(struct fc_torchsave *ts, const struct fc_pv *node)
         return fc_error_set(FC_ECORRUPT,
                             "%s: data.pkl offset %" PRIu64 ": tensor without a "
                             "dtype",
-                            ts->what, node->offset);
+                            ts->what, (uint64_t)node->offset);
     if (!t->untyped_storage) {
         const size_t ses = fc_dtype_size(t->storage_dtype);
         if (t->storage_dtype != dt)
             return fc_error_set(FC_ECORRUPT,
                                 "%s: data.pkl offset %" PRIu64 ": %s tensor on a "
                                 "%s storage '%s'",
-                                ts->what, node->offset, fc_dtype_name(dt),
+                                ts->what, (uint64_t)node->offset, fc_dtype_name(dt),
                                 fc_dtype_name(t->storage_dtype), t->storage_key);
         if (fc_mul_u64(t->storage_numel, ses, &nbytes) != 0)
             return fc_error_set(FC_ECORRUPT,
                                 "%s: data.pkl offset %" PRIu64 ": storage '%s' "
                                 "size overflows",
-                                ts->what, node->offset, t->storage_key);
+                                ts->what, (uint64_t)node->offset, t->storage_key);
     } else if (nbytes % es != 0) {
         return fc_error_set(FC_ECORRUPT,
                             "%s: data.pkl offset %" PRIu64 ": untyped storage '%s' "
                             "of %" PRIu64 " bytes does not hold whole %s elements",
-                            ts->what, node->offset, t->storage_key, nbytes, fc_dtype_name(dt));
+                            ts->what, (uint64_t)node->offset, t->storage_key, nbytes,
+                            fc_dtype_name(dt));
     }
 
     idx = ts_st_find(ts, t->storage_key);
@@ -499,8 +500,8 @@ static int ts_add_tensor(struct fc_torchsave *ts, const struct fc_pv *node)
             return fc_error_set(FC_ECORRUPT,
                                 "%s: data.pkl offset %" PRIu64 ": storage '%s' is "
                                 "used as %s (%" PRIu64 " bytes) and as %s (%" PRIu64 " bytes)",
-                                ts->what, node->offset, t->storage_key, fc_dtype_name(s->dtype),
-                                s->nbytes, fc_dtype_name(dt), nbytes);
+                                ts->what, (uint64_t)node->offset, t->storage_key,
+                                fc_dtype_name(s->dtype), s->nbytes, fc_dtype_name(dt), nbytes);
         s->nrefs++;
         return ts_check_extent(ts, node, s);
     }

@@ -1212,17 +1212,33 @@ static void test_pickle_enforces_mark_and_nesting_limits(void **state)
     }
 }
 
+/* l(i) = [l(i-1), l(i-1)] through the memo: 40 levels describe 2^40 nodes in 400 bytes. */
+static void test_pickle_refuses_exponential_sharing(void **state)
+{
+    (void)state;
+    struct fc_buf b = FC_BUF_INIT(1 << 20);
+    assert_fc_ok(fc_buf_append(&b, "\x80\x02]q\x00", 5));
+    for (int i = 1; i <= 40; i++) {
+        const unsigned char step[] = { ']', '(', 'h', (unsigned char)(i - 1), 'h',
+                                       (unsigned char)(i - 1), 'e', 'q', (unsigned char)i };
+        assert_fc_ok(fc_buf_append(&b, step, sizeof(step)));
+    }
+    assert_fc_ok(fc_buf_putc(&b, '.'));
+    load_fails((const char *)b.data, b.len, SY, FC_ECORRUPT, "shared values expand to more than");
+    load_fails((const char *)b.data, b.len, WO, FC_ECORRUPT, "shared values expand to more than");
+    fc_buf_release(&b);
+}
+
 static void test_pickle_bounds_depth_through_shared_subtrees(void **state)
 {
     (void)state;
-    /* t0 = (0,); t(i+1) = (t(i), t(i)) through the memo: 600 levels of shared tuples, then
-       a list nesting 600 deep whose innermost item is t600: a path of 1201 nodes. */
+    /* t0 = (0,); t(i+1) = (t(i),) through the memo: 600 levels of tuples, then a list
+       nesting 600 deep whose innermost item is t600 again: a path of 1201 nodes. */
     struct fc_buf b = FC_BUF_INIT(1 << 20);
     assert_fc_ok(fc_buf_append(&b, "\x80\x02K\x00\x85r\x00\x00\x00\x00", 10));
     for (uint32_t i = 0; i < 600; i++) {
-        unsigned char g[12] = { 'j', 0, 0, 0, 0, 'j', 0, 0, 0, 0, 0x86, 'r' };
+        unsigned char g[7] = { 'j', 0, 0, 0, 0, 0x85, 'r' };
         memcpy(g + 1, &i, 4);
-        memcpy(g + 6, &i, 4);
         const uint32_t next = i + 1;
         assert_fc_ok(fc_buf_append(&b, g, sizeof(g)));
         assert_fc_ok(fc_buf_append(&b, &next, 4));
@@ -1618,6 +1634,7 @@ int main(void)
         cmocka_unit_test(test_pickle_rejects_malformed_streams),
         cmocka_unit_test(test_pickle_enforces_mark_and_nesting_limits),
         cmocka_unit_test(test_pickle_bounds_depth_through_shared_subtrees),
+        cmocka_unit_test(test_pickle_refuses_exponential_sharing),
         cmocka_unit_test(test_pickle_limits_the_memo),
         cmocka_unit_test(test_pickle_refuses_unconvertible_tensors),
         cmocka_unit_test(test_pickle_checks_tensor_view_arguments),

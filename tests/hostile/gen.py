@@ -1,0 +1,324 @@
+#!/usr/bin/env python3
+"""Write the hostile-input corpus for tests/hostile/run.sh.
+
+Usage: gen.py FIXTURES OUTDIR
+
+Every input is made here, from the committed fixtures and byte-level edits
+(standard library only, no torch): each one is invalid in one way and every
+command must refuse it with exit 2 or 3 and one stderr line naming it.
+Inputs that point outside their own directory point at ../canary*, which
+run.sh places beside them; reading one is a failure.
+
+Each case is OUTDIR/<name>/in (a file or a directory); OUTDIR/<name>/readers
+lists the commands that may succeed on it because they never read the broken
+part (e.g. `inspect` without --verify on a flipped data bit).
+"""
+import copyreg
+import io
+import os
+import pickle
+import shutil
+import struct
+import sys
+import types
+import zipfile
+
+# --------------------------------------------------------------------------
+# Raw pickle opcodes, for what pickle.dumps would never write.
+
+PROTO2 = b"\x80\x02"
+STOP = b"."
+
+
+def short_str(s):
+    b = s.encode()
+    return b"X" + struct.pack("<I", len(b)) + b  # BINUNICODE, as torch.save writes
+
+
+def binput(i):
+    return b"r" + struct.pack("<I", i)  # LONG_BINPUT
+
+
+def binget(i):
+    return b"j" + struct.pack("<I", i)  # LONG_BINGET
+
+
+def dag_pickle(levels):
+    """{'l0': 7, ..., 'l40': t40} where t(i+1) = (t(i), t(i)) through the memo: 2**40 leaves."""
+    p = PROTO2 + b"}" + short_str("l0") + b"K\x07" + binput(0) + b"s"
+    for i in range(levels):
+        p += short_str("l%d" % (i + 1)) + binget(i) + binget(i) + b"\x86" + binput(i + 1) + b"s"
+    return p + STOP
+
+
+def deep_pickle(depth):
+    """{'x': [[[...]]]} nested depth times (MARK ... LIST)."""
+    return PROTO2 + b"}" + short_str("x") + b"(" * depth + b"l" * depth + b"s" + STOP
+
+
+def huge_memo_pickle():
+    return PROTO2 + b"}" + short_str("x") + b"K\x01" + binput(0xFFFFFFF0) + b"s" + STOP
+
+
+def huge_get_pickle():
+    return PROTO2 + b"}" + short_str("x") + binget(0xFFFFFFF0) + b"s" + STOP
+
+
+def long4_pickle():
+    return PROTO2 + b"}" + short_str("x") + b"\x8b" + struct.pack("<i", 0x7FFFFFF0) + b"\1" + b"s" + STOP
+
+
+def binunicode8_pickle():
+    return b"\x80\x04}" + short_str("x") + b"\x8d" + struct.pack("<Q", 1 << 62) + b"ab" + b"s" + STOP
+
+
+def torch_zip(pkl, extra=None):
+    """A torch.save archive (stored records under archive/) around data.pkl."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("archive/data.pkl", pkl)
+        z.writestr("archive/byteorder", b"little")
+        for name, data in (extra or {}).items():
+            z.writestr("archive/" + name, data)
+        z.writestr("archive/version", b"3\n")
+    return buf.getvalue()
+
+
+def zip_entry_outside(pkl):
+    """Central directory says data.pkl starts past the end of the file."""
+    data = bytearray(torch_zip(pkl))
+    cd = data.find(b"PK\x01\x02")
+    struct.pack_into("<I", data, cd + 42, len(data) + 4096)  # local header offset
+    return bytes(data)
+
+
+# --------------------------------------------------------------------------
+# DCP .metadata: load with stand-in classes, edit, dump with the same names.
+
+class Stub:
+    """An instance of any pickled class: how it was built, and its state."""
+
+    def __reduce_ex__(self, proto):
+        if hasattr(self, "_args"):
+            return (type(self), self._args)
+        return (copyreg.__newobj__, (type(self),), getattr(self, "_state", None))
+
+    def __setstate__(self, state):
+        self._state = state
+
+
+_classes = {}
+
+
+def stub_class(module, name):
+    key = (module, name)
+    if key not in _classes:
+        def init(self, *args):
+            self._args = args
+        cls = type(name, (Stub,), {"__init__": init, "__module__": module, "__qualname__": name})
+        _classes[key] = cls
+        mod = sys.modules.get(module)
+        if mod is None:
+            mod = types.ModuleType(module)
+            sys.modules[module] = mod
+        setattr(mod, name, cls)
+    return _classes[key]
+
+
+class StubUnpickler(pickle.Unpickler):
+    def find_class(self, module, name):
+        return stub_class(module, name)
+
+
+def load_meta(path):
+    with open(path, "rb") as f:
+        return StubUnpickler(f).load()
+
+
+def dump_meta(meta, path):
+    with open(path, "wb") as f:
+        pickle.dump(meta, f, protocol=2)
+
+
+def sdm(meta):
+    return meta._state["state_dict_metadata"]
+
+
+def storage(meta):
+    return meta._state["storage_data"]
+
+
+def first_tensor(meta, ndim=0):
+    for k, v in sdm(meta).items():
+        if type(v).__name__ == "TensorStorageMetadata" and len(v._state["size"]._args[0]) >= ndim:
+            return k, v
+    raise SystemExit("fixture has no tensor")
+
+
+def first_bytes(meta):
+    for k, v in sdm(meta).items():
+        if type(v).__name__ == "BytesStorageMetadata":
+            return k
+    raise SystemExit("fixture has no bytes item")
+
+
+def size_stub(dims):
+    return stub_class("torch", "Size")(tuple(dims))
+
+
+def storage_infos(meta, fqn=None):
+    for idx, info in storage(meta).items():
+        if fqn is None or idx._state["fqn"] == fqn:
+            yield idx, info
+
+
+def set_info(info, **kw):
+    st = info._state
+    if isinstance(st, tuple):  # (dict, slots) of a slotted dataclass
+        st[0].update(kw) if st[0] else st[1].update(kw)
+    else:
+        st.update(kw)
+
+
+def get_info(info, key):
+    st = info._state
+    if isinstance(st, tuple):
+        return (st[0] or st[1])[key]
+    return st[key]
+
+
+# --------------------------------------------------------------------------
+
+def main():
+    fixtures, out = sys.argv[1], sys.argv[2]
+    dcp = os.path.join(fixtures, "dcp", "model_optim_ws2")
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    cases = []
+
+    def case(name, readers=""):
+        d = os.path.join(out, name)
+        os.makedirs(d)
+        with open(os.path.join(d, "readers"), "w") as f:
+            f.write(readers)
+        cases.append(name)
+        return os.path.join(d, "in")
+
+    def write(path, data):
+        with open(path, "wb") as f:
+            f.write(data)
+
+    def dcp_copy(name, readers=""):
+        p = case(name, readers)
+        shutil.copytree(dcp, p)
+        os.unlink(os.path.join(p, "expected.json"))
+        return p
+
+    def edit_meta(p, fn):
+        m = load_meta(os.path.join(p, ".metadata"))
+        fn(m)
+        dump_meta(m, os.path.join(p, ".metadata"))
+
+    # Special files where a file is expected.
+    os.mkfifo(case("fifo_pt"))
+    os.makedirs(os.path.join(case("dir_pt"), "model.pt"))
+    p = dcp_copy("dcp_fifo_distcp")
+    os.unlink(os.path.join(p, "__1_0.distcp"))
+    os.mkfifo(os.path.join(p, "__1_0.distcp"))
+    p = dcp_copy("dcp_fifo_metadata")
+    os.unlink(os.path.join(p, ".metadata"))
+    os.mkfifo(os.path.join(p, ".metadata"))
+    p = dcp_copy("dcp_dir_distcp")
+    os.unlink(os.path.join(p, "__0_0.distcp"))
+    os.mkdir(os.path.join(p, "__0_0.distcp"))
+    p = case("st_index_fifo_shard")
+    os.mkdir(p)
+    os.mkfifo(os.path.join(p, "model-00001-of-00001.safetensors"))
+    write(os.path.join(p, "model.safetensors.index.json"),
+          b'{"metadata": {}, "weight_map": {"w": "model-00001-of-00001.safetensors"}}')
+
+    # Paths that escape the input directory.
+    for name, target in (("st_index_dotdot", "../canary.safetensors"),
+                         ("st_index_abs", "/etc/passwd")):
+        p = case(name)
+        os.mkdir(p)
+        write(os.path.join(p, "model.safetensors.index.json"),
+              b'{"metadata": {}, "weight_map": {"w": "%s"}}' % target.encode())
+    for name, rel in (("dcp_relpath_dotdot", "../canary.distcp"),
+                      ("dcp_relpath_abs", "/etc/passwd"),
+                      ("dcp_relpath_nul", "__0_0.distcp\x00x")):
+        p = dcp_copy(name)
+
+        def escape(m, rel=rel):
+            for _, info in storage_infos(m):
+                set_info(info, relative_path=rel)
+        edit_meta(p, escape)
+
+    # Sizes that overflow int64.
+    p = dcp_copy("dcp_shape_overflow")
+
+    def big_shape(m):
+        _, t = first_tensor(m, 2)
+        t._state["size"] = size_stub([1 << 40, 1 << 40])
+    edit_meta(p, big_shape)
+    p = dcp_copy("dcp_bytes_overflow")
+
+    def big_bytes(m):
+        _, t = first_tensor(m, 2)
+        # the element count fits int64; the byte count (4 bytes each) does not
+        t._state["size"] = size_stub([1 << 62, 1])
+    edit_meta(p, big_bytes)
+    p = dcp_copy("dcp_chunk_offset_overflow")
+
+    def big_offset(m):
+        fqn, t = first_tensor(m, 2)
+        c = t._state["chunks"][-1]
+        old = c._state["offsets"]._args[0]
+        new = size_stub([(1 << 63) - 1] + list(old[1:]))
+        c._state["offsets"] = new
+        for idx, _ in storage_infos(m, fqn):
+            if tuple(idx._state["offset"]._args[0]) == tuple(old):
+                idx._state["offset"] = new
+    edit_meta(p, big_offset)
+
+    # .metadata but no data files (UBSan once saw qsort(NULL, 0)).
+    p = dcp_copy("dcp_no_distcp")
+    for f in os.listdir(p):
+        if f.endswith(".distcp"):
+            os.unlink(os.path.join(p, f))
+
+    # Pickles that are small but expand, nest or index without bound.
+    write(case("pickle_dag_bomb_pt"), torch_zip(dag_pickle(40)))
+    write(case("pickle_deep_nesting_pt"), torch_zip(deep_pickle(200000)))
+    write(case("pickle_huge_memo_pt"), torch_zip(huge_memo_pickle()))
+    write(case("pickle_huge_get_pt"), torch_zip(huge_get_pickle()))
+    write(case("pickle_long4_pt"), torch_zip(long4_pickle()))
+    write(case("pickle_binunicode8_pt"), torch_zip(binunicode8_pickle()))
+    write(case("zip_entry_outside_pt"), zip_entry_outside(dag_pickle(1)))
+    p = dcp_copy("dcp_bytes_dag_bomb")
+
+    def bomb_item(m):
+        fqn = first_bytes(m)
+        blob = torch_zip(dag_pickle(40))
+        for _, info in storage_infos(m, fqn):
+            rel = get_info(info, "relative_path")
+            path = os.path.join(p, rel)
+            off = os.path.getsize(path)
+            with open(path, "ab") as f:
+                f.write(blob)
+            set_info(info, offset=off, length=len(blob))
+    edit_meta(p, bomb_item)
+
+    # Files that are not what their name says.
+    p = case("st_text_safetensors")
+    os.mkdir(p)
+    write(os.path.join(p, "model.safetensors"), b"this is a text file, not safetensors\n" * 4)
+    p = dcp_copy("dcp_text_distcp")
+    write(os.path.join(p, "__1_0.distcp"), b"hello, I am a text file pretending to be a shard\n" * 8)
+
+    with open(os.path.join(out, "CASES"), "w") as f:
+        f.write("\n".join(cases) + "\n")
+
+
+if __name__ == "__main__":
+    main()
