@@ -44,7 +44,7 @@ static const struct fc_cmd_spec dcp_to_full_spec = {
     dcp_to_full_operands,
     1,
     1,
-    {dcp_to_full_opts, fc_cli_pipeline_opts, NULL},
+    {dcp_to_full_opts, fc_cli_pipeline_opts, fc_cli_verify_opts, NULL},
     "Rules run in command-line order, each on the names the ones before it made.",
 };
 
@@ -64,7 +64,7 @@ static int dcp_to_full_option(void *ctx, int id, const char *value)
         return fc_opt_size("dcp-to-full", "--max-shard-size", value, 1, &o->max_shard_size);
     case OPT_FORCE: o->force = 1; return 0;
     case OPT_MAXMEM: return fc_opt_size("dcp-to-full", "--max-memory", value, 4096, &o->max_memory);
-    default: return -1;
+    default: return fc_cli_verify_option(id) == 0 ? 0 : -1;
     }
 }
 

@@ -36,7 +36,7 @@ static const struct fc_cmd_spec diff_spec = {
     diff_operands,
     2,
     2,
-    {diff_opts, NULL},
+    {diff_opts, fc_cli_verify_opts, NULL},
     "Exit status: 0 equal, 1 different, 2 usage error, 3 invalid input, 4 other failure.\n",
 };
 
@@ -52,7 +52,7 @@ static int diff_option(void *ctx, int id, const char *value)
     case OPT_JSON: d->json = 1; return 0;
     case OPT_KEY: d->o.key_regex = value; return 0;
     case OPT_MAXMEM: return fc_opt_size("diff", "--max-memory", value, 4096, &d->o.max_memory);
-    default: return -1;
+    default: return fc_cli_verify_option(id) == 0 ? 0 : -1;
     }
 }
 

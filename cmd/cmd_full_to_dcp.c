@@ -57,7 +57,8 @@ static const struct fc_cmd_spec full_to_dcp_spec = {
     full_to_dcp_operands,
     1,
     -1,
-    {fc_cli_job_target_opts, full_to_dcp_opts, fc_cli_pipeline_opts, fc_cli_job_run_opts},
+    {fc_cli_job_target_opts, full_to_dcp_opts, fc_cli_pipeline_opts, fc_cli_job_run_opts,
+     fc_cli_verify_opts},
     "Rules run in command-line order, each on the names the ones before it made\n"
     "(like sed -e).  Directions: --tie <dst>=<src> assigns, like dst = src;\n"
     "--rename and --copy read <from>=<to>.\n\n" FC_CLI_TP_EPILOG,

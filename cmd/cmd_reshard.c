@@ -31,7 +31,8 @@ static const struct fc_cmd_spec reshard_spec = {
     reshard_operands,
     1,
     1,
-    {fc_cli_job_target_opts, reshard_opts, fc_cli_pipeline_opts, fc_cli_job_run_opts},
+    {fc_cli_job_target_opts, reshard_opts, fc_cli_pipeline_opts, fc_cli_job_run_opts,
+     fc_cli_verify_opts},
     "Rules run in command-line order, each on the names the ones before it "
     "made.\n\n" FC_CLI_TP_EPILOG,
 };

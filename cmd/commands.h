@@ -56,6 +56,13 @@ extern const struct fc_opt fc_cli_pipeline_opts[];
     "A tp-sharded dim 0 that tp does not divide is refused (exit 2) where torch 2.15\n"            \
     "records boxes that disagree with the data (for dp_shard > 2, e.g. 7 rows on 3 x 2).\n"
 
+/*
+ * --no-verify, for every command that reads DCP items (job.c):
+ * fc_cli_verify_option() takes it (returns 0), or returns 1 for another id.
+ */
+extern const struct fc_opt fc_cli_verify_opts[];
+int fc_cli_verify_option(int id);
+
 struct fc_cli_job {
     struct fc_full_to_dcp_opts *o;
     long world;                          /* --world-size, 0 = not given */

@@ -11,6 +11,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "fc_convert.h"
+#include "fc_source.h"
 #include "opt.h"
 
 enum {
@@ -25,7 +26,8 @@ enum {
     OPT_FORCE,
     OPT_FORMAT,
     OPT_TP,
-    OPT_TP_PLAN
+    OPT_TP_PLAN,
+    OPT_NO_VERIFY = 500 /* apart from every command's own ids: the table joins any command */
 };
 
 /* clang-format off */
@@ -87,7 +89,21 @@ const struct fc_opt fc_cli_job_run_opts[] = {
      "and a GPU is visible, else cpu)"},
     {0, 0, NULL, NULL, 0, NULL, NULL, NULL},
 };
+
+const struct fc_opt fc_cli_verify_opts[] = {
+    {OPT_NO_VERIFY, 0, "no-verify", NULL, 0, NULL, NULL,
+     "DCP input: read items without checking their CRC-32"},
+    {0, 0, NULL, NULL, 0, NULL, NULL, NULL},
+};
 /* clang-format on */
+
+int fc_cli_verify_option(int id)
+{
+    if (id != OPT_NO_VERIFY)
+        return 1;
+    fc_source_set_verify(0);
+    return 0;
+}
 
 int fc_cli_job_option(void *ctx, int id, const char *value)
 {
@@ -119,7 +135,7 @@ int fc_cli_job_option(void *ctx, int id, const char *value)
         j->o->format = (enum fc_out_format)f;
         return rc;
     }
-    default: return 1;
+    default: return fc_cli_verify_option(id);
     }
 }
 

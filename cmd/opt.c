@@ -38,7 +38,7 @@ struct fc_opt_list {
 static int fc_opt_flatten(const struct fc_cmd_spec *spec, struct fc_opt_list *out)
 {
     size_t n = 0, k = 0;
-    for (size_t t = 0; t < 4 && spec->tables[t] != NULL; t++)
+    for (size_t t = 0; t < FC_OPT_MAX_TABLES && spec->tables[t] != NULL; t++)
         for (const struct fc_opt *o = spec->tables[t]; o->name != NULL; o++)
             n++;
     for (const struct fc_opt *o = fc_opt_common; o->name != NULL; o++)
@@ -46,7 +46,7 @@ static int fc_opt_flatten(const struct fc_cmd_spec *spec, struct fc_opt_list *ou
     out->opts = fc_calloc(n, sizeof(*out->opts));
     if (out->opts == NULL)
         return -1;
-    for (size_t t = 0; t < 4 && spec->tables[t] != NULL; t++)
+    for (size_t t = 0; t < FC_OPT_MAX_TABLES && spec->tables[t] != NULL; t++)
         for (const struct fc_opt *o = spec->tables[t]; o->name != NULL; o++)
             out->opts[k++] = o;
     for (const struct fc_opt *o = fc_opt_common; o->name != NULL; o++)
@@ -233,7 +233,7 @@ static void fc_opt_synopsis(const struct fc_cmd_spec *spec, FILE *f)
     snprintf(head, sizeof(head), "usage: fsdpconv %s", spec->name);
     struct fc_usage_line u = {f, strlen(head), strlen(head) + 1};
     fputs(head, f);
-    for (size_t t = 0; t < 4 && spec->tables[t] != NULL; t++) {
+    for (size_t t = 0; t < FC_OPT_MAX_TABLES && spec->tables[t] != NULL; t++) {
         for (const struct fc_opt *o = spec->tables[t]; o->name != NULL; o++) {
             char item[160], word[200];
             if (o->flags & FC_OPT_ONE_OF) {

@@ -50,12 +50,14 @@ struct fc_operand {
     const char *help;
 };
 
+#define FC_OPT_MAX_TABLES 5
+
 struct fc_cmd_spec {
     const char *name;
-    const struct fc_operand *operands; /* NULL-named entry ends the list */
-    int min_operands, max_operands;    /* max -1: unlimited */
-    const struct fc_opt *tables[4];    /* NULL ends; shown in this order */
-    const char *epilog;                /* printed after the option list, or NULL */
+    const struct fc_operand *operands;              /* NULL-named entry ends the list */
+    int min_operands, max_operands;                 /* max -1: unlimited */
+    const struct fc_opt *tables[FC_OPT_MAX_TABLES]; /* NULL ends; shown in this order */
+    const char *epilog;                             /* printed after the option list, or NULL */
 };
 
 /* What fc_opt_parse() collected besides the callback's options.  Owned by the caller. */

@@ -188,10 +188,7 @@ static int fc_inspect_check_ranges(const struct fc_inspect_result *r, struct fc_
 /* --verify: open every item as a zip and check the CRC-32 of every record. */
 static int fc_inspect_verify_crcs(const char *dir, const struct fc_dcp_meta *m)
 {
-    unsigned char *buf = fc_malloc((size_t)1 << 20);
     int rc = FC_OK;
-    if (buf == NULL)
-        return fc_error_set(FC_ENOMEM, "out of memory");
     for (size_t i = 0; rc == FC_OK && i < m->nentries; i++) {
         const struct fc_dcp_entry *e = &m->entries[i];
         const size_t n = e->kind == FC_DCP_TENSOR ? e->nchunks : 1;
@@ -204,35 +201,19 @@ static int fc_inspect_verify_crcs(const char *dir, const struct fc_dcp_meta *m)
             struct fc_zip_reader *zr = NULL;
             char *p = fc_path_join(dir, st->relative_path);
             char what[768];
-            if (p == NULL) {
-                rc = fc_error_set(FC_ENOMEM, "out of memory");
-                break;
-            }
+            if (p == NULL)
+                return fc_error_set(FC_ENOMEM, "out of memory");
             snprintf(what, sizeof(what), "%s @ %" PRIu64 " (item '%s')", p, st->offset, e->fqn);
             rc = fc_file_open_read(&f, p);
             fc_free(p);
             if (rc == FC_OK)
                 rc = fc_zip_reader_open(&zr, &f, st->offset, st->length, what);
-            for (size_t k = 0; rc == FC_OK && k < fc_zip_count(zr); k++) {
-                const struct fc_zip_entry *ze = fc_zip_entry_at(zr, k);
-                uint32_t crc = 0;
-                for (uint64_t pos = 0; rc == FC_OK && pos < ze->size;) {
-                    const size_t step = ze->size - pos > ((size_t)1 << 20)
-                                            ? ((size_t)1 << 20)
-                                            : (size_t)(ze->size - pos);
-                    rc = fc_file_pread(&f, buf, step, ze->data_offset + pos);
-                    crc = fc_crc32(crc, buf, step);
-                    pos += step;
-                }
-                if (rc == FC_OK && crc != ze->crc32)
-                    rc = fc_error_set(FC_ECORRUPT, "%s: record %s: CRC-32 %08x, expected %08x",
-                                      what, ze->name, crc, ze->crc32);
-            }
+            for (size_t k = 0; rc == FC_OK && k < fc_zip_count(zr); k++)
+                rc = fc_zip_verify_crc(zr, fc_zip_entry_at(zr, k));
             fc_zip_reader_free(zr);
             fc_file_close(&f);
         }
     }
-    fc_free(buf);
     return rc;
 }
 

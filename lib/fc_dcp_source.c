@@ -26,6 +26,27 @@
 #include "fc_error.h"
 #include "fc_source.h"
 #include "fc_torchsave.h"
+#include "fc_zip.h"
+
+/* The --no-verify switch (fc_source_set_verify). */
+static int fc_dcp_verify = 1;
+
+void fc_source_set_verify(int on)
+{
+    fc_dcp_verify = on;
+}
+
+/* Check the CRC-32 of every record of an item but `skip` (checked as its bytes are read). */
+static int fc_dcp_verify_records(const struct fc_torchsave *ts, const struct fc_zip_entry *skip)
+{
+    const struct fc_zip_reader *zr = fc_torchsave_zip(ts);
+    for (size_t k = 0; fc_dcp_verify && k < fc_zip_count(zr); k++) {
+        const struct fc_zip_entry *ze = fc_zip_entry_at(zr, k);
+        if (ze != skip)
+            FC_TRY(fc_zip_verify_crc(zr, ze));
+    }
+    return FC_OK;
+}
 
 /* Where an item's (decompressed) torch.save blob can be read. */
 struct fc_dcp_blob_loc {
@@ -297,7 +318,7 @@ static int fc_dcp_open_value(struct fc_source *src, struct fc_dcp_source_impl *i
         impl->blobs[impl->nblobs++] = ts;
         impl->value_ts[i] = ts;
         e->value = fc_torchsave_root(ts);
-        return FC_OK;
+        return fc_dcp_verify_records(ts, NULL);
     }
     struct fc_opaque *op = &impl->opaque[i];
     char tbuf[512];
@@ -316,6 +337,52 @@ static int fc_dcp_open_value(struct fc_source *src, struct fc_dcp_source_impl *i
     op->nglobals = fc_torchsave_globals(ts, &op->globals);
     op->type = impl->opaque_why[i] = fc_strdup(fc_opaque_type(e->value, tbuf, sizeof(tbuf)));
     return op->type != NULL ? FC_OK : fc_error_set(FC_ENOMEM, "out of memory");
+}
+
+/*
+ * Remember where a chunk's storage record is and what its CRC-32 should be,
+ * and check the item's other (small) records now.
+ */
+static int fc_dcp_chunk_record(const struct fc_torchsave *ts, const struct fc_ts_storage *st,
+                               struct fc_chunk_ref *ref, const struct fc_dcp_storage *where,
+                               const char *fqn)
+{
+    char *name = fc_malloc(strlen(st->key) + 6);
+    if (name == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    memcpy(name, "data/", 5);
+    memcpy(name + 5, st->key, strlen(st->key) + 1);
+    const struct fc_zip_entry *ze = fc_zip_find(fc_torchsave_zip(ts), name);
+    fc_free(name);
+    if (ze == NULL) /* fc_torchsave_open found the record under this very name */
+        return fc_error_set(FC_ERROR, "%s: item '%s': storage record lost", where->relative_path,
+                            fqn);
+    int64_t numel = 0;
+    (void)fc_shape_numel(ref->desc.shape, ref->desc.ndim, &numel);
+    ref->has_crc = ze->crc32 != 0; /* 0: saved without CRCs (set_crc32_options(False)) */
+    ref->crc = ze->crc32;
+    ref->rec_off = ze->data_offset;
+    ref->rec_len = ze->size;
+    ref->verified = 0;
+    ref->item_file = where->relative_path;
+    ref->item_offset = where->offset;
+    ref->dense = fc_tensor_is_contiguous(&ref->desc) && ref->desc.storage_offset == 0 &&
+                 (uint64_t)numel * fc_dtype_size(ref->desc.dtype) == ze->size;
+    return fc_dcp_verify_records(ts, ze);
+}
+
+/* Compare a chunk record's CRC-32 with its zip entry's; the message names file and item. */
+static int fc_dcp_check_crc(const struct fc_source *src, const struct fc_entry *e,
+                            struct fc_chunk_ref *ref, uint32_t crc)
+{
+    if (crc != ref->crc)
+        return fc_error_set(FC_ECORRUPT,
+                            "%s/%s @ %" PRIu64 ": item '%s': the data's CRC-32 is 0x%08" PRIx32
+                            ", the item's zip says 0x%08" PRIx32
+                            " (damaged; --no-verify reads it anyway)",
+                            src->path, ref->item_file, ref->item_offset, e->key, crc, ref->crc);
+    __atomic_store_n(&ref->verified, 1, __ATOMIC_RELEASE);
+    return FC_OK;
 }
 
 static int fc_dcp_read_box(const struct fc_source *src, const struct fc_entry *e,
@@ -498,6 +565,7 @@ int fc_source_open_dcp(struct fc_source **out, const char *dir)
                 fc_torchsave_storage_at(ts, fc_torchsave_storage_index(ts, t));
             ref->base = st->data_offset;
             ref->desc = t->desc;
+            FC_TRY_GOTO(fc_dcp_chunk_record(ts, st, ref, &dc->storage, de->fqn), rc, fail);
             impl->nchunks[i]++;
             /* A chunk needs only where its bytes are: drop the parsed blob, keeping memory
              * proportional to tensors, not to the items of every rank. */
@@ -543,13 +611,13 @@ static int fc_dcp_read_box(const struct fc_source *src, const struct fc_entry *e
 {
     const struct fc_dcp_source_impl *impl = src->impl;
     const size_t ei = (size_t)(e - src->entries);
-    const struct fc_chunk_ref *refs =
+    struct fc_chunk_ref *refs =
         impl->read_refs[ei] != NULL ? impl->read_refs[ei] : impl->chunks[ei];
     return fc_chunks_read_box(src, e, refs, impl->boxes[ei], impl->index[ei], off, size, dst);
 }
 
 int fc_chunks_read_box(const struct fc_source *src, const struct fc_entry *e,
-                       const struct fc_chunk_ref *refs, const struct fc_box *boxes,
+                       struct fc_chunk_ref *refs, const struct fc_box *boxes,
                        const struct fc_chunk_index *index, const int64_t *off, const int64_t *size,
                        void *dst)
 {
@@ -569,7 +637,7 @@ int fc_chunks_read_box(const struct fc_source *src, const struct fc_entry *e,
     int rc = FC_OK;
     for (size_t k = 0; rc == FC_OK && k < nov; k++) {
         const size_t c = ov[k].chunk;
-        const struct fc_chunk_ref *ref = &refs[c];
+        struct fc_chunk_ref *ref = &refs[c];
         const int64_t *coff = boxes[c].offsets;
         int64_t lo[FC_MAX_DIMS], doff[FC_MAX_DIMS];
         const int64_t *len = ov[k].sizes;
@@ -581,6 +649,23 @@ int fc_chunks_read_box(const struct fc_source *src, const struct fc_entry *e,
         }
         char what[512];
         snprintf(what, sizeof(what), "%s: '%s' chunk %zu", src->path, e->key, c);
+        /*
+         * CRC-32 on the first read of each chunk: over the bytes just read when
+         * that read is the whole record, else over the record read once more.
+         */
+        const int check =
+            ref->has_crc && fc_dcp_verify && !__atomic_load_n(&ref->verified, __ATOMIC_ACQUIRE);
+        int whole = check && ref->dense;
+        for (int d = 0; whole && d < ndim; d++)
+            whole = lo[d] == 0 && len[d] == ref->desc.shape[d];
+        if (check && !whole) {
+            uint32_t crc = 0;
+            rc = fc_crc32_file(&src->files[ref->file], ref->rec_off, ref->rec_len, &crc);
+            if (rc == FC_OK)
+                rc = fc_dcp_check_crc(src, e, ref, crc);
+            if (rc < 0)
+                break;
+        }
         /* When the overlap spans the box's trailing dims it is one contiguous run of dst
          * (Shard(0) chunks): read straight into place instead of through a scatter. */
         int in_place = 1;
@@ -593,6 +678,8 @@ int fc_chunks_read_box(const struct fc_source *src, const struct fc_entry *e,
             unsigned char *at = (unsigned char *)dst + (ndim > 0 ? (size_t)doff[0] * row : 0);
             rc = fc_read_strided_box(&src->files[ref->file], ref->base, &ref->desc, lo, len, at,
                                      what);
+            if (rc == FC_OK && whole)
+                rc = fc_dcp_check_crc(src, e, ref, fc_crc32(0, at, (size_t)n * esz));
             covered += n;
             continue;
         }
@@ -604,6 +691,8 @@ int fc_chunks_read_box(const struct fc_source *src, const struct fc_entry *e,
         rc = fc_read_strided_box(&src->files[ref->file], ref->base, &ref->desc, lo, len, tmp, what);
         if (rc == FC_OK)
             fc_scatter(dst, size, doff, tmp, len, ndim, esz);
+        if (rc == FC_OK && whole)
+            rc = fc_dcp_check_crc(src, e, ref, fc_crc32(0, tmp, (size_t)n * esz));
         fc_free(tmp);
         covered += n;
     }

@@ -427,9 +427,9 @@ static int fc_st_add_chunk(struct fc_source *src, size_t file, const struct fc_s
         c->cap = cap;
     }
     struct fc_chunk_ref *r = &c->refs[c->n];
+    memset(r, 0, sizeof(*r)); /* no CRC to check: safetensors has none */
     r->file = file;
     r->base = t->data_offset;
-    memset(&r->desc, 0, sizeof(r->desc));
     r->desc.dtype = t->dtype;
     r->desc.ndim = t->ndim;
     memcpy(r->desc.shape, t->shape, sizeof(t->shape));

@@ -111,6 +111,14 @@ struct fc_source {
  * Returns FC_OK, FC_ENOENT, FC_EFORMAT, FC_ECORRUPT, FC_EIO, FC_ENOMEM.
  */
 int fc_source_open(struct fc_source **out, const char *path);
+
+/*
+ * fc_source_set_verify() - whether DCP sources check the zip CRC-32 of every
+ * item they read (default 1): small records when the source is opened, each
+ * chunk's data on its first read (FC_ECORRUPT naming the file and the item).
+ * Process-wide, like an option: set it before opening sources (--no-verify).
+ */
+void fc_source_set_verify(int on);
 void fc_source_free(struct fc_source *src); /* accepts NULL */
 
 /*
@@ -197,18 +205,27 @@ struct fc_chunk_ref {
     size_t file;                /* index into src->files */
     uint64_t base;              /* absolute offset of the chunk storage's element 0 */
     struct fc_tensor_desc desc; /* the chunk tensor as stored (shape == chunk sizes) */
+    /* DCP: the storage record's CRC-32, checked on the first read of the chunk (has_crc). */
+    int has_crc;
+    uint32_t crc;
+    uint64_t rec_off, rec_len;
+    int dense;             /* the record is exactly the chunk's elements, in order */
+    int verified;          /* read and written with __atomic builtins: reads run on many threads */
+    const char *item_file; /* the item's relative_path and offset, for messages */
+    uint64_t item_offset;
 };
 
 /*
  * fc_chunks_read_box() - fc_source_read_box() for tensor entry e stored as
  * chunks refs[i] holding boxes[i], indexed by fc_chunk_index_new(): every
  * overlapping chunk is read into place; FC_ECORRUPT when they do not cover
- * the box exactly once.
+ * the box exactly once, or when a chunk's CRC-32 does not match (refs are
+ * written only to mark a chunk's CRC-32 checked).
  */
 struct fc_box;
 struct fc_chunk_index;
 int fc_chunks_read_box(const struct fc_source *src, const struct fc_entry *e,
-                       const struct fc_chunk_ref *refs, const struct fc_box *boxes,
+                       struct fc_chunk_ref *refs, const struct fc_box *boxes,
                        const struct fc_chunk_index *index, const int64_t *off, const int64_t *size,
                        void *dst);
 

@@ -629,32 +629,38 @@ int fc_zip_read_record(const struct fc_zip_reader *zr, const struct fc_zip_entry
     return fc_file_read_alloc(zr->f, e->data_offset, (size_t)e->size, cap, out);
 }
 
-int fc_zip_verify_crc(const struct fc_zip_reader *zr, const struct fc_zip_entry *e)
+int fc_crc32_file(const struct fc_file *f, uint64_t off, uint64_t n, uint32_t *out)
 {
     const size_t chunk = (size_t)1 << 20;
     unsigned char *buf = fc_malloc(chunk);
     uint64_t done_bytes = 0;
     uint32_t crc = 0;
-    if (e->method != 0) {
-        fc_free(buf);
-        return fc_error_set(FC_EFORMAT,
-                            "%s: compressed entry '%s' (method %u); re-save it with torch.save",
-                            zr->what, e->name, (unsigned)e->method);
-    }
     if (buf == NULL)
-        return fc_error_set(FC_ENOMEM, "%s: out of memory", zr->what);
-    while (done_bytes < e->size) {
-        const uint64_t left = e->size - done_bytes;
-        const size_t n = left < chunk ? (size_t)left : chunk;
-        const int rc = fc_file_pread(zr->f, buf, n, e->data_offset + done_bytes);
+        return fc_error_set(FC_ENOMEM, "%s: out of memory", f->path);
+    while (done_bytes < n) {
+        const uint64_t left = n - done_bytes;
+        const size_t step = left < chunk ? (size_t)left : chunk;
+        const int rc = fc_file_pread(f, buf, step, off + done_bytes);
         if (rc < 0) {
             fc_free(buf);
             return rc;
         }
-        crc = fc_crc32(crc, buf, n);
-        done_bytes += n;
+        crc = fc_crc32(crc, buf, step);
+        done_bytes += step;
     }
     fc_free(buf);
+    *out = crc;
+    return FC_OK;
+}
+
+int fc_zip_verify_crc(const struct fc_zip_reader *zr, const struct fc_zip_entry *e)
+{
+    uint32_t crc;
+    if (e->method != 0)
+        return fc_error_set(FC_EFORMAT,
+                            "%s: compressed entry '%s' (method %u); re-save it with torch.save",
+                            zr->what, e->name, (unsigned)e->method);
+    FC_TRY(fc_crc32_file(zr->f, e->data_offset, e->size, &crc));
     if (crc != e->crc32)
         return fc_error_set(FC_ECORRUPT,
                             "%s: record '%s': CRC-32 is 0x%08" PRIx32 ", the "

@@ -95,6 +95,9 @@ const char *fc_zip_what(const struct fc_zip_reader *zr);
 /* Streaming CRC-32 (zlib polynomial) via libdeflate. */
 uint32_t fc_crc32(uint32_t crc, const void *p, size_t n);
 
+/* fc_crc32_file() - CRC-32 of bytes [off, off+n) of f into *out, read in 1 MiB pieces. */
+int fc_crc32_file(const struct fc_file *f, uint64_t off, uint64_t n, uint32_t *out);
+
 /*
  * Writer.  Describe the records, compute the layout, then emit the bytes
  * around each payload.  Typical use for one tensor blob: records data.pkl,

@@ -316,6 +316,29 @@ def main():
     p = dcp_copy("dcp_text_distcp")
     write(os.path.join(p, "__1_0.distcp"), b"hello, I am a text file pretending to be a shard\n" * 8)
 
+    # A flipped bit in stored tensor bytes: only commands that read data see it.
+    p = dcp_copy("dcp_bitflip", readers="inspect")
+    m = load_meta(os.path.join(p, ".metadata"))
+    fqn, t = first_tensor(m, 2)
+    for _, info in storage_infos(m, fqn):
+        path = os.path.join(p, get_info(info, "relative_path"))
+        off, length = get_info(info, "offset"), get_info(info, "length")
+        with open(path, "rb") as f:
+            f.seek(off)
+            blob = f.read(length)
+        z = zipfile.ZipFile(io.BytesIO(blob))
+        rec = [i for i in z.infolist() if "/data/" in i.filename][0]
+        # local header: 30 bytes + name + extra, then the data
+        lh = rec.header_offset
+        nlen, xlen = struct.unpack_from("<HH", blob, lh + 26)
+        at = off + lh + 30 + nlen + xlen
+        with open(path, "r+b") as f:
+            f.seek(at)
+            b = f.read(1)
+            f.seek(at)
+            f.write(bytes([b[0] ^ 0x10]))
+        break
+
     with open(os.path.join(out, "CASES"), "w") as f:
         f.write("\n".join(cases) + "\n")
 
