@@ -469,7 +469,9 @@ int fc_comm_serve(struct fc_comm *c)
             break;
         case MSG_CLOSE:
             if (of != NULL) {
-                if (failed == FC_OK && fsync(of->fd) != 0)
+                if (failed == FC_OK && fc_cancel_requested())
+                    step = fc_error_set(FC_ERROR, "%s: interrupted", of->path);
+                else if (failed == FC_OK && fsync(of->fd) != 0)
                     step = fc_error_set(FC_EIO, "%s: fsync failed: %s", of->path, strerror(errno));
                 if (close(of->fd) != 0 && step == FC_OK && failed == FC_OK)
                     step = fc_error_set(FC_EIO, "%s: close failed: %s", of->path, strerror(errno));

@@ -7,8 +7,6 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "fc_alloc.h"
@@ -73,6 +71,10 @@ static int fc_open_new(const char *path, int *fd_out)
 
 static int fc_close_synced(int fd, const char *path)
 {
+    if (fc_cancel_requested()) { /* a slow fsync is worth a last look at the flag */
+        close(fd);
+        return fc_error_set(FC_ERROR, "%s: interrupted", path);
+    }
     const int r1 = fsync(fd);
     const int e = errno;
     const int r2 = close(fd);
@@ -496,7 +498,8 @@ int fc_dcp_to_full(const struct fc_dcp_to_full_opts *opts, struct fc_dcp_to_full
     struct fc_slabs slabs;
     struct fc_out o = {-1, NULL, 0, 0, opts->progress, opts->progress_ctx, 0, 0};
     size_t *idx = NULL, *shard_of = NULL;
-    char *tmp = NULL;
+    struct fc_stage out;
+    const char *tmp;
     int rc = FC_OK, is_dir_out = 0;
     memset(&rules, 0, sizeof(rules));
     memset(&xr, 0, sizeof(xr));
@@ -513,12 +516,8 @@ int fc_dcp_to_full(const struct fc_dcp_to_full_opts *opts, struct fc_dcp_to_full
     is_dir_out = fmt == FC_EXPORT_SAFETENSORS && opts->max_shard_size > 0;
     if (fmt == FC_EXPORT_TORCH && opts->max_shard_size > 0)
         return fc_error_set(FC_EINVAL, "--max-shard-size applies to safetensors output only");
-    {
-        const int e = fc_path_is_dir(opts->output);
-        if (e != FC_ENOENT && !opts->force)
-            return fc_error_set(FC_EINVAL, "%s: output already exists; use --force to replace it",
-                                opts->output);
-    }
+    FC_TRY(fc_stage_begin(&out, opts->output, is_dir_out, opts->force, fc_cancel_requested));
+    tmp = out.path;
     FC_TRY_GOTO(fc_source_open(&src, opts->input), rc, done);
     for (size_t i = 0; i < opts->nrules; i++) {
         char where[64];
@@ -530,13 +529,10 @@ int fc_dcp_to_full(const struct fc_dcp_to_full_opts *opts, struct fc_dcp_to_full
     FC_TRY_GOTO(fc_stream_fill_means(&xr, opts->max_memory, &slabs), rc, done);
     idx = fc_calloc(xr.n + 1, sizeof(*idx));
     shard_of = fc_calloc(xr.n + 1, sizeof(*shard_of));
-    tmp = fc_malloc(strlen(opts->output) + 64);
-    if (idx == NULL || shard_of == NULL || tmp == NULL) {
+    if (idx == NULL || shard_of == NULL) {
         rc = fc_error_set(FC_ENOMEM, "out of memory");
         goto done;
     }
-    snprintf(tmp, strlen(opts->output) + 64, "%s.partial-%ld-%ld", opts->output, (long)getpid(),
-             (long)time(NULL));
     size_t n = 0;
     for (size_t i = 0; i < xr.n; i++) {
         if (xr.specs[i].kind == FC_ENTRY_TENSOR) {
@@ -569,10 +565,6 @@ int fc_dcp_to_full(const struct fc_dcp_to_full_opts *opts, struct fc_dcp_to_full
             shard_of[i] = nshards - 1;
             cur += b;
         }
-        if (mkdir(tmp, 0755) != 0) {
-            rc = fc_error_set(FC_EIO, "%s: cannot create: %s", tmp, strerror(errno));
-            goto done;
-        }
         for (size_t s = 0, first = 0; s < nshards; s++) {
             size_t last = first;
             while (last < n && shard_of[last] == s)
@@ -600,22 +592,13 @@ int fc_dcp_to_full(const struct fc_dcp_to_full_opts *opts, struct fc_dcp_to_full
         fc_free(ip);
         if (rc < 0)
             goto done;
-        FC_TRY_GOTO(fc_fsync_dir(tmp), rc, done);
         res->ntensors = n;
         res->nfiles = nshards;
     }
-    if (opts->force)
-        FC_TRY_GOTO(fc_remove_tree(opts->output), rc, done);
-    if (rename(tmp, opts->output) != 0) {
-        rc =
-            fc_error_set(FC_EIO, "%s: cannot rename into place: %s", opts->output, strerror(errno));
-        goto done;
-    }
+    FC_TRY_GOTO(fc_stage_commit(&out), rc, done);
     res->bytes_written = o.total;
 done:
-    if (rc < 0 && tmp != NULL)
-        (void)fc_remove_tree(tmp);
-    fc_free(tmp);
+    fc_stage_release(&out);
     fc_free(idx);
     fc_free(shard_of);
     fc_slabs_release(&slabs);

@@ -314,6 +314,9 @@ static int fc_source_order_finish(struct fc_exec_shared *sh, int rc)
     for (size_t f = 0; sh->fds != NULL && f < sh->ex->plan->nfiles; f++) {
         if (sh->fds[f] < 0)
             continue;
+        /* fsyncs can take half a run on a slow disk: a signal between them still stops it */
+        if (rc == FC_OK && fc_cancel_requested())
+            rc = fc_error_set(FC_ERROR, "%s: interrupted", sh->paths[f]);
         if (rc == FC_OK && fsync(sh->fds[f]) != 0)
             rc = fc_error_set(FC_EIO, "%s: fsync failed: %s", sh->paths[f], strerror(errno));
         if (close(sh->fds[f]) != 0 && rc == FC_OK)
@@ -395,6 +398,9 @@ static int fc_write_file(struct fc_worker *w, size_t fi)
     }
     if (k.comm != NULL) {
         FC_TRY_GOTO(fc_comm_close(k.comm, k.peer, k.file), rc, done);
+    } else if (fc_cancel_requested()) {
+        rc = fc_error_set(FC_ERROR, "%s: interrupted", path);
+        goto done;
     } else if (fsync(k.fd) != 0) {
         rc = fc_error_set(FC_EIO, "%s: fsync failed: %s", path, strerror(errno));
         goto done;

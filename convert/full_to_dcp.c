@@ -2,16 +2,10 @@
  * full_to_dcp.c - full checkpoint -> DCP directory: source, transforms,
  * plan, executor, metadata, atomic commit.
  */
-#include <dirent.h>
-#include <errno.h>
 #include <inttypes.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "comm.h"
 #include "exec.h"
@@ -56,74 +50,6 @@ static int fc_blob_size(void *ctx, fc_dtype dtype, const int64_t *sizes, int ndi
     FC_TRY(fc_tsblob_init(&b, dtype, sizes, ndim));
     *nbytes_out = b.total_size;
     fc_tsblob_release(&b);
-    return FC_OK;
-}
-
-/* "<dir>/<base>.partial-<pid>-<n>" dirs whose process is gone are leftovers of a killed run. */
-static int fc_remove_stale_partials(const char *out)
-{
-    char *copy = fc_strdup(out);
-    if (copy == NULL)
-        return fc_error_set(FC_ENOMEM, "out of memory");
-    char *slash = strrchr(copy, '/');
-    const char *dir = ".", *base = copy;
-    if (slash != NULL) {
-        *slash = '\0';
-        dir = copy[0] != '\0' ? copy : "/";
-        base = slash + 1;
-    }
-    const size_t bl = strlen(base);
-    int rc = FC_OK;
-    DIR *d = opendir(dir);
-    if (d == NULL) {
-        /* dir points into copy: report before freeing it. */
-        rc = fc_error_set(FC_EIO, "%s: cannot open the output's directory: %s", dir,
-                          strerror(errno));
-        fc_free(copy);
-        return rc;
-    }
-    const struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-        if (strncmp(de->d_name, base, bl) != 0 || strncmp(de->d_name + bl, ".partial-", 9) != 0)
-            continue;
-        char *end = NULL;
-        const long pid = strtol(de->d_name + bl + 9, &end, 10);
-        if (end == NULL || *end != '-' || pid <= 0)
-            continue;
-        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
-            continue; /* a live conversion owns it */
-        char *p = fc_path_join(dir, de->d_name);
-        if (p == NULL) {
-            rc = fc_error_set(FC_ENOMEM, "out of memory");
-            break;
-        }
-        rc = fc_remove_tree(p);
-        fc_free(p);
-        if (rc < 0)
-            break;
-    }
-    closedir(d);
-    fc_free(copy);
-    return rc;
-}
-
-static int fc_parent_dir(const char *out, char **dir_out)
-{
-    char *copy = fc_strdup(out);
-    if (copy == NULL)
-        return fc_error_set(FC_ENOMEM, "out of memory");
-    char *slash = strrchr(copy, '/');
-    if (slash == NULL) {
-        fc_free(copy);
-        copy = fc_strdup(".");
-    } else if (slash == copy) {
-        slash[1] = '\0';
-    } else {
-        *slash = '\0';
-    }
-    if (copy == NULL)
-        return fc_error_set(FC_ENOMEM, "out of memory");
-    *dir_out = copy;
     return FC_OK;
 }
 
@@ -198,9 +124,7 @@ struct fc_job {
     struct fc_dcp_meta *meta;
     struct fc_extent *extents;
     struct fc_st_sink st; /* --format safetensors: per-file headers */
-    char *partial;
-    char *parent;
-    char *old;
+    struct fc_stage out;
 };
 
 static void fc_job_release(struct fc_job *j)
@@ -224,9 +148,7 @@ static void fc_job_release(struct fc_job *j)
     fc_dcp_meta_free(j->meta);
     fc_free(j->extents);
     fc_st_sink_release(&j->st);
-    fc_free(j->partial);
-    fc_free(j->parent);
-    fc_free(j->old);
+    fc_stage_release(&j->out);
 }
 
 /* Open every input and run the rules over all of them. */
@@ -457,7 +379,7 @@ static int fc_copy_notes(const struct fc_xform_result *xr, struct fc_full_to_dcp
     return FC_OK;
 }
 
-static int fc_commit(const struct fc_full_to_dcp_opts *o, struct fc_job *j, int exists)
+static int fc_commit(const struct fc_full_to_dcp_opts *o, struct fc_job *j)
 {
     struct fc_buf meta = FC_BUF_INIT((size_t)1 << 31);
     int rc = FC_OK;
@@ -467,7 +389,7 @@ static int fc_commit(const struct fc_full_to_dcp_opts *o, struct fc_job *j, int 
                                   j->extents, &j->meta),
                     rc, done);
         FC_TRY_GOTO(fc_dcp_meta_write(&meta, j->meta), rc, done);
-        char *mpath = fc_path_join(j->partial, ".metadata");
+        char *mpath = fc_path_join(j->out.path, ".metadata");
         if (mpath == NULL) {
             rc = fc_error_set(FC_ENOMEM, "out of memory");
             goto done;
@@ -477,32 +399,7 @@ static int fc_commit(const struct fc_full_to_dcp_opts *o, struct fc_job *j, int 
         if (rc < 0)
             goto done;
     }
-    FC_TRY_GOTO(fc_fsync_dir(j->partial), rc, done);
-    if (exists) {
-        /* --force: move the old checkpoint aside, put the new one in place, then delete. */
-        const size_t len = strlen(j->partial) + 8;
-        j->old = fc_malloc(len);
-        if (j->old == NULL) {
-            rc = fc_error_set(FC_ENOMEM, "out of memory");
-            goto done;
-        }
-        snprintf(j->old, len, "%s.old", j->partial);
-        if (rename(o->output, j->old) != 0) {
-            rc = fc_error_set(FC_EIO, "%s: cannot move the existing output aside: %s", o->output,
-                              strerror(errno));
-            goto done;
-        }
-    }
-    if (rename(j->partial, o->output) != 0) {
-        rc = fc_error_set(FC_EIO, "%s: cannot rename the finished output into place: %s", o->output,
-                          strerror(errno));
-        if (j->old != NULL)
-            (void)rename(j->old, o->output);
-        goto done;
-    }
-    FC_TRY_GOTO(fc_fsync_dir(j->parent), rc, done);
-    if (j->old != NULL)
-        FC_TRY_GOTO(fc_remove_tree(j->old), rc, done);
+    rc = fc_stage_commit(&j->out);
 done:
     fc_buf_release(&meta);
     return rc;
@@ -517,6 +414,9 @@ int fc_full_to_dcp(const struct fc_full_to_dcp_opts *o, struct fc_full_to_dcp_re
     memset(res, 0, sizeof(*res));
     /* --engine cuda without a usable GPU fails before anything is read or written. */
     FC_TRY(fc_engine_resolve((fc_engine)o->engine, &engine));
+    /* The output is checked (and its partial made) before any input is read. */
+    if (!o->dry_run)
+        FC_TRY_GOTO(fc_stage_begin(&j.out, o->output, 1, o->force, fc_cancel_requested), rc, done);
     FC_TRY_GOTO(fc_plan_job(o, &j), rc, done);
     FC_TRY_GOTO(fc_copy_notes(&j.xr, res), rc, done);
     res->nfiles = j.plan->nfiles;
@@ -534,37 +434,6 @@ int fc_full_to_dcp(const struct fc_full_to_dcp_opts *o, struct fc_full_to_dcp_re
             goto done;
         }
         res->plan_text = (char *)fc_buf_detach(&text, NULL);
-        goto done;
-    }
-    int exists = fc_path_is_dir(o->output);
-    if (exists == FC_ENOENT) {
-        exists = 0;
-    } else if (exists < 0) {
-        rc = exists;
-        goto done;
-    } else {
-        if (!o->force) {
-            rc = fc_error_set(FC_EINVAL, "%s: output already exists; use --force to replace it",
-                              o->output);
-            goto done;
-        }
-        exists = 1;
-    }
-    FC_TRY_GOTO(fc_parent_dir(o->output, &j.parent), rc, done);
-    FC_TRY_GOTO(fc_remove_stale_partials(o->output), rc, done);
-    {
-        const size_t len = strlen(o->output) + 64;
-        j.partial = fc_malloc(len);
-        if (j.partial == NULL) {
-            rc = fc_error_set(FC_ENOMEM, "out of memory");
-            goto done;
-        }
-        snprintf(j.partial, len, "%s.partial-%ld-%ld", o->output, (long)getpid(), (long)time(NULL));
-    }
-    if (mkdir(j.partial, 0755) != 0) {
-        rc = fc_error_set(FC_EIO, "%s: cannot create: %s", j.partial, strerror(errno));
-        fc_free(j.partial);
-        j.partial = NULL;
         goto done;
     }
     const int level = fc_compress_level(o, j.src);
@@ -590,7 +459,7 @@ int fc_full_to_dcp(const struct fc_full_to_dcp_opts *o, struct fc_full_to_dcp_re
         .xr = &j.xr,
         .tensor_spec = j.tensor_spec,
         .value_blob = j.blobs,
-        .dir = j.partial,
+        .dir = j.out.path,
         .max_memory = o->max_memory,
         .threads = o->threads,
         .progress = o->progress,
@@ -607,18 +476,14 @@ int fc_full_to_dcp(const struct fc_full_to_dcp_opts *o, struct fc_full_to_dcp_re
     /* Every worker has fsynced its files before .metadata makes the checkpoint exist. */
     if (o->comm != NULL)
         FC_TRY_GOTO(fc_comm_finish(o->comm), rc, done);
-    FC_TRY_GOTO(fc_commit(o, &j, exists), rc, done);
+    FC_TRY_GOTO(fc_commit(o, &j), rc, done);
     res->bytes_written = j.plan->total_bytes;
     if (j.extents != NULL) {
         res->bytes_written = 0;
         for (size_t i = 0; i < j.plan->nitems; i++)
             res->bytes_written += j.extents[i].length;
     }
-    fc_free(j.partial);
-    j.partial = NULL;
 done:
-    if (rc < 0 && j.partial != NULL)
-        (void)fc_remove_tree(j.partial);
     if (rc < 0)
         fc_full_to_dcp_result_release(res);
     fc_job_release(&j);

@@ -4,9 +4,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fc_alloc.h"
@@ -280,4 +285,255 @@ int fc_file_each_line(const char *path, size_t cap, fc_line_fn fn, void *ctx)
     }
     fc_free(text);
     return rc;
+}
+
+/* ---- staged output ---- */
+
+/* renameat2(2) flags (linux/fs.h); syscall() because glibc declares it only for _GNU_SOURCE. */
+#define FC_RENAME_NOREPLACE 1u
+#define FC_RENAME_EXCHANGE  2u
+
+static int fc_rename2(const char *from, const char *to, unsigned flags)
+{
+#ifdef SYS_renameat2
+    return (int)syscall(SYS_renameat2, AT_FDCWD, from, AT_FDCWD, to, flags);
+#else
+    (void)from;
+    (void)to;
+    (void)flags;
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
+/* Split path into its directory ("." when none) and base name, both new strings. */
+static int fc_split_path(const char *path, char **dir_out, char **base_out)
+{
+    const char *slash = strrchr(path, '/');
+    *dir_out = NULL;
+    *base_out = NULL;
+    if (slash == NULL) {
+        *dir_out = fc_strdup(".");
+        *base_out = fc_strdup(path);
+    } else {
+        const size_t dl = slash == path ? 1 : (size_t)(slash - path);
+        *dir_out = fc_malloc(dl + 1);
+        if (*dir_out != NULL) {
+            memcpy(*dir_out, path, dl);
+            (*dir_out)[dl] = '\0';
+        }
+        *base_out = fc_strdup(slash + 1);
+    }
+    if (*dir_out == NULL || *base_out == NULL) {
+        fc_free(*dir_out);
+        fc_free(*base_out);
+        *dir_out = *base_out = NULL;
+        return fc_error_set(FC_ENOMEM, "%s: out of memory", path);
+    }
+    return FC_OK;
+}
+
+/* "<dir>/<base>.partial-<pid>-<n>" entries whose process is gone are leftovers of a killed run. */
+static int fc_remove_stale_partials(const char *dir, const char *base)
+{
+    const size_t bl = strlen(base);
+    int rc = FC_OK;
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return fc_error_set(FC_EIO, "%s: cannot open the output's directory: %s", dir,
+                            strerror(errno));
+    const struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (strncmp(de->d_name, base, bl) != 0 || strncmp(de->d_name + bl, ".partial-", 9) != 0)
+            continue;
+        char *end = NULL;
+        const long pid = strtol(de->d_name + bl + 9, &end, 10);
+        if (end == NULL || *end != '-' || pid <= 0)
+            continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue; /* a live process owns it */
+        char *p = fc_path_join(dir, de->d_name);
+        if (p == NULL) {
+            rc = fc_error_set(FC_ENOMEM, "out of memory");
+            break;
+        }
+        rc = fc_remove_tree(p);
+        fc_free(p);
+        if (rc < 0)
+            break;
+    }
+    closedir(d);
+    return rc;
+}
+
+/* "<target><tag>-<pid>-<time>" */
+static char *fc_stage_name(const char *target, const char *tag)
+{
+    const size_t n = strlen(target) + strlen(tag) + 48;
+    char *p = fc_malloc(n);
+    if (p != NULL)
+        snprintf(p, n, "%s%s-%ld-%ld", target, tag, (long)getpid(), (long)time(NULL));
+    return p;
+}
+
+int fc_stage_begin(struct fc_stage *st, const char *target, int is_dir, int force,
+                   int (*cancelled)(void))
+{
+    struct stat lst, tst;
+    char *base = NULL;
+    int rc = FC_OK;
+    memset(st, 0, sizeof(*st));
+    st->is_dir = is_dir;
+    st->force = force;
+    st->cancelled = cancelled;
+    if (lstat(target, &lst) == 0) {
+        if (S_ISLNK(lst.st_mode) && stat(target, &tst) != 0)
+            return fc_error_set(FC_EINVAL,
+                                "%s: output is a symbolic link to nothing; remove it or name "
+                                "another output",
+                                target);
+        if (!force)
+            return fc_error_set(FC_EINVAL, "%s: output already exists; use --force to replace it",
+                                target);
+    } else if (errno != ENOENT) {
+        return fc_error_set(FC_EIO, "%s: %s", target, strerror(errno));
+    }
+    st->target = fc_strdup(target);
+    if (st->target == NULL)
+        return fc_error_set(FC_ENOMEM, "%s: out of memory", target);
+    FC_TRY_GOTO(fc_split_path(target, &st->parent, &base), rc, done);
+    FC_TRY_GOTO(fc_remove_stale_partials(st->parent, base), rc, done);
+    st->path = fc_stage_name(target, ".partial");
+    if (st->path == NULL) {
+        rc = fc_error_set(FC_ENOMEM, "%s: out of memory", target);
+        goto done;
+    }
+    if (is_dir && mkdir(st->path, 0755) != 0) {
+        rc = fc_error_set(FC_EIO, "%s: cannot create: %s", st->path, strerror(errno));
+        fc_free(st->path);
+        st->path = NULL;
+    }
+done:
+    fc_free(base);
+    return rc;
+}
+
+/*
+ * Tests only (tests/cli/hardening): hold a moment of the commit open so that a
+ * test can signal or kill the process exactly there.  FSDPCONV_TEST_PAUSE_
+ * BEFORE_COMMIT waits before the last cancel check; FSDPCONV_TEST_PAUSE_MID_
+ * REPLACE makes --force take the two-rename path and waits between the renames.
+ */
+static void fc_test_pause(const char *name)
+{
+    const char *v = getenv(name);
+    if (v != NULL)
+        sleep((unsigned)strtoul(v, NULL, 10));
+}
+
+/*
+ * --force where the filesystem cannot exchange two names: the old output goes
+ * to "<target>.old-<pid>-<n>" first (a name no cleaner removes, so a crash
+ * between the renames leaves it for the user), then the new one into place.
+ */
+static int fc_stage_replace_in_two(struct fc_stage *st, char **old_out)
+{
+    *old_out = fc_stage_name(st->target, ".old");
+    if (*old_out == NULL)
+        return fc_error_set(FC_ENOMEM, "%s: out of memory", st->target);
+    if (rename(st->target, *old_out) != 0)
+        return fc_error_set(FC_EIO, "%s: cannot move the existing output aside: %s", st->target,
+                            strerror(errno));
+    fc_test_pause("FSDPCONV_TEST_PAUSE_MID_REPLACE");
+    if (rename(st->path, st->target) != 0) {
+        const int e = errno;
+        (void)rename(*old_out, st->target);
+        return fc_error_set(FC_EIO, "%s: cannot rename the finished output into place: %s",
+                            st->target, strerror(e));
+    }
+    return FC_OK;
+}
+
+/* Rename st->path to st->target; *old_out: where the replaced output now is (removed later). */
+static int fc_stage_rename(struct fc_stage *st, char **old_out)
+{
+    *old_out = NULL;
+    if (getenv("FSDPCONV_TEST_PAUSE_MID_REPLACE") == NULL) {
+        if (fc_rename2(st->path, st->target, FC_RENAME_NOREPLACE) == 0)
+            return FC_OK;
+        if (errno == EEXIST && st->force &&
+            fc_rename2(st->path, st->target, FC_RENAME_EXCHANGE) == 0) {
+            *old_out = st->path; /* the old output now has the partial name */
+            st->path = NULL;
+            return FC_OK;
+        }
+        if (errno == EEXIST && !st->force)
+            return fc_error_set(FC_EINVAL,
+                                "%s: output appeared while this command ran; not replacing it "
+                                "(use --force to replace it)",
+                                st->target);
+        if (errno != EINVAL && errno != ENOSYS && errno != EEXIST)
+            return fc_error_set(FC_EIO, "%s: cannot rename the finished output into place: %s",
+                                st->target, strerror(errno));
+    }
+    /* No renameat2 here: link(2) never replaces a file; a directory is renamed when absent. */
+    struct stat lst;
+    if (lstat(st->target, &lst) == 0) {
+        if (!st->force)
+            return fc_error_set(FC_EINVAL,
+                                "%s: output appeared while this command ran; not replacing it "
+                                "(use --force to replace it)",
+                                st->target);
+        return fc_stage_replace_in_two(st, old_out);
+    }
+    if (!st->is_dir) {
+        if (link(st->path, st->target) != 0)
+            return fc_error_set(FC_EIO, "%s: cannot link the finished output into place: %s",
+                                st->target, strerror(errno));
+        (void)unlink(st->path);
+        return FC_OK;
+    }
+    if (rename(st->path, st->target) != 0)
+        return fc_error_set(FC_EIO, "%s: cannot rename the finished output into place: %s",
+                            st->target, strerror(errno));
+    return FC_OK;
+}
+
+int fc_stage_commit(struct fc_stage *st)
+{
+    sigset_t hold, saved;
+    char *old = NULL;
+    int rc = FC_OK;
+    if (st->is_dir)
+        FC_TRY(fc_fsync_dir(st->path));
+    fc_test_pause("FSDPCONV_TEST_PAUSE_BEFORE_COMMIT");
+    /* A signal from here on waits until the rename is done: before it we stop, after it not. */
+    sigemptyset(&hold);
+    sigaddset(&hold, SIGINT);
+    sigaddset(&hold, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &hold, &saved);
+    if (st->cancelled != NULL && st->cancelled())
+        rc = fc_error_set(FC_ERROR, "%s: interrupted before the output was put in place",
+                          st->target);
+    else
+        rc = fc_stage_rename(st, &old);
+    if (rc == FC_OK)
+        st->committed = 1;
+    pthread_sigmask(SIG_SETMASK, &saved, NULL);
+    if (rc == FC_OK)
+        rc = fc_fsync_dir(st->parent);
+    if (rc == FC_OK && old != NULL)
+        rc = fc_remove_tree(old);
+    fc_free(old);
+    return rc;
+}
+
+void fc_stage_release(struct fc_stage *st)
+{
+    if (!st->committed && st->path != NULL)
+        (void)fc_remove_tree(st->path);
+    fc_free(st->target);
+    fc_free(st->path);
+    fc_free(st->parent);
+    memset(st, 0, sizeof(*st));
 }

@@ -69,6 +69,45 @@ int fc_pwrite_full(int fd, const void *p, size_t n, uint64_t off, const char *pa
  */
 int fc_write_file_atomic(const char *path, const void *data, size_t n);
 
+/*
+ * Staged output: every command writes its output under a partial name beside
+ * the target, then commits it (one rename) or aborts (removes it).
+ *
+ *   fc_stage_begin()  refuses a target that exists (unless force) or is a
+ *                     dangling symlink; removes the partials that killed runs
+ *                     left beside it ("<target>.partial-<pid>-<n>" whose pid is
+ *                     gone); makes ->path (a new directory when is_dir, else a
+ *                     name for the caller to create).
+ *   fc_stage_commit() the caller has written and fsynced everything under
+ *                     ->path; fsyncs ->path itself (directories), then, with
+ *                     SIGINT/SIGTERM held back, asks cancelled() one last time
+ *                     and renames ->path into place: never over a target that
+ *                     appeared meanwhile (FC_EINVAL) and, with force, never
+ *                     losing both checkpoints: the old one is swapped out
+ *                     atomically (RENAME_EXCHANGE) or, where the filesystem
+ *                     cannot, first renamed to "<target>.old-<pid>-<n>", which
+ *                     no cleaner removes; it is deleted once the new target and
+ *                     its directory entry are durable.  A signal that arrives
+ *                     after the rename no longer stops the command.
+ *   fc_stage_release() removes ->path when it was not committed; frees.
+ *
+ * cancelled (may be NULL) returns nonzero when the user asked to stop.
+ */
+struct fc_stage {
+    char *target;
+    char *path;   /* write here */
+    char *parent; /* directory of target and path */
+    int is_dir;
+    int force;
+    int committed;
+    int (*cancelled)(void);
+};
+
+int fc_stage_begin(struct fc_stage *st, const char *target, int is_dir, int force,
+                   int (*cancelled)(void));
+int fc_stage_commit(struct fc_stage *st);
+void fc_stage_release(struct fc_stage *st);
+
 /* fsync a directory so that renames inside it are durable. */
 int fc_fsync_dir(const char *dir);
 
