@@ -107,11 +107,12 @@ int fc_cli_mp_start(long nproc, int engine, struct fc_comm **comm, int *worker_e
         return fc_cli_report(rc);
     }
     if (*comm != NULL && fc_comm_rank(*comm) != 0) {
-        /* A worker: write what rank 0 sends, then leave with the job's outcome. */
+        /*
+         * A worker: write what rank 0 sends, then leave with the job's outcome.
+         * Rank 0 prints the one message of a failed job (a worker's own failure
+         * reaches it in the worker's acknowledgement, naming the rank).
+         */
         rc = fc_comm_serve(*comm);
-        if (rc < 0)
-            fprintf(stderr, "fsdpconv: %s: rank %d: %s\n", fc_cli_command, fc_comm_rank(*comm),
-                    fc_error_last());
         fc_comm_free(*comm);
         *comm = NULL;
         *worker_exit = rc < 0 ? FC_EXIT_FAILURE : FC_EXIT_OK;

@@ -657,7 +657,9 @@ static const char *kind_name(const struct fc_pv *v)
     case FC_PV_INT: return "an int";
     case FC_PV_BIGINT: return "a big int";
     case FC_PV_FLOAT: return "a float";
-    case FC_PV_STR: return "a str";
+    case FC_PV_STR:
+        /* is_str() refuses these: say why, not "a str, not a str" */
+        return strlen(v->u.str.s) != v->u.str.len ? "a str with a NUL byte" : "a str";
     case FC_PV_BYTES: return "bytes";
     case FC_PV_LIST: return "a list";
     case FC_PV_TUPLE: return "a tuple";

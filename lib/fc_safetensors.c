@@ -517,6 +517,13 @@ int fc_safetensors_open(struct fc_safetensors **out, const struct fc_file *f)
                             path, f->size);
     FC_TRY(fc_file_pread(f, lenbuf, sizeof(lenbuf), 0));
     const uint64_t n = fc_read_le64(lenbuf);
+    unsigned char brace = 0;
+    if ((n > FC_ST_MAX_HEADER || n > f->size - 8) &&
+        (f->size == 8 || fc_file_pread(f, &brace, 1, 8) < 0 || brace != '{'))
+        return fc_error_set(FC_ECORRUPT,
+                            "%s: not a safetensors file (no header length and JSON header at its "
+                            "start)",
+                            path);
     if (n > FC_ST_MAX_HEADER)
         return fc_error_set(
             FC_ECORRUPT, "%s: safetensors: header length %" PRIu64 " exceeds the limit of %u bytes",

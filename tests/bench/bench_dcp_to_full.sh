@@ -13,6 +13,8 @@
 #                            then fsync of the file (reshard_torch_dcp_to_full.py)
 #   fsdpconv_pt              fsdpconv dcp-to-full -o OUT.pt DCP
 #   fsdpconv_safetensors     fsdpconv dcp-to-full -o OUT.safetensors DCP
+#   fsdpconv_safetensors_no_verify  the same with --no-verify: the cost of checking every
+#                            item's CRC-32 is the ratio of the two
 # The last round's three outputs are checked with PyTorch (reshard_verify.py full: same keys,
 # dtypes, shapes, torch.equal to model.pt, hence to each other). Figures:
 # BENCH_DIR/dcp_to_full_results.jsonl, table from reshard_report.py.
@@ -73,6 +75,8 @@ while [ "$r" -lt "$reps" ]; do
         "$bin" dcp-to-full -o "$out/fsdpconv.pt" "$src"
     m fsdpconv_safetensors --clean "$out/fsdpconv.safetensors" -- \
         "$bin" dcp-to-full -o "$out/fsdpconv.safetensors" "$src"
+    m fsdpconv_safetensors_no_verify --clean "$out/fsdpconv.safetensors" -- \
+        "$bin" dcp-to-full --no-verify -o "$out/fsdpconv.safetensors" "$src"
 done
 echo "verify (PyTorch loads of the three outputs vs model.pt):"
 "$py" "$here/reshard_verify.py" full "$dir/model_$gb/model.pt" \

@@ -16,6 +16,7 @@
 #                fsyncs its output too)
 #   cp_r         cp -r without fsync (information only)
 #   reshard_ws4  fsdpconv reshard --world-size 4 -o OUT DCP
+#   reshard_ws4_no_verify  the same with --no-verify (the cost of the CRC-32 checks)
 # The last round's large reshard output is checked with PyTorch (reshard_verify.py dcp: 4 rank
 # files, every tensor torch.equal to model.pt). Figures: BENCH_DIR/reshard_results.jsonl, table
 # from reshard_report.py.
@@ -89,6 +90,9 @@ while [ "$r" -lt "$reps" ]; do
         m "cp_r_fsync@$g" "$g" --clean "$dst" -- sh -c \
             'cp -r "$1" "$2" && find "$2" -type f -exec sync {} + && sync "$2"' sh "$src" "$dst"
         m "cp_r@$g" "$g" --clean "$dst" -- cp -r "$src" "$dst"
+        rm -rf "$dst"
+        m "reshard_ws4_no_verify@$g" "$g" --clean "$dst" -- \
+            "$bin" reshard --no-verify --world-size 4 -o "$dst" "$src"
         rm -rf "$dst"
         m "reshard_ws4@$g" "$g" --clean "$dst" -- "$bin" reshard --world-size 4 -o "$dst" "$src"
         if [ "$r" -lt "$reps" ] || [ "$g" != "$gb" ]; then

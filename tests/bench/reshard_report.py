@@ -107,7 +107,7 @@ def report_reshard(dirpath, p):
         label = "%s GiB (%.3f GiB of tensors, DCP %.3f GiB)" % (
             fmt_gb(gb), (nb or 0) / GIB, dcp / GIB)
         y = recs.get("cp_r_fsync@%s" % fmt_gb(gb))
-        for case in ("cp_r_fsync", "cp_r", "reshard_ws4"):
+        for case in ("cp_r_fsync", "cp_r", "reshard_ws4", "reshard_ws4_no_verify"):
             r = recs.get("%s@%s" % (case, fmt_gb(gb)))
             if r is None:
                 continue
@@ -129,6 +129,13 @@ def report_reshard(dirpath, p):
           % (fmt_gb(gb), ratio, verdict(ratio <= 1.3),
              "%.2fx" % (rs["wall_s"] / c["wall_s"]) if c else "n/a",
              nb / GIB / rs["wall_s"], rs["maxrss_kib"] / 1024.0))
+    for gb, rs, _, _ in rows:
+        nv = recs.get("reshard_ws4_no_verify@%s" % fmt_gb(gb))
+        if rs is not None and nv is not None:
+            p("")
+            p("%s GiB: CRC-32 check of every item read costs %.3fx the wall time of --no-verify "
+              "(%.2f s vs %.2f s)." % (fmt_gb(gb), rs["wall_s"] / nv["wall_s"], rs["wall_s"],
+                                      nv["wall_s"]))
     have = [(gb, rs) for gb, rs, _, _ in rows if rs is not None]
     if len(have) >= 2:
         (g0, r0), (g1, r1) = have[0], have[-1]
@@ -165,7 +172,8 @@ def report_dcp_to_full(dirpath, p):
     p("| case | wall s (best) | rounds s | 1-min load before | CPU s (user+sys) | peak RSS MiB | "
       "speed-up vs torch (target >= 5x) | peak RSS / torch's (target <= 0.10) |")
     p("|---|---|---|---|---|---|---|---|")
-    for case in ("torch_dcp_to_torch_save", "fsdpconv_pt", "fsdpconv_safetensors"):
+    for case in ("torch_dcp_to_torch_save", "fsdpconv_pt", "fsdpconv_safetensors",
+                 "fsdpconv_safetensors_no_verify"):
         r = recs.get(case)
         if r is None:
             continue
@@ -178,6 +186,12 @@ def report_dcp_to_full(dirpath, p):
             rr = "%.3f (%s)" % (q, verdict(q <= 0.10))
         p("| %s | %.2f | %s | %s | %s | %.1f | %s | %s |"
           % (case, r["wall_s"], walls(r), loads(r), cpu(r), r["maxrss_kib"] / 1024.0, sp, rr))
+    on, off = recs.get("fsdpconv_safetensors"), recs.get("fsdpconv_safetensors_no_verify")
+    if on is not None and off is not None:
+        p("")
+        p("CRC-32 check of every item read: %.3fx the wall time of --no-verify "
+          "(%.2f s vs %.2f s, best rounds)." % (on["wall_s"] / off["wall_s"], on["wall_s"],
+                                                off["wall_s"]))
     if y is not None and y.get("child"):
         c = y["child"]
         p("")
