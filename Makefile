@@ -130,7 +130,7 @@ FUZZ_BIN := $(patsubst tests/fuzz/%.c,$(B)/fuzz/%,$(FUZZ_SRC))
 GPU_SRC := $(sort $(wildcard tests/gpu/test_*.c))
 GPU_BIN := $(patsubst tests/gpu/%.c,$(B)/gpu/%,$(GPU_SRC))
 
-.PHONY: all fsdpconv check-unused unused-list deps venv demo test test-unit test-cli test-hostile test-interop test-gpu bench-gpu fuzz fuzz-regress \
+.PHONY: all fsdpconv check-unused unused-list deps venv demo test test-unit test-cli test-hostile test-interop test-gpu bench-gpu fuzz fuzz-long fuzz-regress \
         asan ubsan valgrind check check-deps check-banned man-lint format format-check \
         install clean bench fixtures config-summary
 .DEFAULT_GOAL := all
@@ -245,6 +245,10 @@ fuzz-regress: $(FUZZ_BIN)
 
 fuzz:
 	@sh tests/fuzz/libfuzzer.sh
+
+# Every libFuzzer target for FUZZ_SECONDS each (default 600): executions and crashes per target.
+fuzz-long:
+	@sh tests/fuzz/libfuzzer.sh long
 
 asan:
 	@$(MAKE) --no-print-directory SANITIZE=address,undefined test-build
