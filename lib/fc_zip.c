@@ -660,6 +660,8 @@ int fc_zip_verify_crc(const struct fc_zip_reader *zr, const struct fc_zip_entry 
         return fc_error_set(FC_EFORMAT,
                             "%s: compressed entry '%s' (method %u); re-save it with torch.save",
                             zr->what, e->name, (unsigned)e->method);
+    if (e->crc32 == 0)
+        return FC_OK; /* saved without CRCs (torch.serialization.set_crc32_options(False)) */
     FC_TRY(fc_crc32_file(zr->f, e->data_offset, e->size, &crc));
     if (crc != e->crc32)
         return fc_error_set(FC_ECORRUPT,

@@ -84,8 +84,10 @@ int fc_zip_read_record(const struct fc_zip_reader *zr, const struct fc_zip_entry
 /*
  * fc_zip_verify_crc() - read record e in 1 MiB chunks and compare its CRC-32
  * with the central directory's.  Returns FC_OK, FC_ECORRUPT (mismatch, naming
- * both values), FC_EIO, FC_ENOMEM.  Not done by fc_zip_reader_open: torch can
- * write archives with CRCs disabled, and torch.load never checks them.
+ * both values), FC_EIO, FC_ENOMEM.  A stored CRC of 0 is not checked: torch
+ * writes 0 for every record when CRCs are turned off
+ * (torch.serialization.set_crc32_options(False)).  Not done by
+ * fc_zip_reader_open; torch.load never checks CRCs.
  */
 int fc_zip_verify_crc(const struct fc_zip_reader *zr, const struct fc_zip_entry *e);
 

@@ -666,6 +666,31 @@ static void test_zip_verify_crc_detects_a_changed_payload(void **state)
     free(b);
 }
 
+/* torch.serialization.set_crc32_options(False) stores 0 for every CRC-32: nothing to compare. */
+static void test_zip_verify_crc_skips_records_saved_without_one(void **state)
+{
+    (void)state;
+    unsigned char *b = dup_bytes(ts_f32, TS_F32_LEN);
+    struct fc_file f = FC_FILE_INIT;
+    struct fc_zip_reader *zr = NULL;
+    int zeroed = 0;
+    b[0x2c0 + 5] ^= 0x40;
+    for (size_t i = 0; i + 46 <= TS_F32_LEN; i++) {
+        const size_t nlen = (size_t)b[i + 28] | (size_t)b[i + 29] << 8;
+        if (memcmp(b + i, "PK\x01\x02", 4) == 0 && nlen >= 6 && i + 46 + nlen <= TS_F32_LEN &&
+            memcmp(b + i + 46 + nlen - 6, "data/0", 6) == 0) {
+            memset(b + i + 16, 0, 4);
+            zeroed++;
+        }
+    }
+    assert_int_equal(zeroed, 1);
+    assert_fc_ok(open_mem(b, TS_F32_LEN, &f, &zr));
+    assert_fc_ok(fc_zip_verify_crc(zr, fc_zip_find(zr, "data/0")));
+    fc_zip_reader_free(zr);
+    fc_file_close(&f);
+    free(b);
+}
+
 /*
  * ZIP64: a record of 4 GiB + 100 bytes followed by one whose local header is
  * past 4 GiB, written sparsely (the big payload is never written).  The layout
@@ -794,6 +819,7 @@ int main(void)
         cmocka_unit_test(test_zip_accepts_other_producers_and_comments),
         cmocka_unit_test(test_zip_rejects_files_that_are_not_zip),
         cmocka_unit_test(test_zip_verify_crc_detects_a_changed_payload),
+        cmocka_unit_test(test_zip_verify_crc_skips_records_saved_without_one),
         cmocka_unit_test(test_zip_reads_zip64_sizes_and_offsets),
         cmocka_unit_test(test_zip_open_survives_allocation_failures),
     };
