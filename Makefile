@@ -90,7 +90,7 @@ ifeq ($(DEBUG),1)
 FC_CFLAGS += -O0 -g3 -DFC_DEBUG
 endif
 ifeq ($(GC_SECTIONS),1)
-FC_CFLAGS += -ffunction-sections -fdata-sections
+FC_CFLAGS += -ffunction-sections -fdata-sections -fno-inline
 endif
 ifneq ($(SANITIZE),)
 FC_CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
@@ -285,7 +285,8 @@ unused-list: $(CMD_OBJ) $(CORE_OBJ)
 	@$(CC) $(FC_CFLAGS) $(CFLAGS) $(LDFLAGS) -Wl,--gc-sections,--print-gc-sections \
 	  -o $(B)/fsdpconv-gc $(CMD_OBJ) $(CORE_OBJ) $(FC_LDLIBS) 2>$(B)/gc-sections.log || \
 	  { cat $(B)/gc-sections.log; exit 1; }
-	@sh tests/setup/check_unused.sh $(B)/gc-sections.log tests/setup/unused.allow
+	@nm -g --defined-only $(CMD_OBJ) $(CORE_OBJ) | awk '$$2 == "T" { print $$3 }' >$(B)/globals.txt
+	@sh tests/setup/check_unused.sh $(B)/gc-sections.log $(B)/globals.txt tests/setup/unused.allow
 
 check-deps:
 	@sh tests/setup/check_deps.sh

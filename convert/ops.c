@@ -164,20 +164,6 @@ void fc_op_out(const struct fc_op *op, fc_dtype *dtype, int *ndim, int64_t *shap
     fc_op_table[op->kind].shape(op, dtype, ndim, shape);
 }
 
-int fc_op_describe(const struct fc_op *op, char *buf, size_t n)
-{
-    const char *name = fc_op_table[op->kind].name;
-    int len;
-    if (op->kind == FC_OP_CAST)
-        len = snprintf(buf, n, "%s(%s)", name, fc_dtype_name(op->dtype));
-    else if (op->kind == FC_OP_RESIZE_ROWS)
-        len = snprintf(buf, n, "%s(%lld:%s)", name, (long long)op->rows,
-                       op->fill == FC_FILL_MEAN ? "mean" : "zero");
-    else
-        len = snprintf(buf, n, "%s", name);
-    return len < 0 || (size_t)len >= n ? fc_error_set(FC_ENOMEM, "op name too long") : FC_OK;
-}
-
 int64_t fc_op_row_elems(const struct fc_op *op)
 {
     int64_t n = 1;

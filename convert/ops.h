@@ -46,9 +46,6 @@ struct fc_op {
 /* The tensor leaving op: dtype, ndim, shape. */
 void fc_op_out(const struct fc_op *op, fc_dtype *dtype, int *ndim, int64_t *shape);
 
-/* The op's name as --dry-run and messages print it ("cast(bfloat16)", "resize-rows(128:zero)"). */
-int fc_op_describe(const struct fc_op *op, char *buf, size_t n);
-
 /*
  * A slab of rows as every stage sees it: row_elems elements per row (the
  * box's trailing extent, which ops never change), the box's trailing

@@ -753,14 +753,6 @@ long fc_source_find(const struct fc_source *src, const char *key)
     return fc_strmap_get(&src->key_index, key, &i) ? (long)i : -1;
 }
 
-uint64_t fc_entry_nbytes(const struct fc_entry *e)
-{
-    int64_t n = 0;
-    if (e->kind != FC_ENTRY_TENSOR || fc_shape_numel(e->t.shape, e->t.ndim, &n) < 0)
-        return 0;
-    return (uint64_t)n * fc_dtype_size(e->t.dtype);
-}
-
 /* ---- box reads ---- */
 
 int fc_read_strided_box(const struct fc_file *f, uint64_t base, const struct fc_tensor_desc *t,

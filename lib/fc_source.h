@@ -229,7 +229,4 @@ int fc_chunks_read_box(const struct fc_source *src, const struct fc_entry *e,
                        const struct fc_chunk_index *index, const int64_t *off, const int64_t *size,
                        void *dst);
 
-/* Total bytes of the tensor's logical elements (numel * elem size). */
-uint64_t fc_entry_nbytes(const struct fc_entry *e);
-
 #endif

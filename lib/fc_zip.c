@@ -591,11 +591,6 @@ const char *fc_zip_prefix(const struct fc_zip_reader *zr)
     return zr->prefix;
 }
 
-const char *fc_zip_what(const struct fc_zip_reader *zr)
-{
-    return zr->what;
-}
-
 const struct fc_zip_entry *fc_zip_find(const struct fc_zip_reader *zr, const char *record)
 {
     size_t lo = 0, hi = zr->n;

@@ -91,9 +91,6 @@ int fc_zip_read_record(const struct fc_zip_reader *zr, const struct fc_zip_entry
  */
 int fc_zip_verify_crc(const struct fc_zip_reader *zr, const struct fc_zip_entry *e);
 
-/* The archive's name as given to fc_zip_reader_open (for messages); borrowed. */
-const char *fc_zip_what(const struct fc_zip_reader *zr);
-
 /* Streaming CRC-32 (zlib polynomial) via libdeflate. */
 uint32_t fc_crc32(uint32_t crc, const void *p, size_t n);
 
