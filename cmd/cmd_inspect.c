@@ -120,14 +120,6 @@ static int fc_value_row(struct inspect_row *row, const struct fc_entry *e)
     return rc;
 }
 
-static uint64_t fc_shape_nbytes(const int64_t *shape, int ndim, fc_dtype dtype)
-{
-    int64_t n = 0;
-    if (fc_shape_numel(shape, ndim, &n) < 0)
-        return 0;
-    return (uint64_t)n * fc_dtype_size(dtype);
-}
-
 static int inspect_walk(const struct fc_inspect_opts *o, const struct fc_inspect_result *r,
                         struct inspect_rows *out)
 {

@@ -55,10 +55,7 @@ static int fc_ends_with(const char *s, const char *suffix)
 
 static uint64_t fc_spec_nbytes(const struct fc_xspec *s)
 {
-    int64_t n = 0;
-    if (fc_shape_numel(s->shape, s->ndim, &n) < 0)
-        return 0;
-    return (uint64_t)n * fc_dtype_size(s->dtype);
+    return fc_shape_nbytes(s->shape, s->ndim, s->dtype);
 }
 
 static int fc_open_new(const char *path, int *fd_out)

@@ -38,6 +38,18 @@ static inline int fc_shape_numel(const int64_t *shape, int ndim, int64_t *out)
 }
 
 /*
+ * fc_shape_nbytes() - bytes of a tensor's logical elements (numel * element
+ * size), or 0 when the shape is invalid (inputs are validated where parsed).
+ */
+static inline uint64_t fc_shape_nbytes(const int64_t *shape, int ndim, fc_dtype dtype)
+{
+    int64_t n = 0;
+    if (fc_shape_numel(shape, ndim, &n) < 0)
+        return 0;
+    return (uint64_t)n * fc_dtype_size(dtype);
+}
+
+/*
  * fc_tensor_set_contiguous() - fill row-major strides for desc->shape.  Shapes
  * from input files are checked with fc_shape_numel() where they are parsed; a
  * product that would overflow anyway saturates instead of being undefined.
