@@ -54,15 +54,15 @@ static int fc_blob_size(void *ctx, fc_dtype dtype, const int64_t *sizes, int ndi
 }
 
 /* Build the .metadata model from the plan: entries in the transformed input's order. */
-static int fc_set_storage(struct fc_dcp_storage *st, const struct fc_plan *plan, size_t item,
-                          const struct fc_extent *extents)
+static int fc_set_storage(struct fc_dcp_meta *m, struct fc_dcp_storage *st,
+                          const struct fc_plan *plan, size_t item, const struct fc_extent *extents)
 {
     const struct fc_plan_item *it = &plan->items[item];
     if (extents == NULL)
-        return fc_dcp_storage_set(st, plan->files[it->rank].name, it->offset, it->length);
-    FC_TRY(fc_dcp_storage_set(st, plan->files[it->rank].name, extents[item].offset,
+        return fc_dcp_storage_set(m, st, plan->files[it->rank].name, it->offset, it->length);
+    FC_TRY(fc_dcp_storage_set(m, st, plan->files[it->rank].name, extents[item].offset,
                               extents[item].length));
-    return fc_dcp_storage_add_transform(st, FC_DCP_TRANSFORM_ZSTD);
+    return fc_dcp_storage_add_transform(m, st, FC_DCP_TRANSFORM_ZSTD);
 }
 
 static int fc_build_meta(const struct fc_plan *plan, const struct fc_xform_result *xr,
@@ -78,7 +78,7 @@ static int fc_build_meta(const struct fc_plan *plan, const struct fc_xform_resul
         if (s->kind == FC_ENTRY_VALUE) {
             const struct fc_plan_value *v = &plan->values[spec_value[i]];
             FC_TRY_GOTO(fc_dcp_meta_add_bytes(m, s->key, &ei), rc, fail);
-            FC_TRY_GOTO(fc_set_storage(&m->entries[ei].storage, plan, v->item, extents), rc, fail);
+            FC_TRY_GOTO(fc_set_storage(m, &m->entries[ei].storage, plan, v->item, extents), rc, fail);
         } else {
             const struct fc_plan_tensor *t = &plan->tensors[spec_tensor[i]];
             FC_TRY_GOTO(fc_dcp_meta_add_tensor(m, s->key, t->dtype, t->ndim, t->shape, &ei), rc,
@@ -89,7 +89,7 @@ static int fc_build_meta(const struct fc_plan *plan, const struct fc_xform_resul
                 FC_TRY_GOTO(fc_dcp_meta_add_chunk(m, ei, ch->box.offsets, ch->box.sizes, &ci), rc,
                             fail);
                 FC_TRY_GOTO(
-                    fc_set_storage(&m->entries[ei].chunks[ci].storage, plan, ch->item, extents), rc,
+                    fc_set_storage(m, &m->entries[ei].chunks[ci].storage, plan, ch->item, extents), rc,
                     fail);
             }
         }

@@ -14,6 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "fc_alloc.h"
 #include "fc_checked.h"
@@ -37,25 +39,20 @@
 /* ------------------------------------------------------------------------ */
 /* model: memory                                                            */
 
-static void storage_release(struct fc_dcp_storage *st)
-{
-    fc_free(st->relative_path);
-    for (size_t i = 0; i < st->ntransforms; i++)
-        fc_free(st->transforms[i]);
-    fc_free(st->transforms);
-    memset(st, 0, sizeof(*st));
-}
+/* A block of the dims store: chunk offsets and sizes, appended and never moved. */
+struct fc_dcp_dims {
+    struct fc_dcp_dims *next;
+    size_t used, cap;
+    int64_t v[];
+};
+
+#define DIMS_BLOCK ((size_t)1 << 16) /* int64 values per block (512 KiB) */
 
 static void entry_release(struct fc_dcp_entry *e)
 {
     fc_free(e->fqn);
     fc_free(e->path);
-    for (size_t c = 0; c < e->nchunks; c++) {
-        fc_free(e->chunks[c].offsets);
-        storage_release(&e->chunks[c].storage);
-    }
     fc_free(e->chunks);
-    storage_release(&e->storage);
 }
 
 void fc_dcp_meta_free(struct fc_dcp_meta *m)
@@ -72,7 +69,68 @@ void fc_dcp_meta_free(struct fc_dcp_meta *m)
     fc_free(m->modules);
     fc_free(m->version);
     fc_strmap_release(&m->index);
+    fc_strmap_release(&m->interned);
+    for (size_t i = 0; i < m->nstrings; i++) {
+        fc_free(m->strings[i]);
+        fc_free(m->xform_lists[i]);
+    }
+    fc_free(m->strings);
+    fc_free(m->xform_lists);
+    while (m->dims != NULL) {
+        struct fc_dcp_dims *next = m->dims->next;
+        fc_free(m->dims);
+        m->dims = next;
+    }
     fc_free(m);
+}
+
+/* The model's copy of s (one per distinct string): *index_out its index in m->strings. */
+static int intern(struct fc_dcp_meta *m, const char *s, size_t *index_out)
+{
+    if (fc_strmap_get(&m->interned, s, index_out))
+        return FC_OK;
+    if (m->nstrings == m->strings_alloc) {
+        const size_t n = m->strings_alloc == 0 ? 8 : m->strings_alloc * 2;
+        char **ps = fc_reallocarray(m->strings, n, sizeof(*ps));
+        if (ps != NULL)
+            m->strings = ps;
+        const char ***pl = ps != NULL ? fc_reallocarray(m->xform_lists, n, sizeof(*pl)) : NULL;
+        if (pl == NULL)
+            return fc_error_set(FC_ENOMEM, "dcp metadata: out of memory");
+        m->xform_lists = pl;
+        m->strings_alloc = n;
+    }
+    char *copy = fc_strdup(s);
+    if (copy == NULL)
+        return fc_error_set(FC_ENOMEM, "dcp metadata: out of memory");
+    m->strings[m->nstrings] = copy;
+    m->xform_lists[m->nstrings] = NULL;
+    const int rc = fc_strmap_put(&m->interned, copy, m->nstrings, NULL);
+    if (rc < 0) {
+        fc_free(copy);
+        return rc;
+    }
+    *index_out = m->nstrings++;
+    return FC_OK;
+}
+
+/* Room for n int64 values in the dims store. */
+static int64_t *dims_alloc(struct fc_dcp_meta *m, size_t n)
+{
+    struct fc_dcp_dims *b = m->dims;
+    if (b == NULL || b->cap - b->used < n) {
+        const size_t cap = n > DIMS_BLOCK ? n : DIMS_BLOCK;
+        b = fc_malloc(sizeof(*b) + cap * sizeof(int64_t));
+        if (b == NULL)
+            return NULL;
+        b->next = m->dims;
+        b->used = 0;
+        b->cap = cap;
+        m->dims = b;
+    }
+    int64_t *r = b->v + b->used;
+    b->used += n;
+    return r;
 }
 
 int fc_dcp_meta_new(struct fc_dcp_meta **out)
@@ -169,43 +227,55 @@ int fc_dcp_meta_add_bytes(struct fc_dcp_meta *m, const char *fqn, size_t *index_
     return add_entry(m, fqn, strlen(fqn), FC_DCP_BYTES, index_out);
 }
 
-int fc_dcp_meta_add_chunk(struct fc_dcp_meta *m, size_t entry, const int64_t *offsets,
-                          const int64_t *sizes, size_t *chunk_out)
+/* Room for n chunks in e (the reader knows each tensor's count: no doubling slack). */
+static int reserve_chunks(struct fc_dcp_entry *e, size_t n)
 {
-    if (entry >= m->nentries || m->entries[entry].kind != FC_DCP_TENSOR)
-        return fc_error_set(FC_EINVAL, "dcp metadata: entry %zu is not a tensor", entry);
-    struct fc_dcp_entry *e = &m->entries[entry];
+    if (n <= e->chunks_alloc)
+        return FC_OK;
+    struct fc_dcp_chunk *p = fc_reallocarray(e->chunks, n, sizeof(*p));
+    if (p == NULL)
+        return fc_error_set(FC_ENOMEM, "dcp metadata: tensor '%s': out of memory for %zu chunks",
+                            e->fqn, n);
+    e->chunks = p;
+    e->chunks_alloc = n;
+    return FC_OK;
+}
+
+/* fc_dcp_meta_add_chunk() on an entry e of m (or one being read, not yet in m). */
+static int entry_add_chunk(struct fc_dcp_meta *m, struct fc_dcp_entry *e, const int64_t *offsets,
+                           const int64_t *sizes, size_t *chunk_out)
+{
     for (int d = 0; d < e->ndim; d++)
         if (offsets[d] < 0 || sizes[d] < 0)
             return fc_error_set(FC_EINVAL,
                                 "dcp metadata: tensor '%s': negative chunk offset "
                                 "or size in dim %d",
                                 e->fqn, d);
-    if (e->nchunks == e->chunks_alloc) {
-        const size_t n = e->chunks_alloc == 0 ? 4 : e->chunks_alloc * 2;
-        struct fc_dcp_chunk *p = fc_reallocarray(e->chunks, n, sizeof(*p));
-        if (p == NULL)
-            return fc_error_set(FC_ENOMEM,
-                                "dcp metadata: tensor '%s': out of memory for %zu "
-                                "chunks",
-                                e->fqn, n);
-        e->chunks = p;
-        e->chunks_alloc = n;
-    }
+    if (e->nchunks == e->chunks_alloc)
+        FC_TRY(reserve_chunks(e, e->chunks_alloc == 0 ? 4 : e->chunks_alloc * 2));
     struct fc_dcp_chunk *c = &e->chunks[e->nchunks];
     memset(c, 0, sizeof(*c));
     if (e->ndim > 0) {
-        c->offsets = fc_calloc((size_t)e->ndim * 2, sizeof(int64_t));
-        if (c->offsets == NULL)
+        int64_t *v = dims_alloc(m, (size_t)e->ndim * 2);
+        if (v == NULL)
             return fc_error_set(FC_ENOMEM, "dcp metadata: out of memory");
-        c->sizes = c->offsets + e->ndim;
-        memcpy(c->offsets, offsets, (size_t)e->ndim * sizeof(int64_t));
-        memcpy(c->sizes, sizes, (size_t)e->ndim * sizeof(int64_t));
+        memcpy(v, offsets, (size_t)e->ndim * sizeof(int64_t));
+        memcpy(v + e->ndim, sizes, (size_t)e->ndim * sizeof(int64_t));
+        c->offsets = v;
+        c->sizes = v + e->ndim;
     }
     if (chunk_out != NULL)
         *chunk_out = e->nchunks;
     e->nchunks++;
     return FC_OK;
+}
+
+int fc_dcp_meta_add_chunk(struct fc_dcp_meta *m, size_t entry, const int64_t *offsets,
+                          const int64_t *sizes, size_t *chunk_out)
+{
+    if (entry >= m->nentries || m->entries[entry].kind != FC_DCP_TENSOR)
+        return fc_error_set(FC_EINVAL, "dcp metadata: entry %zu is not a tensor", entry);
+    return entry_add_chunk(m, &m->entries[entry], offsets, sizes, chunk_out);
 }
 
 /* A relative_path must name a file inside the checkpoint directory. */
@@ -214,35 +284,60 @@ static int bad_relative_path(const char *p)
     return p[0] == '\0' || strchr(p, '/') != NULL || strcmp(p, ".") == 0 || strcmp(p, "..") == 0;
 }
 
-int fc_dcp_storage_set(struct fc_dcp_storage *st, const char *relative_path, uint64_t offset,
-                       uint64_t length)
+int fc_dcp_storage_set(struct fc_dcp_meta *m, struct fc_dcp_storage *st, const char *relative_path,
+                       uint64_t offset, uint64_t length)
 {
+    size_t k;
     if (relative_path == NULL || bad_relative_path(relative_path))
         return fc_error_set(FC_EINVAL, "dcp metadata: invalid storage file name '%s'",
                             relative_path == NULL ? "(null)" : relative_path);
     if (offset > INT64_MAX || length > INT64_MAX)
         return fc_error_set(FC_EINVAL, "dcp metadata: storage offset/length beyond int64");
-    char *p = fc_strdup(relative_path);
-    if (p == NULL)
-        return fc_error_set(FC_ENOMEM, "dcp metadata: out of memory");
-    storage_release(st);
-    st->relative_path = p;
-    st->offset = offset;
-    st->length = length;
+    FC_TRY(intern(m, relative_path, &k));
+    *st = (struct fc_dcp_storage){m->strings[k], NULL, 0, offset, length};
     return FC_OK;
 }
 
-int fc_dcp_storage_add_transform(struct fc_dcp_storage *st, const char *descriptor)
+int fc_dcp_storage_add_transform(struct fc_dcp_meta *m, struct fc_dcp_storage *st,
+                                 const char *descriptor)
 {
     if (descriptor == NULL || descriptor[0] == '\0')
         return fc_error_set(FC_EINVAL, "dcp metadata: empty transform descriptor");
-    char **p = fc_reallocarray(st->transforms, st->ntransforms + 1, sizeof(*p));
-    if (p == NULL)
-        return fc_error_set(FC_ENOMEM, "dcp metadata: out of memory");
-    st->transforms = p;
-    p[st->ntransforms] = fc_strdup(descriptor);
-    if (p[st->ntransforms] == NULL)
-        return fc_error_set(FC_ENOMEM, "dcp metadata: out of memory");
+    if (strchr(descriptor, '\n') != NULL)
+        return fc_error_set(FC_EINVAL, "dcp metadata: transform descriptor with a newline");
+    /* The list is interned under its descriptors joined by newlines (they hold none). */
+    struct fc_buf key = FC_BUF_INIT((size_t)1 << 20);
+    size_t k;
+    int rc = FC_OK;
+    for (size_t i = 0; rc == FC_OK && i < st->ntransforms; i++) {
+        rc = fc_buf_puts(&key, st->transforms[i]);
+        if (rc == FC_OK)
+            rc = fc_buf_puts(&key, "\n");
+    }
+    if (rc == FC_OK)
+        rc = fc_buf_puts(&key, descriptor);
+    if (rc == FC_OK)
+        rc = fc_buf_putc(&key, '\0');
+    if (rc == FC_OK)
+        rc = intern(m, (const char *)key.data, &k);
+    fc_buf_release(&key);
+    FC_TRY(rc);
+    if (m->xform_lists[k] == NULL) {
+        const char **list = fc_calloc(st->ntransforms + 1, sizeof(*list));
+        size_t d;
+        if (list == NULL)
+            return fc_error_set(FC_ENOMEM, "dcp metadata: out of memory");
+        for (size_t i = 0; i < st->ntransforms; i++)
+            list[i] = st->transforms[i];
+        rc = intern(m, descriptor, &d);
+        if (rc < 0) {
+            fc_free(list);
+            return rc;
+        }
+        list[st->ntransforms] = m->strings[d];
+        m->xform_lists[k] = list;
+    }
+    st->transforms = m->xform_lists[k];
     st->ntransforms++;
     return FC_OK;
 }
@@ -628,9 +723,36 @@ static int fc_dcp_meta_write_plain(struct fc_buf *out, const struct fc_dcp_meta 
 struct rd {
     const char *what;
     struct fc_dcp_meta *m;
-    size_t **sorted; /* per entry: chunk indices sorted by offsets (tensors) */
+    size_t **sorted; /* per entry: chunk indices sorted by offsets, built on a hint miss */
     size_t nsorted;
+    /*
+     * Streaming (rd_dict_item): the items of state_dict_metadata and
+     * storage_data are read as the pickle builds them and never held as a
+     * tree.  The dicts they went to must turn out to be those two fields;
+     * anything unusual (a duplicate key, which Python would merge) sets
+     * restart, and the file is read again without streaming.
+     */
+    const struct fc_pv *sdm_dict, *sd_dict;
+    size_t sdm_items, sd_items;
+    int restart;
+    const struct fc_pickle_hooks *input; /* its window() supplies the pickle, or NULL */
+    /*
+     * Tensors read when BUILD completed their TensorStorageMetadata (rd_built),
+     * before their key is known: Python adds dict items 1000 at a time, and
+     * 1000 tensors of 1000 chunks must not wait as a tree.  Oldest first.
+     */
+    struct rd_pending {
+        const struct fc_pv *obj; /* the object, stateless now */
+        struct fc_dcp_entry e;   /* everything but fqn and kind */
+    } *pending;
+    size_t npending, pending_first, pending_alloc;
 };
+
+static int rd_window(void *ctx, size_t from, size_t to)
+{
+    const struct rd *r = ctx;
+    return r->input->window(r->input->ctx, from, to);
+}
 
 static int rd_err(const struct rd *r, int code, const struct fc_pv *v, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -923,10 +1045,10 @@ static int check_extent(const struct rd *r, const struct fc_pv *v, const char *w
     return FC_OK;
 }
 
-static int read_tensor(struct rd *r, const struct fc_pv *v, size_t idx)
+/* TensorStorageMetadata v into e (fqn names it in messages). */
+static int read_tensor(struct rd *r, const struct fc_pv *v, const char *fqn, struct fc_dcp_entry *e)
 {
     struct fc_dcp_meta *m = r->m;
-    const char *fqn = m->entries[idx].fqn;
     const struct fc_pv *st, *f;
     char where[320];
     int64_t size[FC_MAX_DIMS];
@@ -936,17 +1058,15 @@ static int read_tensor(struct rd *r, const struct fc_pv *v, size_t idx)
     FC_TRY(obj_dict_state(r, v, MOD_MD, "TensorStorageMetadata", where, &st));
     FC_TRY(need_field(r, st, "size", where, &f));
     FC_TRY(get_size(r, f, where, size, &ndim));
-    {
-        struct fc_dcp_entry *e = &m->entries[idx];
-        e->ndim = ndim;
-        memcpy(e->size, size, (size_t)ndim * sizeof(int64_t));
-        FC_TRY(need_field(r, st, "properties", where, &f));
-        FC_TRY(read_properties(r, f, fqn, e));
-        FC_TRY(check_extent(r, v, where, "shape", size, ndim, e->dtype));
-    }
+    e->ndim = ndim;
+    memcpy(e->size, size, (size_t)ndim * sizeof(int64_t));
+    FC_TRY(need_field(r, st, "properties", where, &f));
+    FC_TRY(read_properties(r, f, fqn, e));
+    FC_TRY(check_extent(r, v, where, "shape", size, ndim, e->dtype));
     FC_TRY(need_field(r, st, "chunks", where, &f));
     if (!is_seq(f))
         return rd_err(r, FC_ECORRUPT, f, "%s: chunks is %s, not a list", where, kind_name(f));
+    FC_TRY(reserve_chunks(e, f->u.seq.n));
     for (size_t c = 0; c < f->u.seq.n; c++) {
         const struct fc_pv *cv = f->u.seq.items[c], *cst, *x;
         int64_t off[FC_MAX_DIMS], sz[FC_MAX_DIMS];
@@ -963,14 +1083,14 @@ static int read_tensor(struct rd *r, const struct fc_pv *v, size_t idx)
                           "%s: offsets/sizes have %d/%d dims, the tensor "
                           "has %d",
                           cwhere, n1, n2, ndim);
-        FC_TRY(check_extent(r, cv, cwhere, "sizes", sz, ndim, m->entries[idx].dtype));
+        FC_TRY(check_extent(r, cv, cwhere, "sizes", sz, ndim, e->dtype));
         for (int d = 0; d < ndim; d++) {
             int64_t end;
             if (fc_add_i64(off[d], sz[d], &end) < 0)
                 return rd_err(r, FC_ECORRUPT, cv, "%s: offset + size overflows int64 in dim %d",
                               cwhere, d);
         }
-        FC_TRY(fc_dcp_meta_add_chunk(m, idx, off, sz, NULL));
+        FC_TRY(entry_add_chunk(m, e, off, sz, NULL));
     }
     return FC_OK;
 }
@@ -1008,60 +1128,112 @@ static int sort_chunks(const struct fc_dcp_entry *e, size_t **out)
     return FC_OK;
 }
 
-static int read_state_dict_metadata(struct rd *r, const struct fc_pv *sdm)
+/* Chunks with the same offsets: DCP keys storage by (fqn, offsets), so one would be lost. */
+static int check_distinct_offsets(const struct rd *r, const struct fc_dcp_entry *e)
+{
+    size_t *sorted = NULL;
+    if (e->kind != FC_DCP_TENSOR || e->nchunks < 2)
+        return FC_OK;
+    FC_TRY(sort_chunks(e, &sorted));
+    int rc = FC_OK;
+    for (size_t j = 1; rc == FC_OK && j < e->nchunks; j++) {
+        const struct fc_dcp_chunk *a = &e->chunks[sorted[j - 1]];
+        const struct fc_dcp_chunk *b = &e->chunks[sorted[j]];
+        if (cmp_offsets(a->offsets, b->offsets, e->ndim) == 0)
+            rc = rd_err(r, FC_ECORRUPT, NULL, "'%s': chunks %zu and %zu have the same offsets",
+                        e->fqn, sorted[j - 1], sorted[j]);
+    }
+    fc_free(sorted);
+    return rc;
+}
+
+/* rd_built() for a TensorStorageMetadata: read it now, unless it is unusual (then the tree). */
+static int rd_built(void *ctx, const struct fc_pv *obj)
+{
+    struct rd *r = ctx;
+    if (!is_instance(obj, MOD_MD, "TensorStorageMetadata"))
+        return 0;
+    if (r->npending == r->pending_alloc) {
+        const size_t n = r->pending_alloc == 0 ? 64 : r->pending_alloc * 2;
+        struct rd_pending *p = fc_reallocarray(r->pending, n, sizeof(*p));
+        if (p == NULL)
+            return fc_error_set(FC_ENOMEM, "dcp metadata: out of memory");
+        r->pending = p;
+        r->pending_alloc = n;
+    }
+    struct rd_pending *p = &r->pending[r->npending];
+    memset(p, 0, sizeof(*p));
+    p->obj = obj;
+    p->e.kind = FC_DCP_TENSOR;
+    const int rc = read_tensor(r, obj, "?", &p->e);
+    if (rc == FC_ENOMEM) {
+        fc_free(p->e.chunks);
+        return rc;
+    }
+    if (rc < 0) { /* read again from the tree with its key: the message names it */
+        fc_free(p->e.chunks);
+        return 0;
+    }
+    r->npending++;
+    return 1;
+}
+
+/* The entry read early for v, moved into m as fqn: 1 when there was one. */
+static int take_pending(struct rd *r, const struct fc_pv *k, const struct fc_pv *v, size_t *idx)
+{
+    if (r->pending_first == r->npending || r->pending[r->pending_first].obj != v)
+        return 0;
+    struct rd_pending *p = &r->pending[r->pending_first++];
+    FC_TRY(add_entry(r->m, k->u.str.s, k->u.str.len, FC_DCP_TENSOR, idx));
+    struct fc_dcp_entry *e = &r->m->entries[*idx];
+    char *fqn = e->fqn;
+    *e = p->e;
+    e->fqn = fqn;
+    memset(&p->e, 0, sizeof(p->e));
+    if (r->pending_first == r->npending)
+        r->pending_first = r->npending = 0;
+    return 1;
+}
+
+/* Item i of state_dict_metadata: k -> v. */
+static int read_sdm_item(struct rd *r, size_t i, const struct fc_pv *k, const struct fc_pv *v)
 {
     struct fc_dcp_meta *m = r->m;
+    size_t idx;
+    if (!is_str(k))
+        return rd_err(r, FC_ECORRUPT, k, "state_dict_metadata key %zu is %s, not a NUL-free str", i,
+                      kind_name(k));
+    if (fc_dcp_meta_find(m, k->u.str.s) >= 0)
+        return rd_err(r, FC_ECORRUPT, k, "duplicate state_dict_metadata key '%s'", k->u.str.s);
+    if (is_instance(v, MOD_MD, "BytesStorageMetadata"))
+        return add_entry(m, k->u.str.s, k->u.str.len, FC_DCP_BYTES, &idx);
+    if (!is_instance(v, MOD_MD, "TensorStorageMetadata")) {
+        const struct fc_pv *cls = class_of(v);
+        if (cls != NULL)
+            return rd_err(r, FC_EFORMAT, v, "state_dict_metadata['%s']: unsupported class %s.%s",
+                          k->u.str.s, cls->u.global.module, cls->u.global.name);
+        return rd_err(r, FC_EFORMAT, v, "state_dict_metadata['%s'] is %s, not storage metadata",
+                      k->u.str.s, kind_name(v));
+    }
+    const int early = take_pending(r, k, v, &idx);
+    FC_TRY(early);
+    if (!early && v->u.call.state == NULL && r->npending > 0) {
+        r->restart = 1; /* read early, but its item comes out of order */
+        return fc_error_set(FC_ERROR, "%s: read again without streaming", r->what);
+    }
+    if (!early) {
+        FC_TRY(add_entry(m, k->u.str.s, k->u.str.len, FC_DCP_TENSOR, &idx));
+        FC_TRY(read_tensor(r, v, m->entries[idx].fqn, &m->entries[idx]));
+    }
+    return check_distinct_offsets(r, &m->entries[idx]);
+}
+
+static int read_state_dict_metadata(struct rd *r, const struct fc_pv *sdm)
+{
     if (sdm->kind != FC_PV_DICT)
         return rd_err(r, FC_ECORRUPT, sdm, "state_dict_metadata is %s, not a dict", kind_name(sdm));
-    for (size_t i = 0; i < sdm->u.dict.n; i++) {
-        const struct fc_pv *k = sdm->u.dict.keys[i], *v = sdm->u.dict.vals[i];
-        size_t idx;
-        if (!is_str(k))
-            return rd_err(r, FC_ECORRUPT, k,
-                          "state_dict_metadata key %zu is %s, not a NUL-free "
-                          "str",
-                          i, kind_name(k));
-        if (fc_dcp_meta_find(m, k->u.str.s) >= 0)
-            return rd_err(r, FC_ECORRUPT, k, "duplicate state_dict_metadata key '%s'", k->u.str.s);
-        if (is_instance(v, MOD_MD, "BytesStorageMetadata")) {
-            FC_TRY(add_entry(m, k->u.str.s, k->u.str.len, FC_DCP_BYTES, &idx));
-            continue;
-        }
-        if (!is_instance(v, MOD_MD, "TensorStorageMetadata")) {
-            const struct fc_pv *cls = class_of(v);
-            if (cls != NULL)
-                return rd_err(r, FC_EFORMAT, v,
-                              "state_dict_metadata['%s']: unsupported class "
-                              "%s.%s",
-                              k->u.str.s, cls->u.global.module, cls->u.global.name);
-            return rd_err(r, FC_EFORMAT, v,
-                          "state_dict_metadata['%s'] is %s, not storage "
-                          "metadata",
-                          k->u.str.s, kind_name(v));
-        }
-        FC_TRY(add_entry(m, k->u.str.s, k->u.str.len, FC_DCP_TENSOR, &idx));
-        FC_TRY(read_tensor(r, v, idx));
-    }
-    /* Sort each tensor's chunks once: duplicate offsets, and storage lookup below. */
-    r->sorted = fc_calloc(m->nentries, sizeof(*r->sorted));
-    if (r->sorted == NULL)
-        return fc_error_set(FC_ENOMEM, "dcp metadata: out of memory");
-    r->nsorted = m->nentries;
-    for (size_t i = 0; i < m->nentries; i++) {
-        const struct fc_dcp_entry *e = &m->entries[i];
-        if (e->kind != FC_DCP_TENSOR || e->nchunks == 0)
-            continue;
-        FC_TRY(sort_chunks(e, &r->sorted[i]));
-        for (size_t j = 1; j < e->nchunks; j++) {
-            const struct fc_dcp_chunk *a = &e->chunks[r->sorted[i][j - 1]];
-            const struct fc_dcp_chunk *b = &e->chunks[r->sorted[i][j]];
-            if (cmp_offsets(a->offsets, b->offsets, e->ndim) == 0)
-                return rd_err(r, FC_ECORRUPT, NULL,
-                              "'%s': chunks %zu and %zu have the same "
-                              "offsets",
-                              e->fqn, r->sorted[i][j - 1], r->sorted[i][j]);
-        }
-    }
+    for (size_t i = 0; i < sdm->u.dict.n; i++)
+        FC_TRY(read_sdm_item(r, r->sdm_items + i, sdm->u.dict.keys[i], sdm->u.dict.vals[i]));
     return FC_OK;
 }
 
@@ -1209,7 +1381,7 @@ static int read_storage_info(const struct rd *r, const struct fc_pv *v, const ch
     FC_TRY(get_nonneg(r, x, where, &off));
     FC_TRY(need_field(r, st, "length", where, &x));
     FC_TRY(get_nonneg(r, x, where, &len));
-    FC_TRY(fc_dcp_storage_set(out, path->u.str.s, (uint64_t)off, (uint64_t)len));
+    FC_TRY(fc_dcp_storage_set(r->m, out, path->u.str.s, (uint64_t)off, (uint64_t)len));
     x = dget(st, "transform_descriptors");
     if (x != NULL && x->kind != FC_PV_NONE) {
         if (!is_seq(x))
@@ -1217,82 +1389,147 @@ static int read_storage_info(const struct rd *r, const struct fc_pv *v, const ch
                           kind_name(x));
         for (size_t i = 0; i < x->u.seq.n; i++) {
             const struct fc_pv *d = x->u.seq.items[i];
-            if (!is_str(d) || d->u.str.len == 0)
+            if (!is_str(d) || d->u.str.len == 0 || strchr(d->u.str.s, '\n') != NULL)
                 return rd_err(r, FC_ECORRUPT, d, "%s: transform descriptor %zu is %s", where, i,
-                              is_str(d) ? "empty" : kind_name(d));
-            FC_TRY(fc_dcp_storage_add_transform(out, d->u.str.s));
+                              !is_str(d) ? kind_name(d) : d->u.str.len == 0 ? "empty" : "invalid");
+            FC_TRY(fc_dcp_storage_add_transform(r->m, out, d->u.str.s));
         }
     }
     return FC_OK;
 }
 
 /* The chunk of tensor entry e whose offsets equal off: the index hint first, then search. */
-static long find_chunk(const struct rd *r, size_t ei, const int64_t *off, int64_t hint)
+static int find_chunk(struct rd *r, size_t ei, const int64_t *off, int64_t hint, long *out)
 {
     const struct fc_dcp_entry *e = &r->m->entries[ei];
-    const size_t *s = r->sorted[ei];
     size_t lo = 0, hi = e->nchunks;
+    *out = -1;
     if (hint >= 0 && (uint64_t)hint < e->nchunks &&
-        cmp_offsets(e->chunks[hint].offsets, off, e->ndim) == 0)
-        return (long)hint;
+        cmp_offsets(e->chunks[hint].offsets, off, e->ndim) == 0) {
+        *out = (long)hint;
+        return FC_OK;
+    }
+    if (r->nsorted < r->m->nentries) {
+        size_t **p = fc_reallocarray(r->sorted, r->m->nentries, sizeof(*p));
+        if (p == NULL)
+            return fc_error_set(FC_ENOMEM, "dcp metadata: out of memory");
+        memset(p + r->nsorted, 0, (r->m->nentries - r->nsorted) * sizeof(*p));
+        r->sorted = p;
+        r->nsorted = r->m->nentries;
+    }
+    if (r->sorted[ei] == NULL && e->nchunks > 0)
+        FC_TRY(sort_chunks(e, &r->sorted[ei]));
+    const size_t *s = r->sorted[ei];
     while (lo < hi) {
         const size_t mid = lo + (hi - lo) / 2;
         const int c = cmp_offsets(e->chunks[s[mid]].offsets, off, e->ndim);
-        if (c == 0)
-            return (long)s[mid];
+        if (c == 0) {
+            *out = (long)s[mid];
+            return FC_OK;
+        }
         if (c < 0)
             lo = mid + 1;
         else
             hi = mid;
     }
-    return -1;
+    return FC_OK;
+}
+
+/*
+ * Item i of storage_data: k -> v.  *taken (may be NULL) = 0 when k names no
+ * entry yet (streaming: left in the dict for the walk after the load).
+ */
+static int read_storage_item(struct rd *r, size_t i, const struct fc_pv *k, const struct fc_pv *v,
+                             int *taken)
+{
+    struct fc_dcp_meta *m = r->m;
+    const struct fc_pv *kst, *x;
+    int64_t off[FC_MAX_DIMS], hint = -1;
+    int ndim = -1;
+    char where[320];
+    snprintf(where, sizeof(where), "storage_data item %zu", i);
+    FC_TRY(obj_dict_state(r, k, MOD_MD, "MetadataIndex", where, &kst));
+    FC_TRY(need_field(r, kst, "fqn", where, &x));
+    if (!is_str(x))
+        return rd_err(r, FC_ECORRUPT, x, "%s: fqn is %s, not a str", where, kind_name(x));
+    const char *fqn = x->u.str.s;
+    snprintf(where, sizeof(where), "storage_data['%s']", fqn);
+    x = dget(kst, "offset");
+    if (x != NULL && x->kind != FC_PV_NONE)
+        FC_TRY(get_size(r, x, where, off, &ndim));
+    x = dget(kst, "index");
+    if (x != NULL && x->kind == FC_PV_INT)
+        hint = x->u.i;
+
+    const long ei = fc_dcp_meta_find(m, fqn);
+    if (taken != NULL) {
+        *taken = ei >= 0;
+        if (ei < 0)
+            return FC_OK;
+    }
+    struct fc_dcp_storage *dst = NULL;
+    if (ei >= 0 && m->entries[ei].kind == FC_DCP_BYTES && ndim < 0) {
+        dst = &m->entries[ei].storage;
+    } else if (ei >= 0 && m->entries[ei].kind == FC_DCP_TENSOR && ndim == m->entries[ei].ndim) {
+        long c;
+        FC_TRY(find_chunk(r, (size_t)ei, off, hint, &c));
+        if (c >= 0)
+            dst = &m->entries[ei].chunks[c].storage;
+    }
+    if (dst == NULL) {
+        m->orphan_storage++; /* torch never looks it up either */
+        return FC_OK;
+    }
+    if (dst->relative_path != NULL)
+        return rd_err(r, FC_ECORRUPT, k, "%s: duplicate storage_data key", where);
+    return read_storage_info(r, v, where, dst);
 }
 
 static int read_storage_data(struct rd *r, const struct fc_pv *sd)
 {
-    struct fc_dcp_meta *m = r->m;
     if (sd == NULL || sd->kind == FC_PV_NONE)
         return FC_OK; /* every item then lacks storage: reported by the caller */
     if (sd->kind != FC_PV_DICT)
         return rd_err(r, FC_EFORMAT, sd, "storage_data is %s, not the filesystem layout's dict",
                       kind_name(sd));
-    for (size_t i = 0; i < sd->u.dict.n; i++) {
-        const struct fc_pv *k = sd->u.dict.keys[i], *v = sd->u.dict.vals[i], *kst, *x;
-        int64_t off[FC_MAX_DIMS], hint = -1;
-        int ndim = -1;
-        char where[320];
-        snprintf(where, sizeof(where), "storage_data item %zu", i);
-        FC_TRY(obj_dict_state(r, k, MOD_MD, "MetadataIndex", where, &kst));
-        FC_TRY(need_field(r, kst, "fqn", where, &x));
-        if (!is_str(x))
-            return rd_err(r, FC_ECORRUPT, x, "%s: fqn is %s, not a str", where, kind_name(x));
-        const char *fqn = x->u.str.s;
-        snprintf(where, sizeof(where), "storage_data['%s']", fqn);
-        x = dget(kst, "offset");
-        if (x != NULL && x->kind != FC_PV_NONE)
-            FC_TRY(get_size(r, x, where, off, &ndim));
-        x = dget(kst, "index");
-        if (x != NULL && x->kind == FC_PV_INT)
-            hint = x->u.i;
-
-        const long ei = fc_dcp_meta_find(m, fqn);
-        struct fc_dcp_storage *dst = NULL;
-        if (ei >= 0 && m->entries[ei].kind == FC_DCP_BYTES && ndim < 0) {
-            dst = &m->entries[ei].storage;
-        } else if (ei >= 0 && m->entries[ei].kind == FC_DCP_TENSOR && ndim == m->entries[ei].ndim) {
-            const long c = find_chunk(r, (size_t)ei, off, hint);
-            if (c >= 0)
-                dst = &m->entries[ei].chunks[c].storage;
-        }
-        if (dst == NULL) {
-            m->orphan_storage++; /* torch never looks it up either */
-            continue;
-        }
-        if (dst->relative_path != NULL)
-            return rd_err(r, FC_ECORRUPT, k, "%s: duplicate storage_data key", where);
-        FC_TRY(read_storage_info(r, v, where, dst));
-    }
+    for (size_t i = 0; i < sd->u.dict.n; i++)
+        FC_TRY(read_storage_item(r, r->sd_items + i, sd->u.dict.keys[i], sd->u.dict.vals[i], NULL));
     return FC_OK;
+}
+
+/*
+ * The loader's dict_item hook: take the items of state_dict_metadata (str ->
+ * Tensor/BytesStorageMetadata) and of storage_data (MetadataIndex ->
+ * _StorageInfo) as they are built, so the tree never holds a million chunks.
+ */
+static int rd_dict_item(void *ctx, const struct fc_pv *dict, const struct fc_pv *k,
+                        const struct fc_pv *v)
+{
+    struct rd *r = ctx;
+    if (is_str(k) && (is_instance(v, MOD_MD, "TensorStorageMetadata") ||
+                      is_instance(v, MOD_MD, "BytesStorageMetadata"))) {
+        if (r->sdm_dict == NULL)
+            r->sdm_dict = dict;
+        if (dict != r->sdm_dict || fc_dcp_meta_find(r->m, k->u.str.s) >= 0) {
+            r->restart = 1; /* Python merges duplicate keys: the tree reading does too */
+            return fc_error_set(FC_ERROR, "%s: read again without streaming", r->what);
+        }
+        FC_TRY(read_sdm_item(r, r->sdm_items++, k, v));
+        return 1;
+    }
+    if (is_instance(k, MOD_MD, "MetadataIndex") && is_instance(v, MOD_FS, "_StorageInfo")) {
+        int taken = 0;
+        if (r->sd_dict == NULL)
+            r->sd_dict = dict;
+        if (dict != r->sd_dict) {
+            r->restart = 1;
+            return fc_error_set(FC_ERROR, "%s: read again without streaming", r->what);
+        }
+        FC_TRY(read_storage_item(r, r->sd_items, k, v, &taken));
+        r->sd_items += (size_t)taken;
+        return taken;
+    }
+    return 0;
 }
 
 static void fmt_dims(char *buf, size_t size, const int64_t *v, int n)
@@ -1331,23 +1568,35 @@ static int require_storage(const struct rd *r)
     return FC_OK;
 }
 
-int fc_dcp_meta_read(struct fc_dcp_meta **out, const unsigned char *data, size_t len,
-                     const char *what)
+/* Read the pickle (streaming the big dicts when stream is set) into *out. */
+static int meta_read(struct fc_dcp_meta **out, const unsigned char *data, size_t len,
+                     const char *what, const struct fc_pickle_hooks *input, int stream)
 {
     struct fc_pickle *p = NULL;
-    struct rd r = {what != NULL ? what : ".metadata", NULL, NULL, 0};
+    struct rd r;
     const struct fc_pv *root, *st, *x;
     int rc;
 
+    memset(&r, 0, sizeof(r));
+    r.what = what != NULL ? what : ".metadata";
+    r.input = input;
+    const struct fc_pickle_hooks hooks = {stream ? rd_dict_item : NULL, stream ? rd_built : NULL,
+                                          input != NULL ? rd_window : NULL, &r};
     *out = NULL;
-    FC_TRY_GOTO(fc_pickle_load(&p, data, len, FC_PICKLE_SYMBOLIC, r.what), rc, done);
     FC_TRY_GOTO(fc_dcp_meta_new(&r.m), rc, done);
     fc_free(r.m->version);
     r.m->version = NULL;
+    FC_TRY_GOTO(fc_pickle_load_hooked(&p, data, len, FC_PICKLE_SYMBOLIC, r.what, &hooks), rc, done);
 
     root = fc_pickle_root(p);
     FC_TRY_GOTO(obj_dict_state(&r, root, MOD_MD, "Metadata", "root", &st), rc, done);
     FC_TRY_GOTO(need_field(&r, st, "state_dict_metadata", "Metadata", &x), rc, done);
+    if ((r.sdm_dict != NULL && x != r.sdm_dict) ||
+        (r.sd_dict != NULL && dget(st, "storage_data") != r.sd_dict)) {
+        r.restart = 1; /* items were taken from dicts that are not those fields */
+        rc = fc_error_set(FC_ERROR, "%s: read again without streaming", r.what);
+        goto done;
+    }
     FC_TRY_GOTO(read_state_dict_metadata(&r, x), rc, done);
     FC_TRY_GOTO(read_planner_data(&r, dget(st, "planner_data")), rc, done);
     FC_TRY_GOTO(read_storage_data(&r, dget(st, "storage_data")), rc, done);
@@ -1365,15 +1614,66 @@ done:
     for (size_t i = 0; i < r.nsorted; i++)
         fc_free(r.sorted[i]);
     fc_free(r.sorted);
+    for (size_t i = r.pending_first; i < r.npending; i++)
+        fc_free(r.pending[i].e.chunks);
+    fc_free(r.pending);
     fc_dcp_meta_free(r.m);
     fc_pickle_free(p);
+    if (rc < 0 && r.restart)
+        return meta_read(out, data, len, what, input, 0);
     return rc;
+}
+
+int fc_dcp_meta_read(struct fc_dcp_meta **out, const unsigned char *data, size_t len,
+                     const char *what)
+{
+    return meta_read(out, data, len, what, NULL, 1);
+}
+
+/*
+ * The .metadata of a million chunks is over 100 MiB: read it in pieces into
+ * an anonymous mapping of its size, keeping only the window the loader works
+ * on resident (pages behind it are given back with MADV_DONTNEED).  pread,
+ * not a file mapping, so a file truncated meanwhile is an error, not SIGBUS.
+ */
+struct meta_input {
+    const struct fc_file *f;
+    unsigned char *base;
+    size_t len;
+    size_t lo, hi; /* data[lo, hi) is read and resident */
+};
+
+#define META_READ_AHEAD ((size_t)4 << 20)
+
+static int meta_window(void *ctx, size_t from, size_t to)
+{
+    struct meta_input *in = ctx;
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    if (from < in->lo || from > in->hi) { /* a new pass: start over at from */
+        if (in->hi > in->lo)
+            madvise(in->base + in->lo, in->hi - in->lo, MADV_DONTNEED);
+        in->lo = in->hi = from / page * page;
+    }
+    if (from / page * page >= in->lo + META_READ_AHEAD) {
+        const size_t drop = from / page * page;
+        madvise(in->base + in->lo, drop - in->lo, MADV_DONTNEED);
+        in->lo = drop;
+    }
+    if (to > in->hi) {
+        size_t end = to - in->hi < META_READ_AHEAD ? in->hi + META_READ_AHEAD : to;
+        if (end > in->len)
+            end = in->len;
+        FC_TRY(fc_file_pread(in->f, in->base + in->hi, end - in->hi, in->hi));
+        in->hi = end;
+    }
+    return FC_OK;
 }
 
 int fc_dcp_meta_load(struct fc_dcp_meta **out, const char *path)
 {
     struct fc_file f = FC_FILE_INIT;
-    unsigned char *data = NULL;
+    struct meta_input in = {&f, NULL, 0, 0, 0};
+    const struct fc_pickle_hooks hooks = {NULL, NULL, meta_window, &in};
     int rc;
     *out = NULL;
     FC_TRY_GOTO(fc_file_open_read(&f, path), rc, done);
@@ -1384,10 +1684,17 @@ int fc_dcp_meta_load(struct fc_dcp_meta **out, const char *path)
                           path, f.size, FC_DCP_META_MAX_BYTES);
         goto done;
     }
-    FC_TRY_GOTO(fc_file_read_alloc(&f, 0, (size_t)f.size, FC_DCP_META_MAX_BYTES, &data), rc, done);
-    FC_TRY_GOTO(fc_dcp_meta_read(out, data, (size_t)f.size, path), rc, done);
+    in.len = (size_t)f.size;
+    in.base = mmap(NULL, in.len + 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (in.base == MAP_FAILED) {
+        in.base = NULL;
+        rc = fc_error_set(FC_ENOMEM, "%s: out of memory for %zu bytes", path, in.len);
+        goto done;
+    }
+    FC_TRY_GOTO(meta_read(out, in.base, in.len, path, &hooks, 1), rc, done);
 done:
-    fc_free(data);
+    if (in.base != NULL)
+        munmap(in.base, in.len + 1);
     fc_file_close(&f);
     return rc;
 }

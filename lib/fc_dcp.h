@@ -50,19 +50,26 @@ enum fc_dcp_mem_format {
     FC_DCP_PRESERVE_FORMAT = 2
 };
 
-/* _StorageInfo: where one item's bytes live. */
+/*
+ * _StorageInfo: where one item's bytes live.  File names and transform lists
+ * are interned by the model (a million chunks name a thousand files): the
+ * pointers are the model's and compare equal for equal contents.
+ */
 struct fc_dcp_storage {
-    char *relative_path; /* file name inside the checkpoint dir; NULL = not set */
-    uint64_t offset;     /* byte offset of the item in that file */
-    uint64_t length;     /* exact byte length of the item (after transforms) */
-    char **transforms;   /* transform_descriptors ("stream.zstd/1"), in file order */
-    size_t ntransforms;  /* 0: none (the field is absent from the pickle) */
+    const char *relative_path;     /* file name inside the checkpoint dir; NULL = not set */
+    const char *const *transforms; /* transform_descriptors ("stream.zstd/1"), in file order */
+    size_t ntransforms;            /* 0: none (the field is absent from the pickle) */
+    uint64_t offset;               /* byte offset of the item in that file */
+    uint64_t length;               /* exact byte length of the item (after transforms) */
 };
 
-/* ChunkStorageMetadata + its storage_data entry. */
+/*
+ * ChunkStorageMetadata + its storage_data entry.  offsets and sizes point
+ * into the model's dims store (never moved or freed before the model).
+ */
 struct fc_dcp_chunk {
-    int64_t *offsets; /* ndim values (NULL when ndim == 0) */
-    int64_t *sizes;   /* ndim values, stored right after offsets */
+    const int64_t *offsets; /* ndim values (NULL when ndim == 0) */
+    const int64_t *sizes;   /* ndim values, stored right after offsets */
     struct fc_dcp_storage storage;
 };
 
@@ -121,6 +128,12 @@ struct fc_dcp_meta {
 
     /* private: FQN -> entry index (keys borrowed from entries[].fqn) */
     struct fc_strmap index;
+    /* private: interned file names and transform lists, and the chunks' dims store */
+    struct fc_strmap interned; /* name (or descriptors joined by '\n') -> index in strings */
+    char **strings;
+    const char ***xform_lists; /* per interned string: its transform list, when it is one */
+    size_t nstrings, strings_alloc;
+    struct fc_dcp_dims *dims; /* blocks of int64, newest first */
 };
 
 /*
@@ -158,17 +171,18 @@ int fc_dcp_meta_add_chunk(struct fc_dcp_meta *m, size_t entry, const int64_t *of
                           const int64_t *sizes, size_t *chunk_out);
 
 /*
- * fc_dcp_storage_set() - set relative_path/offset/length of a storage
+ * fc_dcp_storage_set() - set relative_path/offset/length of a storage of m
  * (m->entries[e].chunks[c].storage or m->entries[e].storage), replacing a
  * previous value and dropping its transforms.  relative_path must be a plain
  * file name (not empty, no '/', not "." or "..").  Returns FC_OK, FC_EINVAL
  * (bad name, offset or length above INT64_MAX), FC_ENOMEM.
  */
-int fc_dcp_storage_set(struct fc_dcp_storage *st, const char *relative_path, uint64_t offset,
-                       uint64_t length);
+int fc_dcp_storage_set(struct fc_dcp_meta *m, struct fc_dcp_storage *st, const char *relative_path,
+                       uint64_t offset, uint64_t length);
 
 /* fc_dcp_storage_add_transform() - append a transform descriptor ("stream.zstd/1"). */
-int fc_dcp_storage_add_transform(struct fc_dcp_storage *st, const char *descriptor);
+int fc_dcp_storage_add_transform(struct fc_dcp_meta *m, struct fc_dcp_storage *st,
+                                 const char *descriptor);
 
 /*
  * fc_dcp_meta_set_path() - set planner_data for entry `entry` (a deep copy

@@ -733,10 +733,10 @@ static int fc_dcp_merge(struct fc_dcp_meta *m, const struct fc_dcp_meta *part, c
             if (pe->path != NULL)
                 FC_TRY(fc_dcp_meta_set_path(m, idx, pe->path, pe->path_len));
             if (pe->kind == FC_DCP_BYTES) {
-                FC_TRY(fc_dcp_storage_set(&m->entries[idx].storage, pe->storage.relative_path,
+                FC_TRY(fc_dcp_storage_set(m, &m->entries[idx].storage, pe->storage.relative_path,
                                           pe->storage.offset, pe->storage.length));
                 for (size_t t = 0; t < pe->storage.ntransforms; t++)
-                    FC_TRY(fc_dcp_storage_add_transform(&m->entries[idx].storage,
+                    FC_TRY(fc_dcp_storage_add_transform(m, &m->entries[idx].storage,
                                                         pe->storage.transforms[t]));
                 continue;
             }
@@ -759,10 +759,10 @@ static int fc_dcp_merge(struct fc_dcp_meta *m, const struct fc_dcp_meta *part, c
              * --verify compares them), reads use the first (fc_dcp_index_chunks). */
             FC_TRY(fc_dcp_meta_add_chunk(m, idx, pc->offsets, pc->sizes, &ci));
             struct fc_dcp_storage *st = &m->entries[idx].chunks[ci].storage;
-            FC_TRY(fc_dcp_storage_set(st, pc->storage.relative_path, pc->storage.offset,
+            FC_TRY(fc_dcp_storage_set(m, st, pc->storage.relative_path, pc->storage.offset,
                                       pc->storage.length));
             for (size_t t = 0; t < pc->storage.ntransforms; t++)
-                FC_TRY(fc_dcp_storage_add_transform(st, pc->storage.transforms[t]));
+                FC_TRY(fc_dcp_storage_add_transform(m, st, pc->storage.transforms[t]));
         }
     }
     return FC_OK;

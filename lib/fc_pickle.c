@@ -258,10 +258,22 @@ struct fc_arena_chunk {
 #define FC_ARENA_HDR   ((sizeof(struct fc_arena_chunk) + 15) & ~(size_t)15)
 #define FC_ARENA_CHUNK ((size_t)64 << 10)
 
+/*
+ * Blocks come in size classes so that freed ones can be reused (a consumer
+ * that takes dict items as they are built frees their subtrees, and grown
+ * arrays free their old copy): multiples of 8 up to FC_ARENA_SMALL, powers of
+ * two above.  A freed block goes on its class's free list and is only given
+ * back to the system by fc_pickle_free().
+ */
+#define FC_ARENA_SMALL   ((size_t)512)
+#define FC_ARENA_CLASSES (FC_ARENA_SMALL / 8 + 64) /* the powers of two reach SIZE_MAX */
+
+
 struct fc_pickle {
     struct fc_arena_chunk *chunks; /* head is the chunk being filled */
     size_t arena_bytes;
     size_t arena_cap;
+    void *free_blocks[FC_ARENA_CLASSES]; /* per size class: freed blocks, linked through word 0 */
     const struct fc_pv *root;
     const struct fc_pv **globals; /* distinct GLOBAL/STACK_GLOBAL names, first use first */
     size_t nglobals, globals_alloc;
@@ -288,9 +300,27 @@ struct fc_vm {
     size_t *marks;
     size_t nmarks;
     size_t marks_alloc;
-    struct fc_pv **memo; /* indexed by memo key; NULL: not set */
-    size_t memo_alloc;
-    size_t memo_n; /* entries set (MEMOIZE's next key, as len(memo) in Python) */
+    /*
+     * The memo keeps only the values that a later GET fetches: a pre-scan of
+     * the opcodes (fc_vm_prescan) marks those keys in memo_used, and
+     * memo_rank[w] counts the marked keys below word w, so a fetched key's
+     * value sits at memo[rank].  Everything else a pickle memoises (nearly
+     * every object) has one owner, so a consumer may free it.  A value the
+     * memo holds is reference counted (struct fc_pv.shared): its placements
+     * plus the memo's hold, which ends at the key's only GET (keys fetched
+     * more than once are held to the end).  memo_set marks
+     * the keys set so far: MEMOIZE's next key is their count, len(memo) in
+     * Python.
+     */
+    uint64_t *memo_used, *memo_multi, *memo_set; /* multi: fetched more than once */
+    uint32_t *memo_rank;
+    size_t memo_words, multi_words, set_words; /* 64-bit words of each bitmap (memo_rank: used) */
+    struct fc_pv **memo;          /* one slot per fetched key */
+    size_t memo_n;
+    size_t memo_limit; /* keys at or beyond this are refused */
+    int aliased;       /* DUP seen: a node may sit in two places, so nothing is freed */
+    const struct fc_pickle_hooks *hooks;
+    size_t window_to; /* hooks->window made data[.., window_to) readable */
     struct fc_pv *root;
 };
 
@@ -313,17 +343,42 @@ static const char *fc_vm_opname(const struct fc_vm *vm)
     return n != NULL ? n : "?";
 }
 
+/* The size class of an n-byte block and the block size it stands for; 0 for n beyond any class. */
+static size_t fc_arena_class(size_t n, size_t *block)
+{
+    if (n <= 8) {
+        *block = 8;
+        return 0;
+    }
+    if (n <= FC_ARENA_SMALL) {
+        *block = (n + 7) & ~(size_t)7;
+        return *block / 8 - 1;
+    }
+    size_t b = FC_ARENA_SMALL * 2, cls = FC_ARENA_SMALL / 8;
+    while (b < n && b <= SIZE_MAX / 2) {
+        b *= 2;
+        cls++;
+    }
+    if (b < n)
+        return 0;
+    *block = b;
+    return cls;
+}
+
 static void *fc_arena_alloc(struct fc_vm *vm, size_t n)
 {
     struct fc_pickle *p = vm->p;
-    size_t need;
-    if (fc_add_size(n, 7, &need) < 0) {
-        fc_vm_err(vm, FC_ENOMEM, "allocation of %zu bytes overflows", n);
+    size_t need = 0;
+    const size_t cls = fc_arena_class(n, &need);
+    if (need < n) {
+        fc_vm_err(vm, FC_ENOMEM, "allocation of %zu bytes is too large", n);
         return NULL;
     }
-    need &= ~(size_t)7;
-    if (need == 0)
-        need = 8;
+    if (p->free_blocks[cls] != NULL) {
+        void *r = p->free_blocks[cls];
+        memcpy(&p->free_blocks[cls], r, sizeof(void *));
+        return r;
+    }
     struct fc_arena_chunk *c = p->chunks;
     if (c != NULL && c->size - c->used >= need) {
         void *r = (unsigned char *)c + FC_ARENA_HDR + c->used;
@@ -354,6 +409,17 @@ static void *fc_arena_alloc(struct fc_vm *vm, size_t n)
         p->chunks = nc;
     }
     return (unsigned char *)nc + FC_ARENA_HDR;
+}
+
+/* Give back a block of n bytes (the n it was allocated with) for reuse; NULL is ignored. */
+static void fc_arena_free(struct fc_vm *vm, void *block, size_t n)
+{
+    size_t size;
+    if (block == NULL)
+        return;
+    const size_t cls = fc_arena_class(n, &size);
+    memcpy(block, &vm->p->free_blocks[cls], sizeof(void *));
+    vm->p->free_blocks[cls] = block;
 }
 
 static size_t fc_pv_node_size(enum fc_pv_kind kind)
@@ -443,6 +509,7 @@ static int fc_vm_seq_push(struct fc_vm *vm, struct fc_pv *seq, struct fc_pv *ite
             return FC_ENOMEM;
         if (seq->u.seq.n > 0)
             memcpy(items, seq->u.seq.items, seq->u.seq.n * sizeof(*items));
+        fc_arena_free(vm, seq->u.seq.items, seq->u.seq.alloc * sizeof(*items));
         seq->u.seq.items = items;
         seq->u.seq.alloc = na;
     }
@@ -467,6 +534,8 @@ static int fc_vm_dict_push(struct fc_vm *vm, struct fc_pv *d, struct fc_pv *k, s
             memcpy(keys, d->u.dict.keys, d->u.dict.n * sizeof(*keys));
             memcpy(vals, d->u.dict.vals, d->u.dict.n * sizeof(*vals));
         }
+        fc_arena_free(vm, d->u.dict.keys, d->u.dict.alloc * sizeof(*keys));
+        fc_arena_free(vm, d->u.dict.vals, d->u.dict.alloc * sizeof(*vals));
         d->u.dict.keys = keys;
         d->u.dict.vals = vals;
         d->u.dict.alloc = na;
@@ -562,54 +631,127 @@ static int fc_vm_pop_mark(struct fc_vm *vm, size_t *start)
 }
 
 /*
- * The memo is an array indexed by the memo key.  Python numbers memo entries
- * 0, 1, 2, ... (len(memo)), and each entry costs at least one opcode byte, so
- * keys at or beyond max(FC_PICKLE_MAX_MEMO, input length) can only come from a
- * hostile or foreign writer; refusing them keeps put/get O(1) with no hash to
- * attack, and the array within 8 bytes per input byte.  (A DCP .metadata of
- * 100k chunks has more than 2^20 entries.)
+ * Memo keys are refused at or beyond max(FC_PICKLE_MAX_MEMO, input length):
+ * Python numbers memo entries 0, 1, 2, ... (len(memo)) and each costs at
+ * least one opcode byte, so larger keys only come from a hostile or foreign
+ * writer, and the bitmaps stay within a bit per input byte.  (A DCP
+ * .metadata of 100k chunks has more than 2^20 entries.)
+ */
+static int fc_bit_test(const uint64_t *bits, size_t nwords, uint64_t k)
+{
+    return k / 64 < nwords && (bits[k / 64] >> (k % 64) & 1) != 0;
+}
+
+static int fc_bit_set(uint64_t **bits, size_t *nwords, uint64_t k)
+{
+    if (k / 64 >= *nwords) {
+        size_t nw = *nwords < 16 ? 16 : *nwords;
+        while (nw <= k / 64)
+            nw *= 2;
+        uint64_t *b = fc_reallocarray(*bits, nw, sizeof(*b));
+        if (b == NULL)
+            return fc_error_set(FC_ENOMEM, "out of memory growing the pickle memo");
+        memset(b + *nwords, 0, (nw - *nwords) * sizeof(*b));
+        *bits = b;
+        *nwords = nw;
+    }
+    (*bits)[k / 64] |= (uint64_t)1 << (k % 64);
+    return FC_OK;
+}
+
+/* Record that key is set (MEMOIZE numbers keys by how many are set). */
+static int fc_vm_memo_mark_set(struct fc_vm *vm, uint64_t key)
+{
+    if (key >= vm->memo_limit)
+        return fc_vm_err(vm, FC_ECORRUPT, "memo index %" PRIu64 " out of range (limit %zu)", key,
+                         vm->memo_limit);
+    if (fc_bit_test(vm->memo_set, vm->set_words, key))
+        return FC_OK;
+    vm->memo_n++;
+    return fc_bit_set(&vm->memo_set, &vm->set_words, key);
+}
+
+static void fc_vm_free_tree(struct fc_vm *vm, struct fc_pv *v, int depth);
+
+/* The memo's slot for a fetched key. */
+static struct fc_pv **fc_vm_memo_slot(struct fc_vm *vm, uint64_t key)
+{
+    const uint64_t below = vm->memo_used[key / 64] & (((uint64_t)1 << (key % 64)) - 1);
+    return &vm->memo[vm->memo_rank[key / 64] + (size_t)__builtin_popcountll(below)];
+}
+
+/*
+ * Reference counts of memo-held nodes live in ->expanded until the post-STOP
+ * check computes the real expanded counts (it reads them only from nodes it
+ * has finished).
  */
 static int fc_vm_memo_put(struct fc_vm *vm, uint64_t key, struct fc_pv *v)
 {
-    const size_t limit = vm->len > FC_PICKLE_MAX_MEMO ? vm->len : FC_PICKLE_MAX_MEMO;
-    if (key >= limit)
-        return fc_vm_err(vm, FC_ECORRUPT, "memo index %" PRIu64 " out of range (limit %zu)", key,
-                         limit);
-    if (key >= vm->memo_alloc) {
-        size_t na = vm->memo_alloc < 256 ? 256 : vm->memo_alloc;
-        while (na <= key)
-            na *= 2;
-        if (na > limit)
-            na = limit;
-        struct fc_pv **m = fc_reallocarray(vm->memo, na, sizeof(*m));
-        if (m == NULL)
-            return fc_vm_err(vm, FC_ENOMEM, "out of memory growing the memo");
-        memset(m + vm->memo_alloc, 0, (na - vm->memo_alloc) * sizeof(*m));
-        vm->memo = m;
-        vm->memo_alloc = na;
+    FC_TRY(fc_vm_memo_mark_set(vm, key));
+    if (fc_bit_test(vm->memo_used, vm->memo_words, key)) {
+        struct fc_pv **slot = fc_vm_memo_slot(vm, key);
+        struct fc_pv *old = *slot;
+        if (!v->shared) {
+            v->shared = 1;
+            v->expanded = 1; /* its place on the stack, soon in a container */
+        }
+        v->expanded++; /* the memo's hold */
+        *slot = v;
+        fc_vm_free_tree(vm, old, 0); /* the memo lets go of the value it replaces */
     }
-    if (vm->memo[key] == NULL)
-        vm->memo_n++;
-    vm->memo[key] = v;
     return FC_OK;
 }
 
 static int fc_vm_memo_get(struct fc_vm *vm, uint64_t key, struct fc_pv **out)
 {
-    if (key < vm->memo_alloc && vm->memo[key] != NULL) {
-        *out = vm->memo[key];
+    if (fc_bit_test(vm->memo_set, vm->set_words, key) &&
+        fc_bit_test(vm->memo_used, vm->memo_words, key) && *fc_vm_memo_slot(vm, key) != NULL) {
+        struct fc_pv **slot = fc_vm_memo_slot(vm, key);
+        *out = *slot;
+        (*out)->expanded++; /* a new place */
+        if (!fc_bit_test(vm->memo_multi, vm->multi_words, key)) {
+            *slot = NULL; /* the key's only GET: the memo lets go */
+            fc_vm_free_tree(vm, *out, 0);
+        }
         return FC_OK;
     }
     return fc_vm_err(vm, FC_ECORRUPT, "memo index %" PRIu64 " is not set", key);
 }
 
-/* ---- input ---- */
+/* Make data[from, to) readable (hooks->window); a no-op for inputs held whole in memory. */
+static int fc_vm_window(struct fc_vm *vm, size_t from, size_t to)
+{
+    if (vm->hooks == NULL || vm->hooks->window == NULL || to <= vm->window_to)
+        return FC_OK;
+    FC_TRY(vm->hooks->window(vm->hooks->ctx, from, to));
+    vm->window_to = to;
+    return FC_OK;
+}
+
+/* Find the '\n' ending the line at data[pos]: *nl its offset, or SIZE_MAX when there is none. */
+static int fc_vm_find_newline(struct fc_vm *vm, size_t from, size_t pos, size_t *nl)
+{
+    size_t at = pos;
+    while (at < vm->len) {
+        const size_t end = vm->len - at > 4096 ? at + 4096 : vm->len;
+        FC_TRY(fc_vm_window(vm, from, end));
+        const unsigned char *hit = memchr(vm->data + at, '\n', end - at);
+        if (hit != NULL) {
+            *nl = (size_t)(hit - vm->data);
+            return FC_OK;
+        }
+        at = end;
+    }
+    *nl = SIZE_MAX;
+    return FC_OK;
+}
 
 static int fc_vm_need(struct fc_vm *vm, size_t n, const unsigned char **out)
 {
     if (vm->len - vm->pos < n)
         return fc_vm_err(vm, FC_ECORRUPT, "truncated pickle: %s needs %zu bytes, %zu left",
                          fc_vm_opname(vm), n, vm->len - vm->pos);
+    FC_TRY(fc_vm_window(vm, vm->op_off, vm->pos + n));
     *out = vm->data + vm->pos;
     vm->pos += n;
     return FC_OK;
@@ -618,13 +760,13 @@ static int fc_vm_need(struct fc_vm *vm, size_t n, const unsigned char **out)
 /* A '\n'-terminated line; *n excludes the newline. */
 static int fc_vm_line(struct fc_vm *vm, const unsigned char **out, size_t *n)
 {
-    const unsigned char *s = vm->data + vm->pos;
-    const unsigned char *nl = memchr(s, '\n', vm->len - vm->pos);
-    if (nl == NULL)
+    size_t nl;
+    FC_TRY(fc_vm_find_newline(vm, vm->op_off, vm->pos, &nl));
+    if (nl == SIZE_MAX)
         return fc_vm_err(vm, FC_ECORRUPT, "truncated pickle: %s argument has no newline",
                          fc_vm_opname(vm));
-    *out = s;
-    *n = (size_t)(nl - s);
+    *out = vm->data + vm->pos;
+    *n = nl - vm->pos;
     vm->pos += *n + 1;
     return FC_OK;
 }
@@ -1648,6 +1790,16 @@ static int fc_op_build(struct fc_vm *vm)
         return fc_vm_err(vm, FC_EFORMAT, "second BUILD on the same %s",
                          fc_pv_kind_name(inst->kind));
     *slot = state;
+    if (vm->hooks != NULL && vm->hooks->built != NULL && inst->kind == FC_PV_OBJECT &&
+        !inst->shared) {
+        const int rc = vm->hooks->built(vm->hooks->ctx, inst);
+        if (rc < 0)
+            return rc;
+        if (rc == 1) {
+            *slot = NULL;
+            fc_vm_free_tree(vm, state, 0);
+        }
+    }
     return FC_OK;
 }
 
@@ -1788,11 +1940,71 @@ static int fc_op_string(struct fc_vm *vm, enum fc_pv_kind kind, size_t lenbytes,
     if (n > vm->len - vm->pos)
         return fc_vm_err(vm, FC_ECORRUPT, "truncated pickle: %s of %" PRIu64 " bytes, %zu left",
                          fc_vm_opname(vm), n, vm->len - vm->pos);
+    FC_TRY(fc_vm_window(vm, vm->op_off, vm->pos + (size_t)n));
     const unsigned char *s = vm->data + vm->pos;
     vm->pos += (size_t)n;
     if (kind == FC_PV_STR && !fc_utf8_valid(s, (size_t)n, !strict_utf8))
         return fc_vm_err(vm, FC_ECORRUPT, "%s is not valid UTF-8", fc_vm_opname(vm));
     return fc_vm_push(vm, fc_vm_strnode(vm, kind, s, (size_t)n));
+}
+
+/*
+ * Drop one reference to v: free it and everything below it that nothing else
+ * holds (a dict item a hook took; a value the memo lets go).  Globals are kept: fc_pickle_globals() lists them.
+ * Subtrees deeper than a DCP item are left to the arena (freed with it).
+ */
+static void fc_vm_free_tree(struct fc_vm *vm, struct fc_pv *v, int depth)
+{
+    if (v == NULL || v->kind == FC_PV_GLOBAL || vm->aliased || depth > 32)
+        return;
+    if (v->shared && --v->expanded > 0)
+        return; /* still held elsewhere */
+    switch (v->kind) {
+    case FC_PV_BIGINT:
+    case FC_PV_STR:
+    case FC_PV_BYTES: fc_arena_free(vm, (void *)(uintptr_t)v->u.str.s, v->u.str.len + 1); break;
+    case FC_PV_LIST:
+    case FC_PV_TUPLE:
+    case FC_PV_SET:
+        for (size_t i = 0; i < v->u.seq.n; i++)
+            fc_vm_free_tree(vm, v->u.seq.items[i], depth + 1);
+        fc_arena_free(vm, v->u.seq.items, v->u.seq.alloc * sizeof(*v->u.seq.items));
+        break;
+    case FC_PV_DICT:
+        for (size_t i = 0; i < v->u.dict.n; i++) {
+            fc_vm_free_tree(vm, v->u.dict.keys[i], depth + 1);
+            fc_vm_free_tree(vm, v->u.dict.vals[i], depth + 1);
+        }
+        fc_arena_free(vm, v->u.dict.keys, v->u.dict.alloc * sizeof(*v->u.dict.keys));
+        fc_arena_free(vm, v->u.dict.vals, v->u.dict.alloc * sizeof(*v->u.dict.vals));
+        fc_vm_free_tree(vm, v->u.dict.state, depth + 1);
+        break;
+    case FC_PV_CALL:
+    case FC_PV_OBJECT:
+        fc_vm_free_tree(vm, v->u.call.callable, depth + 1);
+        fc_vm_free_tree(vm, v->u.call.args, depth + 1);
+        fc_vm_free_tree(vm, v->u.call.state, depth + 1);
+        break;
+    case FC_PV_TENSOR: return; /* weights-only profile: never handed to hooks */
+    default: break;
+    }
+    fc_arena_free(vm, v, fc_pv_node_size(v->kind));
+}
+
+/* Add k: v to dict d, unless the dict_item hook takes the pair. */
+static int fc_vm_dict_add(struct fc_vm *vm, struct fc_pv *d, struct fc_pv *k, struct fc_pv *v)
+{
+    if (vm->hooks != NULL && vm->hooks->dict_item != NULL) {
+        const int rc = vm->hooks->dict_item(vm->hooks->ctx, d, k, v);
+        if (rc < 0)
+            return rc;
+        if (rc == 1) {
+            fc_vm_free_tree(vm, k, 0);
+            fc_vm_free_tree(vm, v, 0);
+            return FC_OK;
+        }
+    }
+    return fc_vm_dict_push(vm, d, k, v);
 }
 
 /* Collect stack[start..sp) into a new container and replace them with it. */
@@ -1818,7 +2030,7 @@ static int fc_vm_setitems(struct fc_vm *vm, size_t start)
         return fc_vm_err(vm, FC_EFORMAT, "%s on a %s (only dicts)", fc_vm_opname(vm),
                          fc_pv_kind_name(d->kind));
     for (size_t i = 0; i < n; i += 2)
-        FC_TRY(fc_vm_dict_push(vm, d, vm->stack[start + i], vm->stack[start + i + 1]));
+        FC_TRY(fc_vm_dict_add(vm, d, vm->stack[start + i], vm->stack[start + i + 1]));
     return FC_OK;
 }
 
@@ -1932,7 +2144,7 @@ static int fc_vm_step(struct fc_vm *vm, int *done)
         if (d == NULL)
             return FC_ENOMEM;
         for (size_t i = 0; i < n; i += 2)
-            FC_TRY(fc_vm_dict_push(vm, d, vm->stack[start + i], vm->stack[start + i + 1]));
+            FC_TRY(fc_vm_dict_add(vm, d, vm->stack[start + i], vm->stack[start + i + 1]));
         vm->sp = start;
         return fc_vm_push(vm, d);
     }
@@ -2314,15 +2526,139 @@ done:
 
 /* ---- public: load ---- */
 
+/*
+ * Pass 1: walk the opcodes without running them, to learn which memo keys a
+ * GET fetches (memo_used) and whether DUP aliases a node.  Stops at STOP, at
+ * an opcode the profile refuses or at a truncated argument: the VM stops there
+ * too, with the message.  Keys are numbered as the VM numbers them.
+ */
+static int fc_vm_prescan(struct fc_vm *vm)
+{
+    const unsigned char *d = vm->data;
+    size_t pos = 0;
+    while (pos < vm->len) {
+        const size_t op_off = pos;
+        FC_TRY(fc_vm_window(vm, op_off, pos + 1));
+        const unsigned op = d[pos++];
+        if (!(vm->profile == FC_PICKLE_WEIGHTS_ONLY ? fc_op_weights_only(op) : fc_op_symbolic(op)))
+            break;
+        size_t fixed = 0, lenbytes = 0, lines = 0;
+        int put = 0, get = 0;
+        switch (op) {
+        case OP_STOP: goto scanned;
+        case OP_DUP: vm->aliased = 1; break;
+        case OP_MEMOIZE:
+            if (vm->memo_n >= vm->memo_limit)
+                goto scanned;
+            FC_TRY(fc_vm_memo_mark_set(vm, vm->memo_n));
+            break;
+        case OP_PROTO:
+        case OP_BININT1: fixed = 1; break;
+        case OP_BININT2: fixed = 2; break;
+        case OP_BININT: fixed = 4; break;
+        case OP_FRAME:
+        case OP_BINFLOAT: fixed = 8; break;
+        case OP_BINPUT: fixed = 1, put = 1; break;
+        case OP_LONG_BINPUT: fixed = 4, put = 1; break;
+        case OP_BINGET: fixed = 1, get = 1; break;
+        case OP_LONG_BINGET: fixed = 4, get = 1; break;
+        case OP_LONG1:
+        case OP_SHORT_BINUNICODE:
+        case OP_SHORT_BINSTRING:
+        case OP_SHORT_BINBYTES: lenbytes = 1; break;
+        case OP_LONG4:
+        case OP_BINUNICODE:
+        case OP_BINSTRING:
+        case OP_BINBYTES: lenbytes = 4; break;
+        case OP_BINUNICODE8:
+        case OP_BINBYTES8:
+        case OP_BYTEARRAY8: lenbytes = 8; break;
+        case OP_INT:
+        case OP_LONG:
+        case OP_FLOAT: lines = 1; break;
+        case OP_PUT: lines = 1, put = 1; break;
+        case OP_GET: lines = 1, get = 1; break;
+        case OP_GLOBAL: lines = 2; break;
+        default: break; /* no argument */
+        }
+        uint64_t key = 0;
+        if (fixed > 0) {
+            if (vm->len - pos < fixed)
+                break;
+            FC_TRY(fc_vm_window(vm, op_off, pos + fixed));
+            key = fixed == 1 ? d[pos] : fixed == 4 ? fc_read_le32(d + pos) : 0;
+            pos += fixed;
+        } else if (lenbytes > 0) {
+            if (vm->len - pos < lenbytes)
+                break;
+            FC_TRY(fc_vm_window(vm, op_off, pos + lenbytes));
+            const uint64_t n = lenbytes == 1   ? d[pos]
+                               : lenbytes == 4 ? fc_read_le32(d + pos)
+                                               : fc_read_le64(d + pos);
+            pos += lenbytes;
+            if (n > vm->len - pos)
+                break;
+            pos += (size_t)n;
+        }
+        for (size_t l = 0; l < lines; l++) {
+            size_t nl;
+            FC_TRY(fc_vm_find_newline(vm, op_off, pos, &nl));
+            if (nl == SIZE_MAX)
+                goto scanned;
+            int64_t k = -1;
+            if ((put || get) && (fc_parse_dec(d + pos, nl - pos, &k) < 0 || k < 0))
+                goto scanned;
+            key = (uint64_t)k;
+            pos = nl + 1;
+        }
+        if ((put || get) && key >= vm->memo_limit)
+            break;
+        if (put)
+            FC_TRY(fc_vm_memo_mark_set(vm, key));
+        if (get && fc_bit_test(vm->memo_used, vm->memo_words, key))
+            FC_TRY(fc_bit_set(&vm->memo_multi, &vm->multi_words, key));
+        else if (get)
+            FC_TRY(fc_bit_set(&vm->memo_used, &vm->memo_words, key));
+    }
+scanned:
+    vm->window_to = 0; /* the run reads from the start again */
+    /* Slots for the fetched keys; the VM sets keys again from scratch. */
+    vm->memo_rank = fc_calloc(vm->memo_words + 1, sizeof(*vm->memo_rank));
+    if (vm->memo_rank == NULL)
+        return fc_error_set(FC_ENOMEM, "%s: out of memory", vm->what);
+    size_t used = 0;
+    for (size_t w = 0; w < vm->memo_words; w++) {
+        vm->memo_rank[w] = (uint32_t)used;
+        used += (size_t)__builtin_popcountll(vm->memo_used[w]);
+    }
+    vm->memo = fc_calloc(used + 1, sizeof(*vm->memo));
+    if (vm->memo == NULL)
+        return fc_error_set(FC_ENOMEM, "%s: out of memory", vm->what);
+    memset(vm->memo_set, 0, vm->set_words * sizeof(*vm->memo_set));
+    vm->memo_n = 0;
+    return FC_OK;
+}
+
 static void fc_vm_release(struct fc_vm *vm)
 {
     fc_free(vm->stack);
     fc_free(vm->marks);
     fc_free(vm->memo);
+    fc_free(vm->memo_used);
+    fc_free(vm->memo_multi);
+    fc_free(vm->memo_set);
+    fc_free(vm->memo_rank);
 }
 
 int fc_pickle_load(struct fc_pickle **out, const unsigned char *data, size_t len,
                    enum fc_pickle_profile profile, const char *what)
+{
+    return fc_pickle_load_hooked(out, data, len, profile, what, NULL);
+}
+
+int fc_pickle_load_hooked(struct fc_pickle **out, const unsigned char *data, size_t len,
+                          enum fc_pickle_profile profile, const char *what,
+                          const struct fc_pickle_hooks *hooks)
 {
     struct fc_vm vm;
     int rc = FC_OK, done = 0;
@@ -2332,6 +2668,8 @@ int fc_pickle_load(struct fc_pickle **out, const unsigned char *data, size_t len
     vm.data = data;
     vm.len = len;
     vm.profile = profile;
+    vm.hooks = profile == FC_PICKLE_SYMBOLIC ? hooks : NULL;
+    vm.memo_limit = len > FC_PICKLE_MAX_MEMO ? len : FC_PICKLE_MAX_MEMO;
     if (len > FC_PICKLE_MAX_INPUT)
         return fc_vm_err(&vm, FC_ECORRUPT, "pickle of %zu bytes is larger than the %zu byte limit",
                          len, (size_t)FC_PICKLE_MAX_INPUT);
@@ -2339,6 +2677,7 @@ int fc_pickle_load(struct fc_pickle **out, const unsigned char *data, size_t len
     if (vm.p == NULL)
         return fc_error_set(FC_ENOMEM, "%s: out of memory", vm.what);
     vm.p->arena_cap = FC_PICKLE_MAX_ARENA(len);
+    FC_TRY_GOTO(fc_vm_prescan(&vm), rc, fail);
     while (!done) {
         if (vm.pos >= vm.len) {
             vm.op_off = vm.len;
@@ -2346,6 +2685,7 @@ int fc_pickle_load(struct fc_pickle **out, const unsigned char *data, size_t len
             goto fail;
         }
         vm.op_off = vm.pos;
+        FC_TRY_GOTO(fc_vm_window(&vm, vm.pos, vm.pos + 1), rc, fail);
         vm.op = data[vm.pos++];
         const int ok =
             profile == FC_PICKLE_WEIGHTS_ONLY ? fc_op_weights_only(vm.op) : fc_op_symbolic(vm.op);

@@ -111,7 +111,8 @@ struct fc_pv_tensor {
 struct fc_pv {
     enum fc_pv_kind kind;
     uint32_t height;   /* 1 for leaves, 1 + max over children otherwise (set by the loader) */
-    uint32_t offset;   /* byte offset of the opcode that created the node (input <= 1 GiB) */
+    uint32_t offset : 31; /* byte offset of the opcode that created the node (input <= 1 GiB) */
+    uint32_t shared : 1;  /* the memo holds it: reference counted (private to the loader) */
     uint32_t expanded; /* nodes, each shared subtree counted at every use (set by the loader) */
     union {
         int b;
@@ -166,6 +167,44 @@ struct fc_pickle; /* the arena and the result */
 int fc_pickle_load(struct fc_pickle **out, const unsigned char *data, size_t len,
                    enum fc_pickle_profile profile, const char *what);
 const struct fc_pv *fc_pickle_root(const struct fc_pickle *p);
+
+/*
+ * Hooks that let a consumer of a large pickle (a DCP .metadata of a million
+ * chunks) keep memory proportional to what it keeps, not to the tree.
+ *
+ * dict_item() is called for every key/value pair about to enter a dict
+ * (SETITEM, SETITEMS, DICT), with the dict and the finished key and value
+ * (borrowed for the call).  It returns 1 when it took the pair: the dict never
+ * holds it, and the loader frees every node of the pair that the memo will
+ * not hand out again.  0 leaves the pair to the dict.  A negative FC_* code
+ * (message set by the hook) stops the load with that code.  The loader then
+ * applies its checks (cycles, depth, key merging) only to what is left.
+ *
+ * built() is called when BUILD has given an object made by NEWOBJ its state
+ * (objects the memo holds excepted).  It returns 1 when it took the state:
+ * the loader frees it and the object is left without state; 0 leaves it; a
+ * negative FC_* code stops the load.  (Python batches dict items by 1000, so
+ * a consumer of dict items alone would still hold 1000 values at a time.)
+ *
+ * window(), when not NULL, supplies the input: the loader reads data[from,
+ * to) only after window(from, to) returned FC_OK, and never reads before
+ * `from` again in the same pass (it reads the input twice: a scan of the
+ * memo keys, then the run; the second pass starts again at 0).  An input
+ * read from a file in pieces keeps only that window in memory.  A negative
+ * FC_* code (message set) stops the load.
+ */
+struct fc_pickle_hooks {
+    int (*dict_item)(void *ctx, const struct fc_pv *dict, const struct fc_pv *key,
+                     const struct fc_pv *value);
+    int (*built)(void *ctx, const struct fc_pv *object);
+    int (*window)(void *ctx, size_t from, size_t to);
+    void *ctx;
+};
+
+/* fc_pickle_load() with hooks (FC_PICKLE_SYMBOLIC only; NULL hooks: fc_pickle_load()). */
+int fc_pickle_load_hooked(struct fc_pickle **out, const unsigned char *data, size_t len,
+                          enum fc_pickle_profile profile, const char *what,
+                          const struct fc_pickle_hooks *hooks);
 
 /*
  * fc_pickle_globals() - every distinct global (module, name) the pickle named

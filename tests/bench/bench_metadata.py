@@ -1,20 +1,26 @@
 #!/usr/bin/env python3
-"""Reading a huge DCP .metadata: peak RSS and time of `fsdpconv inspect` (reported, never asserted).
+"""A DCP with a huge .metadata: peak RSS and wall time of inspect, reshard and dcp-to-full.
 
-usage: bench_metadata.py FSDPCONV DIR [--tensors T] [--ranks R]
+usage: bench_metadata.py FSDPCONV DIR [--tensors T] [--ranks R] [--only CMD]
 
-Writes DIR/.metadata with torch's own classes (pickle.dump, as dcp.save does): T tensors
-(default 1000), each Shard(0) over R ranks (default 1000), so T * R chunks (1,000,000), plus
-sparse rank files of the right sizes so every item range checks out.  Then runs
-`fsdpconv inspect` on it once: it reads and checks the whole metadata, then fails parsing the
-(all-zero) items, exit 3, which is expected.  Reports the child's peak RSS, bytes per chunk
-(issue 11's target is <= 200), and the wall time; the .metadata size is the yardstick.
+Writes DIR/ckpt once (kept for later runs): T tensors (default 1000) of shape [4R, 8] float32,
+each Shard(0) over R ranks (default 1000), so T * R chunks (1,000,000), described by a
+.metadata pickled with torch's own classes (pickle.dump, as dcp.save does) and stored as real
+torch.save items (each chunk's [4, 8] block) in one __{rank}_0.distcp file per rank.  Then runs,
+one at a time, each reading the whole metadata:
+  inspect DIR/ckpt                          (reads and checks the metadata: "the time to read it")
+  reshard DIR/ckpt --world-size 8 -o ...    (reads every chunk once)
+  dcp-to-full DIR/ckpt -o full.safetensors  (reads every chunk once)
+and reports each child's peak RSS (ru_maxrss), bytes per chunk (issue 11's target: <= 200 at
+peak) and wall time; the .metadata size is the yardstick.  Figures are printed, never asserted.
 """
 
 import argparse
+import io
 import os
 import pickle
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -24,30 +30,56 @@ from torch.distributed.checkpoint.filesystem import _StorageInfo
 from torch.distributed.checkpoint.metadata import (ChunkStorageMetadata, Metadata, MetadataIndex,
                                                    TensorProperties, TensorStorageMetadata)
 
-ITEM = 1577  # bytes of one stored item (a small torch.save blob)
+ROWS, COLS = 4, 8  # each chunk's block
+
+
+def item_blob(r):
+    """One stored item as dcp.save writes it: torch.save of a chunk tensor (rank r's values)."""
+    buf = io.BytesIO()
+    torch.save(torch.full((ROWS, COLS), float(r)), buf)
+    return buf.getvalue()
 
 
 def write(dirpath, ntensors, nranks):
-    os.makedirs(dirpath, exist_ok=True)
+    tmp = dirpath + ".partial"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
     sdm, storage, planner = {}, {}, {}
+    files = [open(os.path.join(tmp, "__%d_0.distcp" % r), "wb") for r in range(nranks)]
     pos = [0] * nranks
+    names = ["__%d_0.distcp" % r for r in range(nranks)]
+    blobs = [item_blob(r) for r in range(nranks)]  # one torch.save per rank keeps this fast
     for t in range(ntensors):
         fqn = "model.layers.%d.weight" % t
         chunks = []
         for r in range(nranks):
-            off, size = torch.Size([r * 4, 0]), torch.Size([4, 8])
+            off, size = torch.Size([r * ROWS, 0]), torch.Size([ROWS, COLS])
+            blob = blobs[r]
+            files[r].write(blob)
             chunks.append(ChunkStorageMetadata(offsets=off, sizes=size))
-            storage[MetadataIndex(fqn, off, r)] = _StorageInfo("__%d_0.distcp" % r, pos[r], ITEM)
-            pos[r] += ITEM
+            storage[MetadataIndex(fqn, off, r)] = _StorageInfo(names[r], pos[r], len(blob))
+            pos[r] += len(blob)
         sdm[fqn] = TensorStorageMetadata(TensorProperties(dtype=torch.float32),
-                                         torch.Size([nranks * 4, 8]), chunks)
+                                         torch.Size([nranks * ROWS, COLS]), chunks)
         planner[fqn] = ("model", "layers.%d.weight" % t)
+    for f in files:
+        f.close()
     md = Metadata(state_dict_metadata=sdm, planner_data=planner, storage_data=storage)
-    with open(os.path.join(dirpath, ".metadata"), "wb") as f:
+    with open(os.path.join(tmp, ".metadata"), "wb") as f:
         pickle.dump(md, f)
-    for r in range(nranks):
-        with open(os.path.join(dirpath, "__%d_0.distcp" % r), "wb") as f:
-            f.truncate(pos[r])
+    os.rename(tmp, dirpath)
+
+
+def run(cmd):
+    """Run cmd; return (exit code, wall seconds, peak RSS bytes, stderr tail)."""
+    t0 = time.monotonic()
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    err = p.stderr.read()
+    _, status, ru = os.wait4(p.pid, 0)
+    p.stderr.close()
+    wall = time.monotonic() - t0
+    return os.waitstatus_to_exitcode(status), wall, ru.ru_maxrss * 1024, err.decode(
+        "utf-8", "replace").strip()[-300:]
 
 
 def main():
@@ -56,21 +88,40 @@ def main():
     ap.add_argument("dir")
     ap.add_argument("--tensors", type=int, default=1000)
     ap.add_argument("--ranks", type=int, default=1000)
+    ap.add_argument("--only", choices=["inspect", "reshard", "dcp-to-full"])
     a = ap.parse_args()
     nchunks = a.tensors * a.ranks
-    if not os.path.exists(os.path.join(a.dir, ".metadata")):
-        write(a.dir, a.tensors, a.ranks)
-    msize = os.path.getsize(os.path.join(a.dir, ".metadata"))
-    t0 = time.monotonic()
-    r = subprocess.run([a.fsdpconv, "inspect", a.dir], stdout=subprocess.DEVNULL,
-                       stderr=subprocess.PIPE)
-    wall = time.monotonic() - t0
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
-    print("inspect of a %d-chunk .metadata (%d tensors x %d ranks, %.1f MiB): exit %d"
-          % (nchunks, a.tensors, a.ranks, msize / 2**20, r.returncode))
-    print("  %s" % r.stderr.decode("utf-8", "replace").strip()[:200])
-    print("  peak RSS %.1f MiB = %.0f bytes per chunk (target <= 200), %.2f x the file; "
-          "wall %.2f s" % (peak / 2**20, peak / nchunks, peak / msize, wall))
+    ckpt = os.path.join(a.dir, "ckpt-%dx%d" % (a.tensors, a.ranks))
+    if not os.path.exists(os.path.join(ckpt, ".metadata")):
+        t0 = time.monotonic()
+        write(ckpt, a.tensors, a.ranks)
+        print("wrote %s in %.1f s" % (ckpt, time.monotonic() - t0))
+    msize = os.path.getsize(os.path.join(ckpt, ".metadata"))
+    out = os.path.join(a.dir, "out")
+    runs = [
+        ("inspect", [a.fsdpconv, "-q", "inspect", ckpt]),
+        ("reshard", [a.fsdpconv, "-q", "reshard", ckpt, "--world-size", "8", "-o",
+                     os.path.join(out, "resharded"), "--force"]),
+        ("dcp-to-full", [a.fsdpconv, "-q", "dcp-to-full", ckpt, "-o",
+                         os.path.join(out, "full.safetensors"), "--force"]),
+    ]
+    print("a %d-chunk DCP (%d tensors x %d ranks); .metadata %.1f MiB = %.0f bytes per chunk"
+          % (nchunks, a.tensors, a.ranks, msize / 2**20, msize / nchunks))
+    failed = 0
+    for name, cmd in runs:
+        if a.only and name != a.only:
+            continue
+        shutil.rmtree(out, ignore_errors=True)
+        os.makedirs(out)
+        rc, wall, peak, err = run(cmd)
+        failed |= rc != 0
+        print("  %-12s exit %d  peak RSS %7.1f MiB = %5.0f bytes/chunk (target <= 200), "
+              "%.2f x the .metadata; wall %6.2f s" % (name, rc, peak / 2**20, peak / nchunks,
+                                                       peak / msize, wall))
+        if rc != 0:
+            print("    " + err)
+    shutil.rmtree(out, ignore_errors=True)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

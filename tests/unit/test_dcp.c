@@ -282,14 +282,12 @@ static struct fc_dcp_meta *build_from_expected(json_t *j)
         if (strcmp(json_string_value(json_object_get(je, "kind")), "bytes") == 0) {
             json_t *js = json_object_get(je, "storage");
             assert_fc_ok(fc_dcp_meta_add_bytes(m, fqn, &ei));
-            assert_fc_ok(fc_dcp_storage_set(
-                &m->entries[ei].storage, json_string_value(json_object_get(js, "relative_path")),
+            assert_fc_ok(fc_dcp_storage_set(m, &m->entries[ei].storage, json_string_value(json_object_get(js, "relative_path")),
                 (uint64_t)json_integer_value(json_object_get(js, "offset")),
                 (uint64_t)json_integer_value(json_object_get(js, "length"))));
             json_t *tr = json_object_get(js, "transforms");
             for (size_t t = 0; t < json_array_size(tr); t++)
-                assert_fc_ok(fc_dcp_storage_add_transform(
-                    &m->entries[ei].storage, json_string_value(json_array_get(tr, t))));
+                assert_fc_ok(fc_dcp_storage_add_transform(m, &m->entries[ei].storage, json_string_value(json_array_get(tr, t))));
         } else {
             int64_t size[FC_MAX_DIMS];
             json_t *jsz = json_object_get(je, "size");
@@ -314,13 +312,13 @@ static struct fc_dcp_meta *build_from_expected(json_t *j)
                 json_t *js = json_object_get(jc, "storage");
                 struct fc_dcp_storage *st = &m->entries[ei].chunks[ci].storage;
                 assert_fc_ok(fc_dcp_storage_set(
-                    st, json_string_value(json_object_get(js, "relative_path")),
+                    m, st, json_string_value(json_object_get(js, "relative_path")),
                     (uint64_t)json_integer_value(json_object_get(js, "offset")),
                     (uint64_t)json_integer_value(json_object_get(js, "length"))));
                 json_t *tr = json_object_get(js, "transforms");
                 for (size_t t = 0; t < json_array_size(tr); t++)
                     assert_fc_ok(
-                        fc_dcp_storage_add_transform(st, json_string_value(json_array_get(tr, t))));
+                        fc_dcp_storage_add_transform(m, st, json_string_value(json_array_get(tr, t))));
             }
         }
         assert_true(json_array_size(jp) <= 16);
@@ -386,7 +384,7 @@ static struct fc_dcp_meta *build_synthetic(void)
     for (int64_t r = 0; r < 1500; r++) { /* 1500 chunks: crosses the 1000-item batch */
         const int64_t off[2] = {r * 2, 0}, sz[2] = {2, 4};
         assert_fc_ok(fc_dcp_meta_add_chunk(m, e, off, sz, &c));
-        assert_fc_ok(fc_dcp_storage_set(&m->entries[e].chunks[c].storage, "__1_0.distcp",
+        assert_fc_ok(fc_dcp_storage_set(m, &m->entries[e].chunks[c].storage, "__1_0.distcp",
                                         (uint64_t)r * 3000000000ULL, 1601));
     }
     const struct fc_path_elem p0[] = {{0, 0, "model"}, {0, 0, "layers"}, {1, 0, NULL}, {0, 0, "w"}};
@@ -394,7 +392,7 @@ static struct fc_dcp_meta *build_synthetic(void)
 
     assert_fc_ok(fc_dcp_meta_add_tensor(m, "step", FC_DTYPE_FLOAT32, 0, NULL, &e));
     assert_fc_ok(fc_dcp_meta_add_chunk(m, e, NULL, NULL, &c));
-    assert_fc_ok(fc_dcp_storage_set(&m->entries[e].chunks[c].storage, "__0_0.distcp",
+    assert_fc_ok(fc_dcp_storage_set(m, &m->entries[e].chunks[c].storage, "__0_0.distcp",
                                     (uint64_t)INT64_MAX - 10, 10));
     m->entries[e].requires_grad = 1;
     m->entries[e].mem_format = FC_DCP_CHANNELS_LAST;
@@ -403,18 +401,18 @@ static struct fc_dcp_meta *build_synthetic(void)
     assert_fc_ok(fc_dcp_meta_add_tensor(m, "tiny", FC_DTYPE_FLOAT8_E4M3FN, 1, one, &e));
     const int64_t o0[1] = {0}, o1[1] = {1}, s1[1] = {1}, s0[1] = {0};
     assert_fc_ok(fc_dcp_meta_add_chunk(m, e, o0, s1, &c));
-    assert_fc_ok(fc_dcp_storage_set(&m->entries[e].chunks[c].storage, "__0_0.distcp", 0, 5));
-    assert_fc_ok(fc_dcp_storage_add_transform(&m->entries[e].chunks[c].storage, "stream.zstd/1"));
-    assert_fc_ok(fc_dcp_storage_add_transform(&m->entries[e].chunks[c].storage, "x@y/2"));
+    assert_fc_ok(fc_dcp_storage_set(m, &m->entries[e].chunks[c].storage, "__0_0.distcp", 0, 5));
+    assert_fc_ok(fc_dcp_storage_add_transform(m, &m->entries[e].chunks[c].storage, "stream.zstd/1"));
+    assert_fc_ok(fc_dcp_storage_add_transform(m, &m->entries[e].chunks[c].storage, "x@y/2"));
     assert_fc_ok(fc_dcp_meta_add_chunk(m, e, o1, s0, &c)); /* empty shard at offset = size */
-    assert_fc_ok(fc_dcp_storage_set(&m->entries[e].chunks[c].storage, "__1_0.distcp", 2147483648ULL,
+    assert_fc_ok(fc_dcp_storage_set(m, &m->entries[e].chunks[c].storage, "__1_0.distcp", 2147483648ULL,
                                     4294967296ULL));
 
     for (int i = 0; i < 1200; i++) { /* 1200 bytes entries: batching of every dict */
         snprintf(name, sizeof(name), "optim.param_groups.%d.lr", i);
         assert_fc_ok(fc_dcp_meta_add_bytes(m, name, &e));
         assert_fc_ok(
-            fc_dcp_storage_set(&m->entries[e].storage, "__0_0.distcp", (uint64_t)i * 1000, 999));
+            fc_dcp_storage_set(m, &m->entries[e].storage, "__0_0.distcp", (uint64_t)i * 1000, 999));
         const struct fc_path_elem p[] = {
             {0, 0, "optim"}, {0, 0, "param_groups"}, {1, i, NULL}, {0, 0, "lr"}};
         if (i % 2 == 0)
@@ -606,7 +604,7 @@ static void test_dcp_writer_refuses_items_without_storage(void **state)
     assert_fc_fails(fc_dcp_check(m, NULL, NULL), FC_ECORRUPT, "no storage");
     fc_buf_release(&a);
     assert_fc_ok(fc_dcp_meta_add_bytes(m, "b", &e));
-    assert_fc_ok(fc_dcp_storage_set(&m->entries[0].chunks[0].storage, "f", 0, 1));
+    assert_fc_ok(fc_dcp_storage_set(m, &m->entries[0].chunks[0].storage, "f", 0, 1));
     assert_fc_fails(fc_dcp_meta_write(&a, m), FC_EINVAL, "'b'");
     fc_buf_release(&a);
     fc_dcp_meta_free(m);
@@ -635,12 +633,12 @@ static void test_dcp_builder_rejects_invalid_arguments(void **state)
     assert_fc_fails(fc_dcp_meta_add_chunk(m, e, size, size, NULL), FC_EINVAL, "not a tensor");
     assert_fc_fails(fc_dcp_meta_add_chunk(m, 99, size, size, NULL), FC_EINVAL, "not a tensor");
     struct fc_dcp_storage *st = &m->entries[e].storage;
-    assert_fc_fails(fc_dcp_storage_set(st, "../x", 0, 1), FC_EINVAL, "file name");
-    assert_fc_fails(fc_dcp_storage_set(st, "a/b", 0, 1), FC_EINVAL, "file name");
-    assert_fc_fails(fc_dcp_storage_set(st, "..", 0, 1), FC_EINVAL, "file name");
-    assert_fc_fails(fc_dcp_storage_set(st, "", 0, 1), FC_EINVAL, "file name");
-    assert_fc_fails(fc_dcp_storage_set(st, "f", (uint64_t)INT64_MAX + 1, 1), FC_EINVAL, "int64");
-    assert_fc_fails(fc_dcp_storage_add_transform(st, ""), FC_EINVAL, "empty");
+    assert_fc_fails(fc_dcp_storage_set(m, st, "../x", 0, 1), FC_EINVAL, "file name");
+    assert_fc_fails(fc_dcp_storage_set(m, st, "a/b", 0, 1), FC_EINVAL, "file name");
+    assert_fc_fails(fc_dcp_storage_set(m, st, "..", 0, 1), FC_EINVAL, "file name");
+    assert_fc_fails(fc_dcp_storage_set(m, st, "", 0, 1), FC_EINVAL, "file name");
+    assert_fc_fails(fc_dcp_storage_set(m, st, "f", (uint64_t)INT64_MAX + 1, 1), FC_EINVAL, "int64");
+    assert_fc_fails(fc_dcp_storage_add_transform(m, st, ""), FC_EINVAL, "empty");
     assert_fc_fails(fc_dcp_meta_set_path(m, e, NULL, 0), FC_EINVAL, "empty");
     const struct fc_path_elem nokey[1] = {{0, 0, NULL}};
     assert_fc_fails(fc_dcp_meta_set_path(m, e, nokey, 1), FC_EINVAL, "no key");
@@ -664,7 +662,7 @@ static void add_box(struct fc_dcp_meta *m, const int64_t *off, const int64_t *si
 {
     size_t c;
     assert_fc_ok(fc_dcp_meta_add_chunk(m, 0, off, size, &c));
-    assert_fc_ok(fc_dcp_storage_set(&m->entries[0].chunks[c].storage, "__0_0.distcp", 0, 1));
+    assert_fc_ok(fc_dcp_storage_set(m, &m->entries[0].chunks[c].storage, "__0_0.distcp", 0, 1));
 }
 
 static void test_dcp_check_accepts_tilings_with_empty_shards(void **state)
@@ -821,7 +819,7 @@ static void test_dcp_check_reports_overlap_holes_bounds_and_duplicates(void **st
         for (int i = 0; i < 10; i++) {
             const int64_t o[1] = {20 + i}, s[1] = {1};
             assert_fc_ok(fc_dcp_meta_add_chunk(m, e, o, s, &c));
-            assert_fc_ok(fc_dcp_storage_set(&m->entries[e].chunks[c].storage, "f", 0, 1));
+            assert_fc_ok(fc_dcp_storage_set(m, &m->entries[e].chunks[c].storage, "f", 0, 1));
         }
     }
     assert_fc_fails(fc_dcp_check(m, &rep, NULL), FC_ECORRUPT, "220 coverage problems");
@@ -1279,9 +1277,9 @@ static void test_dcp_survives_every_allocation_failure(void **state)
         if (rc == 0)
             rc = fc_dcp_meta_add_chunk(s, e, off, size, &c);
         if (rc == 0)
-            rc = fc_dcp_storage_set(&s->entries[e].chunks[c].storage, "f", 0, 1);
+            rc = fc_dcp_storage_set(s, &s->entries[e].chunks[c].storage, "f", 0, 1);
         if (rc == 0)
-            rc = fc_dcp_storage_add_transform(&s->entries[e].chunks[c].storage, "stream.zstd/1");
+            rc = fc_dcp_storage_add_transform(s, &s->entries[e].chunks[c].storage, "stream.zstd/1");
         if (rc == 0)
             rc = fc_dcp_meta_set_path(s, e, p, 2);
         if (rc == 0)
