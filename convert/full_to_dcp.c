@@ -78,7 +78,8 @@ static int fc_build_meta(const struct fc_plan *plan, const struct fc_xform_resul
         if (s->kind == FC_ENTRY_VALUE) {
             const struct fc_plan_value *v = &plan->values[spec_value[i]];
             FC_TRY_GOTO(fc_dcp_meta_add_bytes(m, s->key, &ei), rc, fail);
-            FC_TRY_GOTO(fc_set_storage(m, &m->entries[ei].storage, plan, v->item, extents), rc, fail);
+            FC_TRY_GOTO(fc_set_storage(m, &m->entries[ei].storage, plan, v->item, extents), rc,
+                        fail);
         } else {
             const struct fc_plan_tensor *t = &plan->tensors[spec_tensor[i]];
             FC_TRY_GOTO(fc_dcp_meta_add_tensor(m, s->key, t->dtype, t->ndim, t->shape, &ei), rc,
@@ -89,8 +90,8 @@ static int fc_build_meta(const struct fc_plan *plan, const struct fc_xform_resul
                 FC_TRY_GOTO(fc_dcp_meta_add_chunk(m, ei, ch->box.offsets, ch->box.sizes, &ci), rc,
                             fail);
                 FC_TRY_GOTO(
-                    fc_set_storage(m, &m->entries[ei].chunks[ci].storage, plan, ch->item, extents), rc,
-                    fail);
+                    fc_set_storage(m, &m->entries[ei].chunks[ci].storage, plan, ch->item, extents),
+                    rc, fail);
             }
         }
         if (s->path_len > 0)

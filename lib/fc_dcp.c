@@ -744,7 +744,7 @@ struct rd {
     struct rd_pending {
         const struct fc_pv *obj; /* the object, stateless now */
         struct fc_dcp_entry e;   /* everything but fqn and kind */
-    } *pending;
+    } * pending;
     size_t npending, pending_first, pending_alloc;
 };
 
@@ -1391,7 +1391,9 @@ static int read_storage_info(const struct rd *r, const struct fc_pv *v, const ch
             const struct fc_pv *d = x->u.seq.items[i];
             if (!is_str(d) || d->u.str.len == 0 || strchr(d->u.str.s, '\n') != NULL)
                 return rd_err(r, FC_ECORRUPT, d, "%s: transform descriptor %zu is %s", where, i,
-                              !is_str(d) ? kind_name(d) : d->u.str.len == 0 ? "empty" : "invalid");
+                              !is_str(d)          ? kind_name(d)
+                              : d->u.str.len == 0 ? "empty"
+                                                  : "invalid");
             FC_TRY(fc_dcp_storage_add_transform(r->m, out, d->u.str.s));
         }
     }

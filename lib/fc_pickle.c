@@ -268,7 +268,6 @@ struct fc_arena_chunk {
 #define FC_ARENA_SMALL   ((size_t)512)
 #define FC_ARENA_CLASSES (FC_ARENA_SMALL / 8 + 64) /* the powers of two reach SIZE_MAX */
 
-
 struct fc_pickle {
     struct fc_arena_chunk *chunks; /* head is the chunk being filled */
     size_t arena_bytes;
@@ -315,7 +314,7 @@ struct fc_vm {
     uint64_t *memo_used, *memo_multi, *memo_set; /* multi: fetched more than once */
     uint32_t *memo_rank;
     size_t memo_words, multi_words, set_words; /* 64-bit words of each bitmap (memo_rank: used) */
-    struct fc_pv **memo;          /* one slot per fetched key */
+    struct fc_pv **memo;                       /* one slot per fetched key */
     size_t memo_n;
     size_t memo_limit; /* keys at or beyond this are refused */
     int aliased;       /* DUP seen: a node may sit in two places, so nothing is freed */
@@ -1950,8 +1949,8 @@ static int fc_op_string(struct fc_vm *vm, enum fc_pv_kind kind, size_t lenbytes,
 
 /*
  * Drop one reference to v: free it and everything below it that nothing else
- * holds (a dict item a hook took; a value the memo lets go).  Globals are kept: fc_pickle_globals() lists them.
- * Subtrees deeper than a DCP item are left to the arena (freed with it).
+ * holds (a dict item a hook took; a value the memo lets go).  Globals are kept: fc_pickle_globals()
+ * lists them. Subtrees deeper than a DCP item are left to the arena (freed with it).
  */
 static void fc_vm_free_tree(struct fc_vm *vm, struct fc_pv *v, int depth)
 {

@@ -110,10 +110,10 @@ struct fc_pv_tensor {
 
 struct fc_pv {
     enum fc_pv_kind kind;
-    uint32_t height;   /* 1 for leaves, 1 + max over children otherwise (set by the loader) */
+    uint32_t height;      /* 1 for leaves, 1 + max over children otherwise (set by the loader) */
     uint32_t offset : 31; /* byte offset of the opcode that created the node (input <= 1 GiB) */
     uint32_t shared : 1;  /* the memo holds it: reference counted (private to the loader) */
-    uint32_t expanded; /* nodes, each shared subtree counted at every use (set by the loader) */
+    uint32_t expanded;    /* nodes, each shared subtree counted at every use (set by the loader) */
     union {
         int b;
         int64_t i;
