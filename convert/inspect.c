@@ -247,7 +247,7 @@ static int fc_inspect_dcp(const struct fc_inspect_opts *opts, struct fc_inspect_
     }
     /* The source parses every item: values get their repr, blobs get checked. */
     if ((opts->checksum || opts->verify || !compressed) && r->coverage_problems == 0)
-        FC_TRY_GOTO(fc_source_open_dcp(&r->src, opts->path), rc, done);
+        FC_TRY_GOTO(fc_source_open_dcp_meta(&r->src, opts->path, r->dcp), rc, done);
     if (opts->verify && r->src != NULL)
         FC_TRY_GOTO(fc_source_verify_replicas(r->src), rc, done);
     r->selected = fc_calloc(r->dcp->nentries + 1, sizeof(*r->selected));

@@ -57,6 +57,7 @@ struct fc_dcp_blob_loc {
 
 struct fc_dcp_source_impl {
     struct fc_dcp_meta *meta;
+    int meta_borrowed;               /* fc_source_open_dcp_meta(): the caller's */
     struct fc_box **boxes;           /* per entry: its distinct chunk boxes (tensors; from meta) */
     struct fc_chunk_ref **read_refs; /* per entry with replicas: refs of boxes[] (NULL: chunks) */
     size_t **first_of; /* per entry with replicas: the chunk each chunk replicates (or itself) */
@@ -83,8 +84,11 @@ static void fc_dcp_source_impl_free(void *p)
     for (size_t i = 0; i < impl->nblobs; i++)
         fc_torchsave_free(impl->blobs[i]);
     fc_free(impl->blobs);
-    for (size_t i = 0; i < impl->nentries; i++)
+    for (size_t i = 0; i < impl->nentries; i++) {
+        for (size_t c = 0; impl->chunks[i] != NULL && c < impl->nchunks[i]; c++)
+            fc_free((void *)(uintptr_t)impl->chunks[i][c].layout);
         fc_free(impl->chunks[i]);
+    }
     fc_free(impl->chunks);
     fc_free(impl->nchunks);
     for (size_t i = 0; impl->boxes != NULL && i < impl->nentries; i++) {
@@ -104,7 +108,8 @@ static void fc_dcp_source_impl_free(void *p)
     fc_free(impl->value_ts);
     fc_free(impl->opaque);
     fc_strmap_release(&impl->file_index);
-    fc_dcp_meta_free(impl->meta);
+    if (!impl->meta_borrowed)
+        fc_dcp_meta_free(impl->meta);
     fc_free(impl);
 }
 
@@ -344,8 +349,8 @@ static int fc_dcp_open_value(struct fc_source *src, struct fc_dcp_source_impl *i
  * and check the item's other (small) records now.
  */
 static int fc_dcp_chunk_record(const struct fc_torchsave *ts, const struct fc_ts_storage *st,
-                               struct fc_chunk_ref *ref, const struct fc_dcp_storage *where,
-                               const char *fqn)
+                               struct fc_chunk_ref *ref, const struct fc_tensor_desc *desc,
+                               const struct fc_dcp_storage *where, const char *fqn)
 {
     char *name = fc_malloc(strlen(st->key) + 6);
     if (name == NULL)
@@ -358,29 +363,53 @@ static int fc_dcp_chunk_record(const struct fc_torchsave *ts, const struct fc_ts
         return fc_error_set(FC_ERROR, "%s: item '%s': storage record lost", where->relative_path,
                             fqn);
     int64_t numel = 0;
-    (void)fc_shape_numel(ref->desc.shape, ref->desc.ndim, &numel);
+    (void)fc_shape_numel(desc->shape, desc->ndim, &numel);
     ref->has_crc = ze->crc32 != 0; /* 0: saved without CRCs (set_crc32_options(False)) */
     ref->crc = ze->crc32;
-    ref->rec_off = ze->data_offset;
-    ref->rec_len = ze->size;
     ref->verified = 0;
-    ref->item_file = where->relative_path;
-    ref->item_offset = where->offset;
-    ref->dense = fc_tensor_is_contiguous(&ref->desc) && ref->desc.storage_offset == 0 &&
-                 (uint64_t)numel * fc_dtype_size(ref->desc.dtype) == ze->size;
+    const int dense = fc_tensor_is_contiguous(desc) && desc->storage_offset == 0 &&
+                      ze->data_offset == ref->base &&
+                      (uint64_t)numel * fc_dtype_size(desc->dtype) == ze->size;
+    if (!dense) {
+        struct fc_chunk_layout *l = fc_malloc(sizeof(*l));
+        if (l == NULL)
+            return fc_error_set(FC_ENOMEM, "out of memory");
+        *l = (struct fc_chunk_layout){*desc, ze->data_offset, ze->size};
+        ref->layout = l;
+    }
     return fc_dcp_verify_records(ts, ze);
+}
+
+/* The stored tensor of chunk ref holding box (its layout, or dense in e's dtype). */
+static void fc_chunk_desc(const struct fc_entry *e, const struct fc_box *box,
+                          const struct fc_chunk_ref *ref, struct fc_tensor_desc *d)
+{
+    if (ref->layout != NULL) {
+        *d = ref->layout->desc;
+        return;
+    }
+    memset(d, 0, sizeof(*d));
+    d->dtype = e->t.dtype;
+    d->ndim = e->t.ndim;
+    for (int k = 0; k < d->ndim; k++)
+        d->shape[k] = box->sizes[k];
+    fc_tensor_set_contiguous(d);
 }
 
 /* Compare a chunk record's CRC-32 with its zip entry's; the message names file and item. */
 static int fc_dcp_check_crc(const struct fc_source *src, const struct fc_entry *e,
                             struct fc_chunk_ref *ref, uint32_t crc)
 {
-    if (crc != ref->crc)
+    if (crc != ref->crc) {
+        const struct fc_dcp_source_impl *impl = src->impl;
+        const struct fc_dcp_storage *where =
+            &impl->meta->entries[e - src->entries].chunks[ref->item].storage;
         return fc_error_set(FC_ECORRUPT,
                             "%s/%s @ %" PRIu64 ": item '%s': the data's CRC-32 is 0x%08" PRIx32
                             ", the item's zip says 0x%08" PRIx32
                             " (damaged; --no-verify reads it anyway)",
-                            src->path, ref->item_file, ref->item_offset, e->key, crc, ref->crc);
+                            src->path, where->relative_path, where->offset, e->key, crc, ref->crc);
+    }
     __atomic_store_n(&ref->verified, 1, __ATOMIC_RELEASE);
     return FC_OK;
 }
@@ -436,6 +465,11 @@ done:
 
 int fc_source_open_dcp(struct fc_source **out, const char *dir)
 {
+    return fc_source_open_dcp_meta(out, dir, NULL);
+}
+
+int fc_source_open_dcp_meta(struct fc_source **out, const char *dir, struct fc_dcp_meta *meta)
+{
     struct fc_source *src = fc_calloc(1, sizeof(*src));
     struct fc_dcp_source_impl *impl = fc_calloc(1, sizeof(*impl));
     char *mpath = fc_strdup(dir);
@@ -455,7 +489,9 @@ int fc_source_open_dcp(struct fc_source **out, const char *dir)
     src->format = "dcp";
     src->path = fc_strdup(dir);
     fc_free(mpath);
-    rc = fc_dcp_meta_load_dir(&impl->meta, dir);
+    impl->meta = meta;
+    impl->meta_borrowed = meta != NULL;
+    rc = meta != NULL ? FC_OK : fc_dcp_meta_load_dir(&impl->meta, dir);
     if (rc < 0 || src->path == NULL) {
         if (rc == FC_OK)
             rc = fc_error_set(FC_ENOMEM, "out of memory");
@@ -533,7 +569,7 @@ int fc_source_open_dcp(struct fc_source **out, const char *dir)
             struct fc_dcp_blob_loc loc;
             FC_TRY_GOTO(fc_dcp_parse_item(src, impl, dir, de->fqn, &dc->storage, &loc, &ts), rc,
                         fail);
-            ref->file = loc.file;
+            ref->file = (uint32_t)loc.file;
             const struct fc_pv *root = fc_torchsave_root(ts);
             if (root->kind != FC_PV_TENSOR) {
                 rc = fc_error_set(FC_ECORRUPT,
@@ -564,8 +600,9 @@ int fc_source_open_dcp(struct fc_source **out, const char *dir)
             const struct fc_ts_storage *st =
                 fc_torchsave_storage_at(ts, fc_torchsave_storage_index(ts, t));
             ref->base = st->data_offset;
-            ref->desc = t->desc;
-            FC_TRY_GOTO(fc_dcp_chunk_record(ts, st, ref, &dc->storage, de->fqn), rc, fail);
+            ref->item = (uint32_t)c;
+            FC_TRY_GOTO(fc_dcp_chunk_record(ts, st, ref, &t->desc, &dc->storage, de->fqn), rc,
+                        fail);
             impl->nchunks[i]++;
             /* A chunk needs only where its bytes are: drop the parsed blob, keeping memory
              * proportional to tensors, not to the items of every rank. */
@@ -653,14 +690,21 @@ int fc_chunks_read_box(const struct fc_source *src, const struct fc_entry *e,
          * CRC-32 on the first read of each chunk: over the bytes just read when
          * that read is the whole record, else over the record read once more.
          */
+        struct fc_tensor_desc desc;
+        fc_chunk_desc(e, &boxes[c], ref, &desc);
         const int check =
             ref->has_crc && fc_dcp_verify && !__atomic_load_n(&ref->verified, __ATOMIC_ACQUIRE);
-        int whole = check && ref->dense;
+        int whole = check && ref->layout == NULL;
         for (int d = 0; whole && d < ndim; d++)
-            whole = lo[d] == 0 && len[d] == ref->desc.shape[d];
+            whole = lo[d] == 0 && len[d] == desc.shape[d];
         if (check && !whole) {
             uint32_t crc = 0;
-            rc = fc_crc32_file(&src->files[ref->file], ref->rec_off, ref->rec_len, &crc);
+            int64_t numel = 0;
+            (void)fc_shape_numel(desc.shape, desc.ndim, &numel);
+            const uint64_t rec_off = ref->layout != NULL ? ref->layout->rec_off : ref->base;
+            const uint64_t rec_len =
+                ref->layout != NULL ? ref->layout->rec_len : (uint64_t)numel * esz;
+            rc = fc_crc32_file(&src->files[ref->file], rec_off, rec_len, &crc);
             if (rc == FC_OK)
                 rc = fc_dcp_check_crc(src, e, ref, crc);
             if (rc < 0)
@@ -676,8 +720,7 @@ int fc_chunks_read_box(const struct fc_source *src, const struct fc_entry *e,
             for (int d = 1; d < ndim; d++)
                 row *= (size_t)size[d];
             unsigned char *at = (unsigned char *)dst + (ndim > 0 ? (size_t)doff[0] * row : 0);
-            rc = fc_read_strided_box(&src->files[ref->file], ref->base, &ref->desc, lo, len, at,
-                                     what);
+            rc = fc_read_strided_box(&src->files[ref->file], ref->base, &desc, lo, len, at, what);
             if (rc == FC_OK && whole)
                 rc = fc_dcp_check_crc(src, e, ref, fc_crc32(0, at, (size_t)n * esz));
             covered += n;
@@ -688,7 +731,7 @@ int fc_chunks_read_box(const struct fc_source *src, const struct fc_entry *e,
             rc = fc_error_set(FC_ENOMEM, "out of memory reading '%s'", e->key);
             break;
         }
-        rc = fc_read_strided_box(&src->files[ref->file], ref->base, &ref->desc, lo, len, tmp, what);
+        rc = fc_read_strided_box(&src->files[ref->file], ref->base, &desc, lo, len, tmp, what);
         if (rc == FC_OK)
             fc_scatter(dst, size, doff, tmp, len, ndim, esz);
         if (rc == FC_OK && whole)
@@ -844,7 +887,12 @@ static int fc_dcp_compare_replica(const struct fc_source *src, size_t ei, size_t
 {
     const struct fc_dcp_source_impl *impl = src->impl;
     const struct fc_chunk_ref *a = &impl->chunks[ei][f], *b = &impl->chunks[ei][c];
-    const struct fc_tensor_desc *d = &a->desc;
+    const struct fc_dcp_chunk *ca = &impl->meta->entries[ei].chunks[f];
+    const struct fc_dcp_chunk *cb = &impl->meta->entries[ei].chunks[c];
+    struct fc_tensor_desc da, db;
+    fc_chunk_desc(&src->entries[ei], &(struct fc_box){ca->offsets, ca->sizes}, a, &da);
+    fc_chunk_desc(&src->entries[ei], &(struct fc_box){cb->offsets, cb->sizes}, b, &db);
+    const struct fc_tensor_desc *d = &da;
     const size_t esz = fc_dtype_size(d->dtype);
     size_t row = esz;
     for (int k = 1; k < d->ndim; k++)
@@ -867,9 +915,9 @@ static int fc_dcp_compare_replica(const struct fc_source *src, size_t ei, size_t
             len[0] = rows - r0 < step ? rows - r0 : step;
         }
         const size_t nb = (size_t)(d->ndim > 0 ? len[0] : 1) * row;
-        rc = fc_read_strided_box(&src->files[a->file], a->base, &a->desc, off, len, x, key);
+        rc = fc_read_strided_box(&src->files[a->file], a->base, &da, off, len, x, key);
         if (rc == FC_OK)
-            rc = fc_read_strided_box(&src->files[b->file], b->base, &b->desc, off, len, y, key);
+            rc = fc_read_strided_box(&src->files[b->file], b->base, &db, off, len, y, key);
         if (rc == FC_OK && memcmp(x, y, nb) != 0)
             rc = fc_error_set(FC_ECORRUPT,
                               "%s: replicas of '%s' differ: chunk %zu (%s) and chunk %zu (%s) "

@@ -28,6 +28,7 @@
 
 /* One tensor of a sharded safetensors source: its chunks in every file. */
 struct fc_st_chunks {
+    int ndim;
     struct fc_chunk_ref *refs;
     struct fc_box *boxes; /* offsets/sizes point into the files' parsed headers */
     size_t n, cap;
@@ -427,13 +428,10 @@ static int fc_st_add_chunk(struct fc_source *src, size_t file, const struct fc_s
         c->cap = cap;
     }
     struct fc_chunk_ref *r = &c->refs[c->n];
-    memset(r, 0, sizeof(*r)); /* no CRC to check: safetensors has none */
-    r->file = file;
+    memset(r, 0, sizeof(*r)); /* dense, no CRC to check: safetensors has none */
+    r->file = (uint32_t)file;
     r->base = t->data_offset;
-    r->desc.dtype = t->dtype;
-    r->desc.ndim = t->ndim;
-    memcpy(r->desc.shape, t->shape, sizeof(t->shape));
-    fc_tensor_set_contiguous(&r->desc);
+    c->ndim = t->ndim;
     c->boxes[c->n++] = (struct fc_box){t->saved_offsets, t->shape};
     return FC_OK;
 }
@@ -441,7 +439,7 @@ static int fc_st_add_chunk(struct fc_source *src, size_t file, const struct fc_s
 static int fc_cmp_chunk_offsets(const void *ctx, size_t a, size_t b)
 {
     const struct fc_st_chunks *c = ctx;
-    for (int d = 0; d < c->refs[a].desc.ndim; d++) {
+    for (int d = 0; d < c->ndim; d++) {
         const int64_t x = c->boxes[a].offsets[d], y = c->boxes[b].offsets[d];
         if (x != y)
             return x < y ? -1 : 1;

@@ -130,6 +130,14 @@ void fc_source_free(struct fc_source *src); /* accepts NULL */
 int fc_source_open_dcp(struct fc_source **out, const char *dir);
 
 /*
+ * fc_source_open_dcp_meta() - the same over metadata the caller already read
+ * (fc_dcp_meta_load_dir(dir)): borrowed, it must outlive the source.  A
+ * million-chunk checkpoint is then held once, not twice.
+ */
+struct fc_dcp_meta;
+int fc_source_open_dcp_meta(struct fc_source **out, const char *dir, struct fc_dcp_meta *meta);
+
+/*
  * fc_source_value_blob() - append a torch.save blob of value entry e to out:
  * the stored item itself (decompressed) when the source has one, so DCP bytes
  * items are carried verbatim, else a fresh pickle of e->value.
@@ -201,18 +209,25 @@ int fc_read_strided_box(const struct fc_file *f, uint64_t base, const struct fc_
  * stored chunks, each a strided tensor in one file holding a box of the
  * global tensor.
  */
-struct fc_chunk_ref {
-    size_t file;                /* index into src->files */
-    uint64_t base;              /* absolute offset of the chunk storage's element 0 */
+/* How a chunk is stored when it is not its box's elements, C-contiguous, from its base. */
+struct fc_chunk_layout {
     struct fc_tensor_desc desc; /* the chunk tensor as stored (shape == chunk sizes) */
-    /* DCP: the storage record's CRC-32, checked on the first read of the chunk (has_crc). */
-    int has_crc;
-    uint32_t crc;
-    uint64_t rec_off, rec_len;
-    int dense;             /* the record is exactly the chunk's elements, in order */
-    int verified;          /* read and written with __atomic builtins: reads run on many threads */
-    const char *item_file; /* the item's relative_path and offset, for messages */
-    uint64_t item_offset;
+    uint64_t rec_off, rec_len;  /* DCP: the whole storage record (its CRC-32 covers it) */
+};
+
+/*
+ * One stored chunk of a chunked tensor (DCP items, sharded safetensors).  A
+ * million of them stay in memory for a 1000-rank checkpoint: 32 bytes each,
+ * the common dense case needing no layout.
+ */
+struct fc_chunk_ref {
+    uint64_t base;                        /* absolute offset of the chunk storage's element 0 */
+    const struct fc_chunk_layout *layout; /* NULL: dense (the record is exactly the chunk) */
+    uint32_t file;                        /* index into src->files */
+    uint32_t crc;                         /* DCP: the storage record's CRC-32 (has_crc) */
+    uint32_t item;    /* DCP: the chunk's index in the .metadata entry (messages) */
+    uint8_t has_crc;  /* checked on the first read of the chunk */
+    uint8_t verified; /* read and written with __atomic builtins: reads run on many threads */
 };
 
 /*
