@@ -1183,8 +1183,9 @@ static int take_pending(struct rd *r, const struct fc_pv *k, const struct fc_pv 
 {
     if (r->pending_first == r->npending || r->pending[r->pending_first].obj != v)
         return 0;
-    struct rd_pending *p = &r->pending[r->pending_first++];
+    struct rd_pending *p = &r->pending[r->pending_first];
     FC_TRY(add_entry(r->m, k->u.str.s, k->u.str.len, FC_DCP_TENSOR, idx));
+    r->pending_first++;
     struct fc_dcp_entry *e = &r->m->entries[*idx];
     char *fqn = e->fqn;
     *e = p->e;

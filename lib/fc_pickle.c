@@ -2633,7 +2633,8 @@ scanned:
     vm->memo = fc_calloc(used + 1, sizeof(*vm->memo));
     if (vm->memo == NULL)
         return fc_error_set(FC_ENOMEM, "%s: out of memory", vm->what);
-    memset(vm->memo_set, 0, vm->set_words * sizeof(*vm->memo_set));
+    if (vm->memo_set != NULL)
+        memset(vm->memo_set, 0, vm->set_words * sizeof(*vm->memo_set));
     vm->memo_n = 0;
     return FC_OK;
 }
