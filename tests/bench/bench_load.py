@@ -1,7 +1,7 @@
 """Load side: N gloo processes (CPU) dcp.load a checkpoint directory into FSDP2-style DTensors.
 
 usage: python bench_load.py --ckpt DIR --world N --name NAME --results FILE [--cache auto|cold|warm]
-                            [--timeout S] [--reader dcp|hf]
+                            [--timeout S] [--reader dcp|hf] [--prefault] [--save-hf OUT]
 
 --reader dcp (default): a DCP directory through torch's default FileSystemReader; --reader hf:
 a safetensors directory (one file per rank with DCP_SHARDING_INFO, or a plain Hugging Face
@@ -12,18 +12,24 @@ first: warm), then starts N copies of this script as workers (env RANK, WORLD_SI
 MASTER_PORT; init_process_group("gloo")). Each worker reads the checkpoint's .metadata, and for
 every tensor builds a local torch.empty shard -- rows torch.chunk(global, N)[rank] for Shard(0),
 the whole value for a 0-d tensor (Replicate()) -- wrapped with DTensor.from_local(local, mesh,
-placements, shape=global, stride=contiguous) on a 1-D CPU mesh; then barrier, dcp.load(state,
-checkpoint_id=DIR), barrier. Around dcp.load it records wall seconds and the deltas of
-/proc/self/io: rchar (bytes returned by read syscalls, page cache or not), read_bytes (bytes this
-process made the block layer fetch: meaningful only with a cold cache, and charged to the first
-reader of a shared page) and syscr. Afterwards each rank sums every local shard's bits (elements
-viewed as same-width integers, int64 sum: exact, order-independent) and rank 0 gathers them into
-one digest, so two loads of the same values give the same digest.
+placements, shape=global, stride=contiguous) on a 1-D CPU mesh; then a full gc.collect() (so no
+rank starts the timed load with a pending collection), barrier, dcp.load(state, checkpoint_id=DIR),
+barrier. --prefault writes zeros into every local shard before the barrier, taking the first touch
+of the target memory (page faults and zeroing, the same for every format) out of the timed load:
+information only, it isolates what the checkpoint format costs. Around dcp.load it records wall
+seconds and the deltas of /proc/self/io: rchar (bytes returned by read syscalls, page cache or
+not), read_bytes (bytes this process made the block layer fetch: meaningful only with a cold cache,
+and charged to the first reader of a shared page) and syscr. Afterwards each rank sums every local
+shard's bits (elements viewed as same-width integers, int64 sum: exact, order-independent) and rank
+0 gathers them into one digest, so two loads of the same values give the same digest. --save-hf
+OUT then saves the loaded state with torch's own HuggingFaceStorageWriter(OUT,
+save_distributed=True) (untimed): the same model and sharding as PyTorch writes it, for comparison
+with fsdpconv's --format safetensors.
 
 One JSON line goes to FILE: total DCP bytes (all files) and, per rank, wall_s, rchar, read_bytes,
-syscr, cpu_s (user + sys seconds of the process around dcp.load, all threads), local_bytes (bytes
-of its shards) and peak RSS, plus the digest.  total_bytes counts the files the reader reads (hf:
-*.safetensors only).  Exits 1 on any failure.
+syscr, cpu_s (user + sys seconds of the process around dcp.load, all threads; also user_s and
+sys_s apart), local_bytes (bytes of its shards) and peak RSS, plus the digest. total_bytes counts
+the files the reader reads (hf: *.safetensors only).  Exits 1 on any failure.
 """
 
 import argparse
@@ -59,9 +65,10 @@ def bits_sum(t):
 
 
 def cpu_seconds():
+    """(user, sys) seconds of this process so far, all threads."""
     import resource
     ru = resource.getrusage(resource.RUSAGE_SELF)
-    return ru.ru_utime + ru.ru_stime
+    return ru.ru_utime, ru.ru_stime
 
 
 def make_reader(ckpt, reader):
@@ -69,7 +76,9 @@ def make_reader(ckpt, reader):
     return HuggingFaceStorageReader(ckpt) if reader == "hf" else FileSystemReader(ckpt)
 
 
-def worker(ckpt, reader, out_path):
+def worker(ckpt, reader, out_path, prefault, save_hf):
+    import gc
+
     import torch
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
@@ -108,6 +117,10 @@ def worker(ckpt, reader, out_path):
         local_bytes += local.numel() * local.element_size()
         state[key] = DTensor.from_local(local, mesh, placements, run_check=False,
                                         shape=torch.Size(shape), stride=stride)
+    if prefault:
+        for t in state.values():
+            t.to_local().zero_()
+    gc.collect()
     dist.barrier()
     io0 = proc_io()
     c0 = cpu_seconds()
@@ -121,10 +134,15 @@ def worker(ckpt, reader, out_path):
     gathered = [torch.empty_like(sums) for _ in range(world)]
     dist.all_gather(gathered, sums)
     digest = hashlib.sha256(b"".join(g.numpy().tobytes() for g in gathered)).hexdigest()[:16]
+    if save_hf:
+        from torch.distributed.checkpoint import HuggingFaceStorageWriter
+        dcp.save(state, storage_writer=HuggingFaceStorageWriter(save_hf, save_distributed=True))
+    user, sys_ = c1[0] - c0[0], c1[1] - c0[1]
     res = {
         "rank": rank, "wall_s": t1 - t0, "tensors": len(state), "local_bytes": local_bytes,
         "rchar": io1["rchar"] - io0["rchar"], "read_bytes": io1["read_bytes"] - io0["read_bytes"],
-        "syscr": io1["syscr"] - io0["syscr"], "cpu_s": c1 - c0, "digest": digest,
+        "syscr": io1["syscr"] - io0["syscr"], "cpu_s": user + sys_, "user_s": user,
+        "sys_s": sys_, "digest": digest,
     }
     with open(out_path, "w") as f:
         json.dump(res, f)
@@ -132,7 +150,7 @@ def worker(ckpt, reader, out_path):
     return 0
 
 
-def run_job(ckpt, reader, world, timeout, tmp):
+def run_job(ckpt, reader, world, timeout, tmp, extra):
     port = common.free_port()
     procs = []
     for r in range(world):
@@ -140,7 +158,7 @@ def run_job(ckpt, reader, world, timeout, tmp):
                    MASTER_PORT=str(port), OMP_NUM_THREADS="1")
         log = open(os.path.join(tmp, "rank%d.log" % r), "wb")
         p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", ckpt,
-                              reader, os.path.join(tmp, "rank%d.json" % r)],
+                              reader, os.path.join(tmp, "rank%d.json" % r)] + extra,
                              env=env, stdout=log, stderr=subprocess.STDOUT)
         log.close()
         procs.append(p)
@@ -181,8 +199,8 @@ def run_job(ckpt, reader, world, timeout, tmp):
 
 
 def main():
-    if len(sys.argv) == 5 and sys.argv[1] == "--worker":
-        return worker(sys.argv[2], sys.argv[3], sys.argv[4])
+    if len(sys.argv) == 7 and sys.argv[1] == "--worker":
+        return worker(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5] == "1", sys.argv[6])
     ap = argparse.ArgumentParser()
     ap.add_argument("--ckpt", required=True)
     ap.add_argument("--world", type=int, default=4)
@@ -191,8 +209,12 @@ def main():
     ap.add_argument("--cache", choices=("auto", "cold", "warm"), default="auto")
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--reader", choices=("dcp", "hf"), default="dcp")
+    ap.add_argument("--prefault", action="store_true")
+    ap.add_argument("--save-hf", default="")
     args = ap.parse_args()
     ckpt = os.path.abspath(args.ckpt)
+    extra = ["1" if args.prefault else "0",
+             os.path.abspath(args.save_hf) if args.save_hf else ""]
     total = 0
     data = 0
     files = 0
@@ -209,24 +231,27 @@ def main():
         print("bench_load: cannot drop the page cache", file=sys.stderr)
         return 1
     with tempfile.TemporaryDirectory(prefix="bench_load.") as tmp:
-        if mode == "warm" and run_job(ckpt, args.reader, args.world, args.timeout, tmp) is None:
+        if mode == "warm" and run_job(ckpt, args.reader, args.world, args.timeout, tmp,
+                                      extra[:1] + [""]) is None:
             return 1
         t0 = time.perf_counter()
-        ranks = run_job(ckpt, args.reader, args.world, args.timeout, tmp)
+        ranks = run_job(ckpt, args.reader, args.world, args.timeout, tmp, extra)
         job_wall = time.perf_counter() - t0
     if ranks is None:
         return 1
     digests = {r["digest"] for r in ranks}
     rec = {
         "name": args.name, "kind": "load", "reader": args.reader, "cache": mode,
-        "world": args.world, "ckpt": ckpt,
+        "world": args.world, "ckpt": ckpt, "prefault": args.prefault,
         "total_bytes": total, "distcp_bytes": data, "files": files, "job_wall_s": job_wall,
         "digest": digests.pop() if len(digests) == 1 else "MISMATCH", "ranks": ranks,
     }
     with open(args.results, "a") as f:
         f.write(json.dumps(rec) + "\n")
-    print("  %-28s load max %.3f s/rank, cpu %.2f s, rchar/total %s (%s cache, digest %s)"
+    print("  %-28s load max %.3f s/rank, cpu %.2f s (user %.2f, sys %.2f), rchar/total %s "
+          "(%s cache, digest %s)"
           % (args.name, max(r["wall_s"] for r in ranks), sum(r["cpu_s"] for r in ranks),
+             sum(r["user_s"] for r in ranks), sum(r["sys_s"] for r in ranks),
              " ".join("%.3f" % (r["rchar"] / total) for r in ranks), mode, rec["digest"]))
     return 0
 

@@ -56,20 +56,28 @@ def load_formats(p, recs):
             ("fsdpconv DCP (FileSystemReader)", recs.get("load_fsdpconv_ws4")),
             ("torch dcp.save DCP (torch_save_to_dcp)", recs.get("load_torch")),
             ("original model.safetensors (HuggingFaceStorageReader)",
-             recs.get("load_hf_original"))]
+             recs.get("load_hf_original")),
+            ("torch HuggingFaceStorageWriter(save_distributed=True) output (information)",
+             recs.get("load_torch_hf")),
+            ("fsdpconv --format safetensors, targets prefaulted (information)",
+             recs.get("load_fsdpconv_ws4_st_prefault")),
+            ("fsdpconv DCP, targets prefaulted (information)",
+             recs.get("load_fsdpconv_ws4_prefault"))]
     p("### Output formats on the load side (4 gloo ranks, cold cache, best round)")
     p("")
-    p("| checkpoint | slowest-rank wall s | cpu s (user+sys, all ranks) | max read_bytes / total "
-      "| wall / safetensors | cpu / safetensors |")
-    p("|---|---|---|---|---|---|")
+    p("| checkpoint | slowest-rank wall s | cpu s (user+sys, all ranks) | user / sys s "
+      "| max read_bytes / total | wall / safetensors | cpu / safetensors |")
+    p("|---|---|---|---|---|---|---|")
     for label, rec in rows:
         if not rec:
             continue
         w = slowest_rank(rec)
         c = sum(r.get("cpu_s", float("nan")) for r in rec["ranks"])
         rb = max(r["read_bytes"] for r in rec["ranks"]) / rec["total_bytes"]
-        p("| %s | %.3f | %.2f | %.3f | %.2f | %.2f |"
-          % (label, w, c, rb, w / slowest_rank(st), c / sum(r["cpu_s"] for r in st["ranks"])))
+        us = "%.2f / %.2f" % (sum(r.get("user_s", float("nan")) for r in rec["ranks"]),
+                              sum(r.get("sys_s", float("nan")) for r in rec["ranks"]))
+        p("| %s | %.3f | %.2f | %s | %.3f | %.2f | %.2f |"
+          % (label, w, c, us, rb, w / slowest_rank(st), c / sum(r["cpu_s"] for r in st["ranks"])))
     p("")
     dcp_, orig = recs.get("load_fsdpconv_ws4"), recs.get("load_hf_original")
     st_w, st_c = slowest_rank(st), sum(r["cpu_s"] for r in st["ranks"])
@@ -88,7 +96,12 @@ def load_formats(p, recs):
     p("|---|---|---|---|")
     for label, val, op, target in figs:
         p("| %s | %.2f | %s %.2f | %s |" % (label, val, op, target, verdict(val, op, target)))
-    digests = {r["digest"] for r in (st, dcp_, orig) if r}
+    dpf = recs.get("load_fsdpconv_ws4_prefault")
+    spf = recs.get("load_fsdpconv_ws4_st_prefault")
+    if dpf and spf:
+        p("| fsdpconv DCP cpu / safetensors cpu, targets prefaulted (information) | %.2f | | |"
+          % (sum(r["cpu_s"] for r in dpf["ranks"]) / sum(r["cpu_s"] for r in spf["ranks"])))
+    digests = {r["digest"] for r in (st, dcp_, orig, dpf, spf, recs.get("load_torch_hf")) if r}
     p("| loaded values (bit sums of every local shard) | %s | equal | |"
       % ("identical" if len(digests) == 1 and "MISMATCH" not in digests else "DIFFER"))
     p("")
