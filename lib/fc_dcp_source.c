@@ -85,7 +85,8 @@ static void fc_dcp_source_impl_free(void *p)
         fc_torchsave_free(impl->blobs[i]);
     fc_free(impl->blobs);
     for (size_t i = 0; i < impl->nentries; i++) {
-        for (size_t c = 0; impl->chunks[i] != NULL && c < impl->nchunks[i]; c++)
+        /* Up to every chunk of the entry: one that failed after its layout was set counts too. */
+        for (size_t c = 0; impl->chunks[i] != NULL && c < impl->meta->entries[i].nchunks; c++)
             fc_free((void *)(uintptr_t)impl->chunks[i][c].layout);
         fc_free(impl->chunks[i]);
     }

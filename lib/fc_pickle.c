@@ -703,9 +703,11 @@ static int fc_vm_memo_put(struct fc_vm *vm, uint64_t key, struct fc_pv *v)
 
 static int fc_vm_memo_get(struct fc_vm *vm, uint64_t key, struct fc_pv **out)
 {
-    if (fc_bit_test(vm->memo_set, vm->set_words, key) &&
-        fc_bit_test(vm->memo_used, vm->memo_words, key) && *fc_vm_memo_slot(vm, key) != NULL) {
-        struct fc_pv **slot = fc_vm_memo_slot(vm, key);
+    struct fc_pv **slot = fc_bit_test(vm->memo_set, vm->set_words, key) &&
+                                  fc_bit_test(vm->memo_used, vm->memo_words, key)
+                              ? fc_vm_memo_slot(vm, key)
+                              : NULL;
+    if (slot != NULL && *slot != NULL) {
         *out = *slot;
         (*out)->expanded++; /* a new place */
         if (!fc_bit_test(vm->memo_multi, vm->multi_words, key)) {
