@@ -97,154 +97,134 @@ enum {
     OP_READONLY_BUFFER = 0x98
 };
 
-static const char *fc_op_name(unsigned op)
-{
-    switch (op) {
-    case OP_MARK: return "MARK";
-    case OP_STOP: return "STOP";
-    case OP_POP: return "POP";
-    case OP_POP_MARK: return "POP_MARK";
-    case OP_DUP: return "DUP";
-    case OP_FLOAT: return "FLOAT";
-    case OP_INT: return "INT";
-    case OP_BININT: return "BININT";
-    case OP_BININT1: return "BININT1";
-    case OP_LONG: return "LONG";
-    case OP_BININT2: return "BININT2";
-    case OP_NONE: return "NONE";
-    case OP_PERSID: return "PERSID";
-    case OP_BINPERSID: return "BINPERSID";
-    case OP_REDUCE: return "REDUCE";
-    case OP_STRING: return "STRING";
-    case OP_BINSTRING: return "BINSTRING";
-    case OP_SHORT_BINSTRING: return "SHORT_BINSTRING";
-    case OP_UNICODE: return "UNICODE";
-    case OP_BINUNICODE: return "BINUNICODE";
-    case OP_APPEND: return "APPEND";
-    case OP_BUILD: return "BUILD";
-    case OP_GLOBAL: return "GLOBAL";
-    case OP_DICT: return "DICT";
-    case OP_EMPTY_DICT: return "EMPTY_DICT";
-    case OP_APPENDS: return "APPENDS";
-    case OP_GET: return "GET";
-    case OP_BINGET: return "BINGET";
-    case OP_INST: return "INST";
-    case OP_LONG_BINGET: return "LONG_BINGET";
-    case OP_LIST: return "LIST";
-    case OP_EMPTY_LIST: return "EMPTY_LIST";
-    case OP_OBJ: return "OBJ";
-    case OP_PUT: return "PUT";
-    case OP_BINPUT: return "BINPUT";
-    case OP_LONG_BINPUT: return "LONG_BINPUT";
-    case OP_SETITEM: return "SETITEM";
-    case OP_TUPLE: return "TUPLE";
-    case OP_EMPTY_TUPLE: return "EMPTY_TUPLE";
-    case OP_SETITEMS: return "SETITEMS";
-    case OP_BINFLOAT: return "BINFLOAT";
-    case OP_PROTO: return "PROTO";
-    case OP_NEWOBJ: return "NEWOBJ";
-    case OP_EXT1: return "EXT1";
-    case OP_EXT2: return "EXT2";
-    case OP_EXT4: return "EXT4";
-    case OP_TUPLE1: return "TUPLE1";
-    case OP_TUPLE2: return "TUPLE2";
-    case OP_TUPLE3: return "TUPLE3";
-    case OP_NEWTRUE: return "NEWTRUE";
-    case OP_NEWFALSE: return "NEWFALSE";
-    case OP_LONG1: return "LONG1";
-    case OP_LONG4: return "LONG4";
-    case OP_BINBYTES: return "BINBYTES";
-    case OP_SHORT_BINBYTES: return "SHORT_BINBYTES";
-    case OP_SHORT_BINUNICODE: return "SHORT_BINUNICODE";
-    case OP_BINUNICODE8: return "BINUNICODE8";
-    case OP_BINBYTES8: return "BINBYTES8";
-    case OP_EMPTY_SET: return "EMPTY_SET";
-    case OP_ADDITEMS: return "ADDITEMS";
-    case OP_FROZENSET: return "FROZENSET";
-    case OP_NEWOBJ_EX: return "NEWOBJ_EX";
-    case OP_STACK_GLOBAL: return "STACK_GLOBAL";
-    case OP_MEMOIZE: return "MEMOIZE";
-    case OP_FRAME: return "FRAME";
-    case OP_BYTEARRAY8: return "BYTEARRAY8";
-    case OP_NEXT_BUFFER: return "NEXT_BUFFER";
-    case OP_READONLY_BUFFER: return "READONLY_BUFFER";
-    default: return NULL;
-    }
-}
+/*
+ * The one description of the opcodes: name, how the argument after the
+ * opcode byte is laid out, which profile allows it and its memo role.  The
+ * VM, the memo pre-scan and the writer's memoizer all decode arguments
+ * through fc_op_decode() with it.
+ */
+enum fc_op_argkind {
+    ARG_NONE,
+    ARG_FIXED1, /* fixed-size argument of 1, 2, 4 or 8 bytes (value read little-endian) */
+    ARG_FIXED2,
+    ARG_FIXED4,
+    ARG_FIXED8,
+    ARG_LEN1, /* a 1, 4 or 8 byte little-endian length, then that many bytes */
+    ARG_LEN4,
+    ARG_LEN8,
+    ARG_LINE, /* one newline-terminated line */
+    ARG_LINE2 /* two of them */
+};
 
-/* Exactly the opcodes torch's weights-only unpickler implements (input-formats.md A.4). */
-static int fc_op_weights_only(unsigned op)
-{
-    switch (op) {
-    case OP_PROTO:
-    case OP_STOP:
-    case OP_MARK:
-    case OP_EMPTY_DICT:
-    case OP_EMPTY_LIST:
-    case OP_EMPTY_TUPLE:
-    case OP_EMPTY_SET:
-    case OP_TUPLE:
-    case OP_TUPLE1:
-    case OP_TUPLE2:
-    case OP_TUPLE3:
-    case OP_SETITEM:
-    case OP_SETITEMS:
-    case OP_APPEND:
-    case OP_APPENDS:
-    case OP_BINPUT:
-    case OP_LONG_BINPUT:
-    case OP_BINGET:
-    case OP_LONG_BINGET:
-    case OP_BININT1:
-    case OP_BININT2:
-    case OP_BININT:
-    case OP_LONG1:
-    case OP_BINFLOAT:
-    case OP_BINUNICODE:
-    case OP_SHORT_BINSTRING:
-    case OP_NONE:
-    case OP_NEWTRUE:
-    case OP_NEWFALSE:
-    case OP_GLOBAL:
-    case OP_REDUCE:
-    case OP_BUILD:
-    case OP_NEWOBJ:
-    case OP_BINPERSID: return 1;
-    default: return 0;
-    }
-}
+enum {
+    OPF_WEIGHTS_ONLY = 1, /* exactly the opcodes torch's weights-only unpickler implements (A.4) */
+    OPF_SYMBOLIC = 2,     /* the DCP .metadata set (dcp-format.md 2.4) */
+    OPF_PUT = 4,          /* stores the top of the stack under the argument's key */
+    OPF_GET = 8,          /* pushes the value stored under the argument's key */
+    OPF_SIGNED_LEN = 16   /* the 4-byte length is signed: above INT32_MAX is negative */
+};
 
-/* The DCP .metadata set (dcp-format.md 2.4): everything above but BINPERSID, plus more. */
-static int fc_op_symbolic(unsigned op)
+struct fc_op_info {
+    const char *name; /* NULL: not an opcode */
+    unsigned char arg;
+    unsigned char flags;
+};
+
+#define WO_SY (OPF_WEIGHTS_ONLY | OPF_SYMBOLIC)
+static const struct fc_op_info fc_ops[256] = {
+    [OP_MARK] = {"MARK", ARG_NONE, WO_SY},
+    [OP_STOP] = {"STOP", ARG_NONE, WO_SY},
+    [OP_POP] = {"POP", ARG_NONE, OPF_SYMBOLIC},
+    [OP_POP_MARK] = {"POP_MARK", ARG_NONE, OPF_SYMBOLIC},
+    [OP_DUP] = {"DUP", ARG_NONE, OPF_SYMBOLIC},
+    [OP_FLOAT] = {"FLOAT", ARG_LINE, OPF_SYMBOLIC},
+    [OP_INT] = {"INT", ARG_LINE, OPF_SYMBOLIC},
+    [OP_BININT] = {"BININT", ARG_FIXED4, WO_SY},
+    [OP_BININT1] = {"BININT1", ARG_FIXED1, WO_SY},
+    [OP_LONG] = {"LONG", ARG_LINE, OPF_SYMBOLIC},
+    [OP_BININT2] = {"BININT2", ARG_FIXED2, WO_SY},
+    [OP_NONE] = {"NONE", ARG_NONE, WO_SY},
+    [OP_PERSID] = {"PERSID", ARG_LINE, 0},
+    [OP_BINPERSID] = {"BINPERSID", ARG_NONE, OPF_WEIGHTS_ONLY},
+    [OP_REDUCE] = {"REDUCE", ARG_NONE, WO_SY},
+    [OP_STRING] = {"STRING", ARG_LINE, 0},
+    [OP_BINSTRING] = {"BINSTRING", ARG_LEN4, OPF_SYMBOLIC | OPF_SIGNED_LEN},
+    [OP_SHORT_BINSTRING] = {"SHORT_BINSTRING", ARG_LEN1, WO_SY},
+    [OP_UNICODE] = {"UNICODE", ARG_LINE, 0},
+    [OP_BINUNICODE] = {"BINUNICODE", ARG_LEN4, WO_SY},
+    [OP_APPEND] = {"APPEND", ARG_NONE, WO_SY},
+    [OP_BUILD] = {"BUILD", ARG_NONE, WO_SY},
+    [OP_GLOBAL] = {"GLOBAL", ARG_LINE2, WO_SY},
+    [OP_DICT] = {"DICT", ARG_NONE, OPF_SYMBOLIC},
+    [OP_EMPTY_DICT] = {"EMPTY_DICT", ARG_NONE, WO_SY},
+    [OP_APPENDS] = {"APPENDS", ARG_NONE, WO_SY},
+    [OP_GET] = {"GET", ARG_LINE, OPF_SYMBOLIC | OPF_GET},
+    [OP_BINGET] = {"BINGET", ARG_FIXED1, WO_SY | OPF_GET},
+    [OP_INST] = {"INST", ARG_LINE2, 0},
+    [OP_LONG_BINGET] = {"LONG_BINGET", ARG_FIXED4, WO_SY | OPF_GET},
+    [OP_LIST] = {"LIST", ARG_NONE, OPF_SYMBOLIC},
+    [OP_EMPTY_LIST] = {"EMPTY_LIST", ARG_NONE, WO_SY},
+    [OP_OBJ] = {"OBJ", ARG_NONE, 0},
+    [OP_PUT] = {"PUT", ARG_LINE, OPF_SYMBOLIC | OPF_PUT},
+    [OP_BINPUT] = {"BINPUT", ARG_FIXED1, WO_SY | OPF_PUT},
+    [OP_LONG_BINPUT] = {"LONG_BINPUT", ARG_FIXED4, WO_SY | OPF_PUT},
+    [OP_SETITEM] = {"SETITEM", ARG_NONE, WO_SY},
+    [OP_TUPLE] = {"TUPLE", ARG_NONE, WO_SY},
+    [OP_EMPTY_TUPLE] = {"EMPTY_TUPLE", ARG_NONE, WO_SY},
+    [OP_SETITEMS] = {"SETITEMS", ARG_NONE, WO_SY},
+    [OP_BINFLOAT] = {"BINFLOAT", ARG_FIXED8, WO_SY},
+    [OP_PROTO] = {"PROTO", ARG_FIXED1, WO_SY},
+    [OP_NEWOBJ] = {"NEWOBJ", ARG_NONE, WO_SY},
+    [OP_EXT1] = {"EXT1", ARG_FIXED1, 0},
+    [OP_EXT2] = {"EXT2", ARG_FIXED2, 0},
+    [OP_EXT4] = {"EXT4", ARG_FIXED4, 0},
+    [OP_TUPLE1] = {"TUPLE1", ARG_NONE, WO_SY},
+    [OP_TUPLE2] = {"TUPLE2", ARG_NONE, WO_SY},
+    [OP_TUPLE3] = {"TUPLE3", ARG_NONE, WO_SY},
+    [OP_NEWTRUE] = {"NEWTRUE", ARG_NONE, WO_SY},
+    [OP_NEWFALSE] = {"NEWFALSE", ARG_NONE, WO_SY},
+    [OP_LONG1] = {"LONG1", ARG_LEN1, WO_SY},
+    [OP_LONG4] = {"LONG4", ARG_LEN4, OPF_SYMBOLIC | OPF_SIGNED_LEN},
+    [OP_BINBYTES] = {"BINBYTES", ARG_LEN4, OPF_SYMBOLIC},
+    [OP_SHORT_BINBYTES] = {"SHORT_BINBYTES", ARG_LEN1, OPF_SYMBOLIC},
+    [OP_SHORT_BINUNICODE] = {"SHORT_BINUNICODE", ARG_LEN1, OPF_SYMBOLIC},
+    [OP_BINUNICODE8] = {"BINUNICODE8", ARG_LEN8, OPF_SYMBOLIC},
+    [OP_BINBYTES8] = {"BINBYTES8", ARG_LEN8, OPF_SYMBOLIC},
+    [OP_EMPTY_SET] = {"EMPTY_SET", ARG_NONE, WO_SY},
+    [OP_ADDITEMS] = {"ADDITEMS", ARG_NONE, OPF_SYMBOLIC},
+    [OP_FROZENSET] = {"FROZENSET", ARG_NONE, OPF_SYMBOLIC},
+    [OP_NEWOBJ_EX] = {"NEWOBJ_EX", ARG_NONE, OPF_SYMBOLIC},
+    [OP_STACK_GLOBAL] = {"STACK_GLOBAL", ARG_NONE, OPF_SYMBOLIC},
+    [OP_MEMOIZE] = {"MEMOIZE", ARG_NONE, OPF_SYMBOLIC | OPF_PUT},
+    [OP_FRAME] = {"FRAME", ARG_FIXED8, OPF_SYMBOLIC},
+    [OP_BYTEARRAY8] = {"BYTEARRAY8", ARG_LEN8, OPF_SYMBOLIC},
+    [OP_NEXT_BUFFER] = {"NEXT_BUFFER", ARG_NONE, 0},
+    [OP_READONLY_BUFFER] = {"READONLY_BUFFER", ARG_NONE, 0},
+};
+#undef WO_SY
+
+/* The argument of one opcode, as fc_op_decode() found it in the input. */
+struct fc_op_arg {
+    const unsigned char *s; /* fixed: its bytes; length-prefixed: the payload; line: the first */
+    size_t n;               /* bytes at s (a line without its newline) */
+    const unsigned char *s2; /* ARG_LINE2: the second line, n2 bytes */
+    size_t n2;
+    uint64_t u; /* fixed: the little-endian value; length-prefixed: the length */
+};
+
+/* Why fc_op_decode() could not decode an argument (positive: not an error yet). */
+enum fc_op_short {
+    OP_SHORT_FIXED = 1, /* the fixed part (argument or length) is cut off */
+    OP_SHORT_PAYLOAD,   /* the length-prefixed bytes are cut off */
+    OP_SHORT_LINE,      /* a line has no newline */
+    OP_SHORT_NEGATIVE   /* a signed length is negative */
+};
+
+/* Whether the profile allows op (BINPERSID is weights-only; the .metadata set adds many). */
+static int fc_op_allowed(unsigned op, enum fc_pickle_profile profile)
 {
-    switch (op) {
-    case OP_BINPERSID: return 0;
-    case OP_FRAME:
-    case OP_STACK_GLOBAL:
-    case OP_MEMOIZE:
-    case OP_SHORT_BINUNICODE:
-    case OP_BINUNICODE8:
-    case OP_LONG4:
-    case OP_POP:
-    case OP_POP_MARK:
-    case OP_DUP:
-    case OP_INT:
-    case OP_LONG:
-    case OP_FLOAT:
-    case OP_PUT:
-    case OP_GET:
-    case OP_NEWOBJ_EX:
-    case OP_ADDITEMS:
-    case OP_FROZENSET:
-    case OP_BINBYTES:
-    case OP_SHORT_BINBYTES:
-    case OP_BINBYTES8:
-    case OP_BYTEARRAY8:
-    case OP_DICT:
-    case OP_LIST:
-    case OP_BINSTRING: return 1;
-    default: return fc_op_weights_only(op);
-    }
+    return (fc_ops[op & 0xff].flags &
+            (profile == FC_PICKLE_WEIGHTS_ONLY ? OPF_WEIGHTS_ONLY : OPF_SYMBOLIC)) != 0;
 }
 
 /* ---- arena ---- */
@@ -293,6 +273,7 @@ struct fc_vm {
     const char *what;
     uint64_t op_off; /* offset of the opcode being run */
     unsigned op;
+    struct fc_op_arg arg; /* its argument (fc_vm_decode_arg) */
     struct fc_pv **stack;
     size_t sp;
     size_t stack_alloc;
@@ -338,7 +319,7 @@ static int fc_vm_err(struct fc_vm *vm, int code, const char *fmt, ...)
 
 static const char *fc_vm_opname(const struct fc_vm *vm)
 {
-    const char *n = fc_op_name(vm->op);
+    const char *n = fc_ops[vm->op & 0xff].name;
     return n != NULL ? n : "?";
 }
 
@@ -747,29 +728,107 @@ static int fc_vm_find_newline(struct fc_vm *vm, size_t from, size_t pos, size_t 
     return FC_OK;
 }
 
-static int fc_vm_need(struct fc_vm *vm, size_t n, const unsigned char **out)
+/* Bytes of a fixed argument, or of the length before a length-prefixed one; 0 for the rest. */
+static size_t fc_op_width(unsigned kind)
 {
-    if (vm->len - vm->pos < n)
-        return fc_vm_err(vm, FC_ECORRUPT, "truncated pickle: %s needs %zu bytes, %zu left",
-                         fc_vm_opname(vm), n, vm->len - vm->pos);
-    FC_TRY(fc_vm_window(vm, vm->op_off, vm->pos + n));
-    *out = vm->data + vm->pos;
-    vm->pos += n;
+    switch (kind) {
+    case ARG_FIXED1:
+    case ARG_LEN1: return 1;
+    case ARG_FIXED2: return 2;
+    case ARG_FIXED4:
+    case ARG_LEN4: return 4;
+    case ARG_FIXED8:
+    case ARG_LEN8: return 8;
+    default: return 0;
+    }
+}
+
+/*
+ * Decode the argument of op, which starts at data[*pos], into *a and move *pos
+ * past it.  Returns FC_OK, an fc_op_short reason (positive) when the input
+ * cannot hold it, or a window hook's error.  Reads only; op_off is the opcode's
+ * offset, which the window must keep.
+ */
+static int fc_op_decode(struct fc_vm *vm, unsigned op, size_t op_off, size_t *pos,
+                        struct fc_op_arg *a)
+{
+    const unsigned char *d = vm->data;
+    const unsigned kind = fc_ops[op & 0xff].arg;
+    size_t at = *pos;
+    memset(a, 0, sizeof(*a));
+    switch (kind) {
+    case ARG_NONE: return FC_OK;
+    case ARG_FIXED1:
+    case ARG_FIXED2:
+    case ARG_FIXED4:
+    case ARG_FIXED8:
+    case ARG_LEN1:
+    case ARG_LEN4:
+    case ARG_LEN8: {
+        const size_t w = fc_op_width(kind);
+        if (vm->len - at < w)
+            return OP_SHORT_FIXED;
+        FC_TRY(fc_vm_window(vm, op_off, at + w));
+        a->s = d + at;
+        a->n = w;
+        a->u = w == 1 ? d[at] : w == 2 ? fc_read_le16(d + at) : w == 4 ? fc_read_le32(d + at)
+                                                                        : fc_read_le64(d + at);
+        at += w;
+        if (kind >= ARG_LEN1) {
+            if ((fc_ops[op & 0xff].flags & OPF_SIGNED_LEN) && a->u > INT32_MAX)
+                return OP_SHORT_NEGATIVE;
+            if (a->u > vm->len - at)
+                return OP_SHORT_PAYLOAD;
+            FC_TRY(fc_vm_window(vm, op_off, at + (size_t)a->u));
+            a->s = d + at;
+            a->n = (size_t)a->u;
+            at += a->n;
+        }
+        break;
+    }
+    case ARG_LINE:
+    case ARG_LINE2:
+        for (int line = 0; line < (kind == ARG_LINE2 ? 2 : 1); line++) {
+            size_t nl;
+            FC_TRY(fc_vm_find_newline(vm, op_off, at, &nl));
+            if (nl == SIZE_MAX)
+                return OP_SHORT_LINE;
+            if (line == 0) {
+                a->s = d + at;
+                a->n = nl - at;
+            } else {
+                a->s2 = d + at;
+                a->n2 = nl - at;
+            }
+            at = nl + 1;
+        }
+        break;
+    default: return OP_SHORT_FIXED;
+    }
+    *pos = at;
     return FC_OK;
 }
 
-/* A '\n'-terminated line; *n excludes the newline. */
-static int fc_vm_line(struct fc_vm *vm, const unsigned char **out, size_t *n)
+/* The VM's read of the current opcode's argument into vm->arg: a short input is an error. */
+static int fc_vm_decode_arg(struct fc_vm *vm)
 {
-    size_t nl;
-    FC_TRY(fc_vm_find_newline(vm, vm->op_off, vm->pos, &nl));
-    if (nl == SIZE_MAX)
+    const size_t left = vm->len - vm->pos;
+    const size_t w = fc_op_width(fc_ops[vm->op].arg);
+    const int rc = fc_op_decode(vm, vm->op, (size_t)vm->op_off, &vm->pos, &vm->arg);
+    switch (rc) {
+    case OP_SHORT_FIXED:
+        return fc_vm_err(vm, FC_ECORRUPT, "truncated pickle: %s needs %zu bytes, %zu left",
+                         fc_vm_opname(vm), w, left);
+    case OP_SHORT_PAYLOAD:
+        return fc_vm_err(vm, FC_ECORRUPT, "truncated pickle: %s of %" PRIu64 " bytes, %zu left",
+                         fc_vm_opname(vm), vm->arg.u, left - w);
+    case OP_SHORT_LINE:
         return fc_vm_err(vm, FC_ECORRUPT, "truncated pickle: %s argument has no newline",
                          fc_vm_opname(vm));
-    *out = vm->data + vm->pos;
-    *n = nl - vm->pos;
-    vm->pos += *n + 1;
-    return FC_OK;
+    case OP_SHORT_NEGATIVE:
+        return fc_vm_err(vm, FC_ECORRUPT, "%s with a negative length", fc_vm_opname(vm));
+    default: return rc; /* FC_OK, or the window hook's error */
+    }
 }
 
 /* UTF-8 validity; surrogates (ED A0..BF) are allowed as Python's surrogatepass does. */
@@ -1924,29 +1983,14 @@ static int fc_op_global(struct fc_vm *vm, const unsigned char *mod, size_t mlen,
 
 /* ---- the opcode loop ---- */
 
-static int fc_op_string(struct fc_vm *vm, enum fc_pv_kind kind, size_t lenbytes, int strict_utf8)
+/* A length-prefixed str or bytes opcode (its argument decoded in vm->arg). */
+static int fc_op_string(struct fc_vm *vm, enum fc_pv_kind kind, int strict_utf8)
 {
-    const unsigned char *p;
-    uint64_t n;
-    FC_TRY(fc_vm_need(vm, lenbytes, &p));
-    if (lenbytes == 1) {
-        n = p[0];
-    } else if (lenbytes == 4) {
-        n = fc_read_le32(p);
-        if (vm->op == OP_BINSTRING && n > INT32_MAX)
-            return fc_vm_err(vm, FC_ECORRUPT, "BINSTRING with a negative length");
-    } else {
-        n = fc_read_le64(p);
-    }
-    if (n > vm->len - vm->pos)
-        return fc_vm_err(vm, FC_ECORRUPT, "truncated pickle: %s of %" PRIu64 " bytes, %zu left",
-                         fc_vm_opname(vm), n, vm->len - vm->pos);
-    FC_TRY(fc_vm_window(vm, vm->op_off, vm->pos + (size_t)n));
-    const unsigned char *s = vm->data + vm->pos;
-    vm->pos += (size_t)n;
-    if (kind == FC_PV_STR && !fc_utf8_valid(s, (size_t)n, !strict_utf8))
+    const unsigned char *s = vm->arg.s;
+    const size_t n = vm->arg.n;
+    if (kind == FC_PV_STR && !fc_utf8_valid(s, n, !strict_utf8))
         return fc_vm_err(vm, FC_ECORRUPT, "%s is not valid UTF-8", fc_vm_opname(vm));
-    return fc_vm_push(vm, fc_vm_strnode(vm, kind, s, (size_t)n));
+    return fc_vm_push(vm, fc_vm_strnode(vm, kind, s, n));
 }
 
 /*
@@ -2052,12 +2096,10 @@ static int fc_vm_appends(struct fc_vm *vm, size_t start, enum fc_pv_kind target)
 /* Text argument of INT/LONG/PUT/GET: a decimal number. */
 static int fc_vm_text_int(struct fc_vm *vm, int64_t *out, int strip_l)
 {
-    const unsigned char *s;
-    size_t n;
-    FC_TRY(fc_vm_line(vm, &s, &n));
-    if (strip_l && n > 0 && s[n - 1] == 'L')
+    size_t n = vm->arg.n;
+    if (strip_l && n > 0 && vm->arg.s[n - 1] == 'L')
         n--;
-    if (fc_parse_dec(s, n, out) < 0)
+    if (fc_parse_dec(vm->arg.s, n, out) < 0)
         return fc_vm_err(vm, FC_EFORMAT, "%s argument is not a 64-bit decimal integer",
                          fc_vm_opname(vm));
     return FC_OK;
@@ -2065,19 +2107,17 @@ static int fc_vm_text_int(struct fc_vm *vm, int64_t *out, int strip_l)
 
 static int fc_vm_step(struct fc_vm *vm, int *done)
 {
-    const unsigned char *p;
+    const struct fc_op_arg *arg = &vm->arg;
     struct fc_pv *a, *b, *c;
     size_t start;
     int64_t i64;
     switch (vm->op) {
     case OP_PROTO:
-        FC_TRY(fc_vm_need(vm, 1, &p));
-        if (p[0] > 5)
-            return fc_vm_err(vm, FC_EFORMAT, "unsupported pickle protocol %u", p[0]);
+        if (arg->u > 5)
+            return fc_vm_err(vm, FC_EFORMAT, "unsupported pickle protocol %u", (unsigned)arg->u);
         return FC_OK;
     case OP_FRAME: {
-        FC_TRY(fc_vm_need(vm, 8, &p));
-        const uint64_t fl = fc_read_le64(p);
+        const uint64_t fl = arg->u;
         if (fl > vm->len - vm->pos)
             return fc_vm_err(vm, FC_ECORRUPT,
                              "truncated pickle: FRAME of %" PRIu64 " bytes, %zu left", fl,
@@ -2165,13 +2205,7 @@ static int fc_vm_step(struct fc_vm *vm, int *done)
         return fc_vm_setitems(vm, vm->sp - 2);
     case OP_SETITEMS: FC_TRY(fc_vm_pop_mark(vm, &start)); return fc_vm_setitems(vm, start);
     case OP_BINPUT:
-        FC_TRY(fc_vm_need(vm, 1, &p));
-        FC_TRY(fc_vm_top(vm, &a));
-        return fc_vm_memo_put(vm, p[0], a);
-    case OP_LONG_BINPUT:
-        FC_TRY(fc_vm_need(vm, 4, &p));
-        FC_TRY(fc_vm_top(vm, &a));
-        return fc_vm_memo_put(vm, fc_read_le32(p), a);
+    case OP_LONG_BINPUT: FC_TRY(fc_vm_top(vm, &a)); return fc_vm_memo_put(vm, arg->u, a);
     case OP_PUT:
         FC_TRY(fc_vm_text_int(vm, &i64, 0));
         if (i64 < 0)
@@ -2180,45 +2214,21 @@ static int fc_vm_step(struct fc_vm *vm, int *done)
         return fc_vm_memo_put(vm, (uint64_t)i64, a);
     case OP_MEMOIZE: FC_TRY(fc_vm_top(vm, &a)); return fc_vm_memo_put(vm, vm->memo_n, a);
     case OP_BINGET:
-        FC_TRY(fc_vm_need(vm, 1, &p));
-        FC_TRY(fc_vm_memo_get(vm, p[0], &a));
-        return fc_vm_push(vm, a);
-    case OP_LONG_BINGET:
-        FC_TRY(fc_vm_need(vm, 4, &p));
-        FC_TRY(fc_vm_memo_get(vm, fc_read_le32(p), &a));
-        return fc_vm_push(vm, a);
+    case OP_LONG_BINGET: FC_TRY(fc_vm_memo_get(vm, arg->u, &a)); return fc_vm_push(vm, a);
     case OP_GET:
         FC_TRY(fc_vm_text_int(vm, &i64, 0));
         if (i64 < 0)
             return fc_vm_err(vm, FC_ECORRUPT, "negative GET argument");
         FC_TRY(fc_vm_memo_get(vm, (uint64_t)i64, &a));
         return fc_vm_push(vm, a);
-    case OP_BININT1: FC_TRY(fc_vm_need(vm, 1, &p)); return fc_vm_push(vm, fc_vm_int(vm, p[0]));
-    case OP_BININT2:
-        FC_TRY(fc_vm_need(vm, 2, &p));
-        return fc_vm_push(vm, fc_vm_int(vm, fc_read_le16(p)));
-    case OP_BININT:
-        FC_TRY(fc_vm_need(vm, 4, &p));
-        return fc_vm_push(vm, fc_vm_int(vm, (int32_t)fc_read_le32(p)));
+    case OP_BININT1:
+    case OP_BININT2: return fc_vm_push(vm, fc_vm_int(vm, (int64_t)arg->u));
+    case OP_BININT: return fc_vm_push(vm, fc_vm_int(vm, (int32_t)(uint32_t)arg->u));
     case OP_LONG1:
-        FC_TRY(fc_vm_need(vm, 1, &p));
-        {
-            const size_t n = p[0];
-            FC_TRY(fc_vm_need(vm, n, &p));
-            return fc_vm_push(vm, fc_vm_long(vm, p, n));
-        }
-    case OP_LONG4: {
-        FC_TRY(fc_vm_need(vm, 4, &p));
-        const uint32_t n = fc_read_le32(p);
-        if (n > INT32_MAX)
-            return fc_vm_err(vm, FC_ECORRUPT, "LONG4 with a negative byte count");
-        FC_TRY(fc_vm_need(vm, n, &p));
-        return fc_vm_push(vm, fc_vm_long(vm, p, n));
-    }
+    case OP_LONG4: return fc_vm_push(vm, fc_vm_long(vm, arg->s, arg->n));
     case OP_INT: {
-        const unsigned char *s;
-        size_t n;
-        FC_TRY(fc_vm_line(vm, &s, &n));
+        const unsigned char *s = arg->s;
+        size_t n = arg->n;
         if (n == 2 && s[0] == '0' && (s[1] == '0' || s[1] == '1')) {
             a = fc_vm_node(vm, FC_PV_BOOL);
             if (a != NULL)
@@ -2231,10 +2241,9 @@ static int fc_vm_step(struct fc_vm *vm, int *done)
     }
     case OP_LONG: FC_TRY(fc_vm_text_int(vm, &i64, 1)); return fc_vm_push(vm, fc_vm_int(vm, i64));
     case OP_FLOAT: {
-        const unsigned char *s;
-        size_t n;
+        const unsigned char *s = arg->s;
+        const size_t n = arg->n;
         char buf[64];
-        FC_TRY(fc_vm_line(vm, &s, &n));
         if (n == 0 || n >= sizeof(buf) || memchr(s, 0, n) != NULL)
             return fc_vm_err(vm, FC_ECORRUPT, "FLOAT argument is not a number");
         memcpy(buf, s, n);
@@ -2249,10 +2258,9 @@ static int fc_vm_step(struct fc_vm *vm, int *done)
         return fc_vm_push(vm, a);
     }
     case OP_BINFLOAT: {
-        FC_TRY(fc_vm_need(vm, 8, &p));
-        uint64_t u = 0;
+        uint64_t u = 0; /* big-endian, unlike every other fixed argument */
         for (int k = 0; k < 8; k++)
-            u = (u << 8) | p[k];
+            u = (u << 8) | arg->s[k];
         a = fc_vm_node(vm, FC_PV_FLOAT);
         if (a != NULL)
             memcpy(&a->u.f, &u, sizeof(u));
@@ -2265,22 +2273,16 @@ static int fc_vm_step(struct fc_vm *vm, int *done)
         if (a != NULL)
             a->u.b = vm->op == OP_NEWTRUE;
         return fc_vm_push(vm, a);
-    case OP_BINUNICODE: return fc_op_string(vm, FC_PV_STR, 4, 0);
-    case OP_SHORT_BINUNICODE: return fc_op_string(vm, FC_PV_STR, 1, 0);
-    case OP_BINUNICODE8: return fc_op_string(vm, FC_PV_STR, 8, 0);
-    case OP_SHORT_BINSTRING: return fc_op_string(vm, FC_PV_STR, 1, 1);
-    case OP_BINSTRING: return fc_op_string(vm, FC_PV_STR, 4, 1);
-    case OP_SHORT_BINBYTES: return fc_op_string(vm, FC_PV_BYTES, 1, 0);
-    case OP_BINBYTES: return fc_op_string(vm, FC_PV_BYTES, 4, 0);
+    case OP_BINUNICODE:
+    case OP_SHORT_BINUNICODE:
+    case OP_BINUNICODE8: return fc_op_string(vm, FC_PV_STR, 0);
+    case OP_SHORT_BINSTRING:
+    case OP_BINSTRING: return fc_op_string(vm, FC_PV_STR, 1);
+    case OP_SHORT_BINBYTES:
+    case OP_BINBYTES:
     case OP_BINBYTES8:
-    case OP_BYTEARRAY8: return fc_op_string(vm, FC_PV_BYTES, 8, 0);
-    case OP_GLOBAL: {
-        const unsigned char *m, *n;
-        size_t ml, nl;
-        FC_TRY(fc_vm_line(vm, &m, &ml));
-        FC_TRY(fc_vm_line(vm, &n, &nl));
-        return fc_op_global(vm, m, ml, n, nl);
-    }
+    case OP_BYTEARRAY8: return fc_op_string(vm, FC_PV_BYTES, 0);
+    case OP_GLOBAL: return fc_op_global(vm, arg->s, arg->n, arg->s2, arg->n2);
     case OP_STACK_GLOBAL:
         FC_TRY(fc_vm_pop(vm, &b));
         FC_TRY(fc_vm_pop(vm, &a));
@@ -2535,93 +2537,46 @@ done:
  */
 static int fc_vm_prescan(struct fc_vm *vm)
 {
-    const unsigned char *d = vm->data;
     size_t pos = 0;
     while (pos < vm->len) {
         const size_t op_off = pos;
         FC_TRY(fc_vm_window(vm, op_off, pos + 1));
-        const unsigned op = d[pos++];
-        if (!(vm->profile == FC_PICKLE_WEIGHTS_ONLY ? fc_op_weights_only(op) : fc_op_symbolic(op)))
+        const unsigned op = vm->data[pos++];
+        if (!fc_op_allowed(op, vm->profile) || op == OP_STOP)
             break;
-        size_t fixed = 0, lenbytes = 0, lines = 0;
-        int put = 0, get = 0;
-        switch (op) {
-        case OP_STOP: goto scanned;
-        case OP_DUP: vm->aliased = 1; break;
-        case OP_MEMOIZE:
+        struct fc_op_arg arg;
+        const int rc = fc_op_decode(vm, op, op_off, &pos, &arg);
+        if (rc != FC_OK) {
+            if (rc < 0)
+                return rc;
+            break;
+        }
+        const unsigned flags = fc_ops[op].flags;
+        if (op == OP_DUP)
+            vm->aliased = 1;
+        if (!(flags & (OPF_PUT | OPF_GET)))
+            continue;
+        uint64_t key = vm->memo_n;
+        if (op == OP_MEMOIZE) {
             if (vm->memo_n >= vm->memo_limit)
-                goto scanned;
-            FC_TRY(fc_vm_memo_mark_set(vm, vm->memo_n));
-            break;
-        case OP_PROTO:
-        case OP_BININT1: fixed = 1; break;
-        case OP_BININT2: fixed = 2; break;
-        case OP_BININT: fixed = 4; break;
-        case OP_FRAME:
-        case OP_BINFLOAT: fixed = 8; break;
-        case OP_BINPUT: fixed = 1, put = 1; break;
-        case OP_LONG_BINPUT: fixed = 4, put = 1; break;
-        case OP_BINGET: fixed = 1, get = 1; break;
-        case OP_LONG_BINGET: fixed = 4, get = 1; break;
-        case OP_LONG1:
-        case OP_SHORT_BINUNICODE:
-        case OP_SHORT_BINSTRING:
-        case OP_SHORT_BINBYTES: lenbytes = 1; break;
-        case OP_LONG4:
-        case OP_BINUNICODE:
-        case OP_BINSTRING:
-        case OP_BINBYTES: lenbytes = 4; break;
-        case OP_BINUNICODE8:
-        case OP_BINBYTES8:
-        case OP_BYTEARRAY8: lenbytes = 8; break;
-        case OP_INT:
-        case OP_LONG:
-        case OP_FLOAT: lines = 1; break;
-        case OP_PUT: lines = 1, put = 1; break;
-        case OP_GET: lines = 1, get = 1; break;
-        case OP_GLOBAL: lines = 2; break;
-        default: break; /* no argument */
-        }
-        uint64_t key = 0;
-        if (fixed > 0) {
-            if (vm->len - pos < fixed)
                 break;
-            FC_TRY(fc_vm_window(vm, op_off, pos + fixed));
-            key = fixed == 1 ? d[pos] : fixed == 4 ? fc_read_le32(d + pos) : 0;
-            pos += fixed;
-        } else if (lenbytes > 0) {
-            if (vm->len - pos < lenbytes)
-                break;
-            FC_TRY(fc_vm_window(vm, op_off, pos + lenbytes));
-            const uint64_t n = lenbytes == 1   ? d[pos]
-                               : lenbytes == 4 ? fc_read_le32(d + pos)
-                                               : fc_read_le64(d + pos);
-            pos += lenbytes;
-            if (n > vm->len - pos)
-                break;
-            pos += (size_t)n;
-        }
-        for (size_t l = 0; l < lines; l++) {
-            size_t nl;
-            FC_TRY(fc_vm_find_newline(vm, op_off, pos, &nl));
-            if (nl == SIZE_MAX)
-                goto scanned;
+        } else if (fc_ops[op].arg == ARG_LINE) {
             int64_t k = -1;
-            if ((put || get) && (fc_parse_dec(d + pos, nl - pos, &k) < 0 || k < 0))
-                goto scanned;
+            if (fc_parse_dec(arg.s, arg.n, &k) < 0 || k < 0)
+                break;
             key = (uint64_t)k;
-            pos = nl + 1;
+        } else {
+            key = arg.u;
         }
-        if ((put || get) && key >= vm->memo_limit)
+        if (key >= vm->memo_limit)
             break;
-        if (put)
+        if (flags & OPF_PUT)
             FC_TRY(fc_vm_memo_mark_set(vm, key));
-        if (get && fc_bit_test(vm->memo_used, vm->memo_words, key))
+        else if (fc_bit_test(vm->memo_used, vm->memo_words, key))
             FC_TRY(fc_bit_set(&vm->memo_multi, &vm->multi_words, key));
-        else if (get)
+        else
             FC_TRY(fc_bit_set(&vm->memo_used, &vm->memo_words, key));
     }
-scanned:
     vm->window_to = 0; /* the run reads from the start again */
     /* Slots for the fetched keys; the VM sets keys again from scratch. */
     vm->memo_rank = fc_calloc(vm->memo_words + 1, sizeof(*vm->memo_rank));
@@ -2689,16 +2644,15 @@ int fc_pickle_load_hooked(struct fc_pickle **out, const unsigned char *data, siz
         vm.op_off = vm.pos;
         FC_TRY_GOTO(fc_vm_window(&vm, vm.pos, vm.pos + 1), rc, fail);
         vm.op = data[vm.pos++];
-        const int ok =
-            profile == FC_PICKLE_WEIGHTS_ONLY ? fc_op_weights_only(vm.op) : fc_op_symbolic(vm.op);
-        if (!ok) {
-            if (fc_op_name(vm.op) != NULL)
+        if (!fc_op_allowed(vm.op, profile)) {
+            if (fc_ops[vm.op].name != NULL)
                 rc = fc_vm_err(&vm, FC_EFORMAT, "pickle opcode 0x%02x (%s) is not allowed", vm.op,
-                               fc_op_name(vm.op));
+                               fc_ops[vm.op].name);
             else
                 rc = fc_vm_err(&vm, FC_ECORRUPT, "unknown pickle opcode 0x%02x", vm.op);
             goto fail;
         }
+        FC_TRY_GOTO(fc_vm_decode_arg(&vm), rc, fail);
         FC_TRY_GOTO(fc_vm_step(&vm, &done), rc, fail);
     }
     FC_TRY_GOTO(fc_vm_finish(&vm, vm.root), rc, fail);
@@ -3436,61 +3390,30 @@ int fc_pw_memoize(const unsigned char *in, size_t len, struct fc_buf *out)
     char **keys = NULL;
     size_t nkeys = 0, pos = 0;
     int rc = FC_OK;
+    struct fc_vm reader; /* fc_op_decode() reads through a VM; no hooks, nothing is run */
+    memset(&reader, 0, sizeof(reader));
+    reader.data = in;
+    reader.len = len;
     while (pos < len && rc == FC_OK) {
         const unsigned char op = in[pos];
-        size_t n = 1; /* opcode plus argument bytes */
-        int memo = 0;
-        switch (op) {
-        case 0x80: /* PROTO */
-        case 'K': n = 2; break;
-        case 'M': n = 3; break;
-        case 'J': n = 5; break;
-        case 'G': n = 9; break;
-        case 0x8a: n = pos + 1 < len ? 2 + (size_t)in[pos + 1] : len; break;
-        case 'X':
-            if (pos + 5 <= len)
-                n = 5 + fc_read_le32(in + pos + 1);
-            else
-                n = len;
-            memo = 1;
-            break;
-        case 'c': {
-            const unsigned char *nl1 = memchr(in + pos + 1, '\n', len - pos - 1);
-            const unsigned char *nl2 =
-                nl1 == NULL ? NULL : memchr(nl1 + 1, '\n', (size_t)(in + len - nl1 - 1));
-            n = nl2 == NULL ? len : (size_t)(nl2 - (in + pos)) + 1;
-            memo = 1;
-            break;
-        }
-        case '.':
-        case '(':
-        case 'N':
-        case 0x88:
-        case 0x89:
-        case ')':
-        case 't':
-        case 0x85:
-        case 0x86:
-        case 0x87:
-        case '}':
-        case 'u':
-        case 's':
-        case ']':
-        case 'e':
-        case 'a':
-        case 'R':
-        case 0x81:
-        case 'b':
-        case 'Q': break;
-        default:
+        /*
+         * Refused: a stream that already uses the memo (its keys would clash
+         * with the ones given here) and FRAME (its length would no longer
+         * match once repeats shrink to GETs).
+         */
+        if (fc_ops[op].name == NULL || (fc_ops[op].flags & (OPF_PUT | OPF_GET)) || op == OP_FRAME) {
             rc = fc_error_set(FC_EINVAL, "pickle memoizer: opcode 0x%02x at %zu not expected", op,
                               pos);
             goto done;
         }
-        if (n > len - pos) {
+        size_t end = pos + 1;
+        struct fc_op_arg arg;
+        if (fc_op_decode(&reader, op, pos, &end, &arg) != FC_OK) {
             rc = fc_error_set(FC_EINVAL, "pickle memoizer: truncated opcode at %zu", pos);
             goto done;
         }
+        const size_t n = end - pos; /* opcode plus argument bytes */
+        const int memo = op == OP_BINUNICODE || op == OP_GLOBAL;
         /* Short strings cost as much to fetch as to write; NUL-carrying ones cannot be keys. */
         if (memo && n > 6 && memchr(in + pos, '\0', n) == NULL) {
             char *key = fc_strndup((const char *)in + pos, n);

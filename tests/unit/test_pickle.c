@@ -1183,6 +1183,12 @@ static void test_pickle_rejects_malformed_streams(void **state)
     FAILS("\x80\x02N", WO, FC_ECORRUPT, "offset 3: truncated pickle: no STOP opcode");
     FAILS("", WO, FC_ECORRUPT, "offset 0: truncated pickle");
     FAILS("\x80\x02X\x05\x00\x00\x00" "abc.", WO, FC_ECORRUPT, "BINUNICODE of 5 bytes, 4 left");
+    FAILS("\x80\x02J\x01\x00", WO, FC_ECORRUPT, "truncated pickle: BININT needs 4 bytes, 2 left");
+    FAILS("\x80\x02X\x05\x00", WO, FC_ECORRUPT, "BINUNICODE needs 4 bytes, 2 left");
+    FAILS("\x80\x02\x8a\x09\x01\x02.", WO, FC_ECORRUPT, "LONG1 of 9 bytes, 3 left");
+    FAILS("\x80\x02\x8b\xff\xff\xff\xff.", SY, FC_ECORRUPT, "LONG4 with a negative length");
+    FAILS("\x80\x02T\x00\x00\x00\x80.", SY, FC_ECORRUPT, "BINSTRING with a negative length");
+    FAILS("\x80\x02p12", SY, FC_ECORRUPT, "PUT argument has no newline");
     FAILS("\x80\x02X\x02\x00\x00\x00\xc3(.", WO, FC_ECORRUPT, "BINUNICODE is not valid UTF-8");
     FAILS("\x80\x02U\x03\xed\xa0\x80.", WO, FC_ECORRUPT, "SHORT_BINSTRING is not valid UTF-8");
     FAILS("\x80\x02}(K\x01u.", WO, FC_ECORRUPT, "odd number of items (1) for SETITEMS");
@@ -1640,10 +1646,14 @@ static void test_pickle_memoize_shrinks_repeats_and_keeps_the_value(void **state
     assert_fc_ok(fc_pv_repr(&r2, fc_pickle_root(b), 1 << 15));
     assert_int_equal(r1.len, r2.len);
     assert_memory_equal(r1.data, r2.data, r1.len);
-    /* An opcode the writer never emits is refused, not copied blindly. */
+    /* FRAME is refused: its length would be wrong once repeats shrink to GETs. */
     static const unsigned char frame[] = { 0x80, 0x04, 0x95, 0, 0, 0, 0, 0, 0, 0, 0, '.' };
     fc_buf_clear(&memo);
     assert_fc_fails(fc_pw_memoize(frame, sizeof(frame), &memo), FC_EINVAL, "opcode 0x95");
+    /* So is a stream that already uses the memo: its keys would clash with the new ones. */
+    static const unsigned char put[] = { 0x80, 0x02, 'N', 'q', 0, '.' };
+    fc_buf_clear(&memo);
+    assert_fc_fails(fc_pw_memoize(put, sizeof(put), &memo), FC_EINVAL, "opcode 0x71");
     fc_pickle_free(a);
     fc_pickle_free(b);
     fc_buf_release(&plain);
