@@ -11,19 +11,8 @@
 #   fsdpconv_ws8_st    the same from model.safetensors (information only)
 #   fsdpconv_ws8_bf16  --dtype bfloat16 (information only)
 #   torch_save_to_dcp  yardstick 2: torch_save_to_dcp(model.pt, out) (torch_convert.py)
-# Load side, BENCH_LOAD_REPS (default 2) interleaved rounds after one --world-size 4 conversion
-# to each format (fsdpconv_ws4, fsdpconv_ws4_safetensors) and one save of the same sharded state
-# by torch's HuggingFaceStorageWriter(save_distributed=True) (torch_hf_save, bench_load.py
-# --save-hf): 4 gloo ranks dcp.load into Shard(0) DTensors (bench_load.py), page cache dropped
-# before each job, from
-#   load_fsdpconv_ws4     fsdpconv's DCP (torch's default FileSystemReader)
-#   load_fsdpconv_ws4_st  fsdpconv's --format safetensors output (HuggingFaceStorageReader)
-#   load_torch            torch_save_to_dcp's DCP (torch's own dcp.save)
-#   load_hf_original      the unsharded model.safetensors (HuggingFaceStorageReader)
-#   load_torch_hf         torch_hf_save's safetensors files (information only)
-#   load_*_prefault       the first two with the target shards written before the timed load
-#                         (--prefault; information only: the format's own cost)
-# Results are appended to BENCH_DIR/results.jsonl; outputs are removed at the end.
+# Results are appended to BENCH_DIR/results.jsonl. The outputs are removed, but for the last
+# round's torch_save_to_dcp output (BENCH_DIR/out/torch), which bench_load_formats.sh loads.
 set -eu
 if [ $# -ne 3 ]; then
     echo "usage: $0 FSDPCONV PYTHON BENCH_DIR" >&2
@@ -34,7 +23,6 @@ py=$2
 dir=$3
 here=$(cd "$(dirname "$0")" && pwd)
 reps=${BENCH_REPS:-3}
-load_reps=${BENCH_LOAD_REPS:-2}
 res="$dir/results.jsonl"
 pt="$dir/model/model.pt"
 st="$dir/model/model.safetensors"
@@ -70,30 +58,3 @@ while [ $r -lt "$reps" ]; do
     m torch_save_to_dcp --clean "$out/torch" -- \
         "$py" "$here/torch_convert.py" "$pt" "$out/torch"
 done
-
-echo "load side (4 gloo ranks, Shard(0) DTensors), $load_reps rounds:"
-m fsdpconv_ws4 --clean "$out/ws4" -- \
-    "$bin" full-to-dcp --world-size 4 -o "$out/ws4" "$pt"
-m fsdpconv_ws4_safetensors --clean "$out/ws4_st" -- \
-    "$bin" full-to-dcp --format safetensors --world-size 4 -o "$out/ws4_st" "$pt"
-"$py" "$here/bench_load.py" --ckpt "$out/ws4" --world 4 --name torch_hf_save \
-    --save-hf "$out/torch_hf" --results "$res"
-r=0
-while [ $r -lt "$load_reps" ]; do
-    r=$((r + 1))
-    "$py" "$here/bench_load.py" --ckpt "$out/ws4" --world 4 --name load_fsdpconv_ws4 \
-        --results "$res"
-    "$py" "$here/bench_load.py" --ckpt "$out/ws4_st" --world 4 --name load_fsdpconv_ws4_st \
-        --reader hf --results "$res"
-    "$py" "$here/bench_load.py" --ckpt "$out/torch" --world 4 --name load_torch \
-        --results "$res"
-    "$py" "$here/bench_load.py" --ckpt "$dir/model" --world 4 --name load_hf_original \
-        --reader hf --results "$res"
-    "$py" "$here/bench_load.py" --ckpt "$out/torch_hf" --world 4 --name load_torch_hf \
-        --reader hf --results "$res"
-    "$py" "$here/bench_load.py" --ckpt "$out/ws4" --world 4 --name load_fsdpconv_ws4_prefault \
-        --prefault --results "$res"
-    "$py" "$here/bench_load.py" --ckpt "$out/ws4_st" --world 4 \
-        --name load_fsdpconv_ws4_st_prefault --reader hf --prefault --results "$res"
-done
-rm -rf "$out"

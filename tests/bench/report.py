@@ -40,6 +40,10 @@ def load(dirpath):
     return recs
 
 
+def fmt(x, spec="%.3f"):
+    return "n/a" if x is None else spec % x
+
+
 def verdict(value, op, target):
     if value is None:
         return "n/a"
@@ -107,6 +111,89 @@ def load_formats(p, recs):
     p("")
 
 
+def conversion_sections(p, recs, man):
+    """The conversion cases (bench_inspect.sh, bench_full_to_dcp.sh) and their ratios."""
+
+    def row(name, note=""):
+        r = recs.get(name)
+        if r is None:
+            p("| %s | - | - | - | - | - | not run |" % name)
+            return
+        thr = ""
+        if r["wall_s"] > 0 and name.startswith(("cp", "fsdpconv", "torch")):
+            src = man["st_file_bytes"] if name.endswith("_st") else man["pt_file_bytes"]
+            thr = "%.2f" % (src / GIB / r["wall_s"])
+        p("| %s | %.3f | %s | %.1f | %.1f | %s | %s |"
+          % (name, r["wall_s"], " ".join("%.3f" % w for w in r["walls_s"]),
+             r["maxrss_kib"] / 1024.0, r["user_s"] + r["sys_s"], thr, r["cache"]
+             + ("; " + note if note else "")))
+
+    p("## Cases")
+    p("")
+    p("| case | wall s (best) | all runs s | peak RSS MiB | CPU s | GiB/s | cache; note |")
+    p("|---|---|---|---|---|---|---|")
+    for name in ("inspect_pt_cold", "inspect_pt_warm", "inspect_st_cold", "inspect_st_warm"):
+        row(name)
+    row("cp_fsync", "yardstick 1")
+    row("cp", "no fsync, information only")
+    row("fsdpconv_ws8")
+    row("fsdpconv_ws8_st", "safetensors input")
+    row("fsdpconv_ws8_bf16", "--dtype bfloat16")
+    tc = recs.get("torch_save_to_dcp")
+    note = "yardstick 2"
+    if tc and tc.get("child"):
+        note += "; import %.1f s, call %.1f s" % (tc["child"]["import_s"],
+                                                  tc["child"]["convert_s"])
+    row("torch_save_to_dcp", note)
+    row("fsdpconv_ws4", "input of the load side")
+    p("")
+
+    def wall(n):
+        r = recs.get(n)
+        return r["wall_s"] if r else None
+
+    def rss(n):
+        r = recs.get(n)
+        return r["maxrss_kib"] * 1024 if r else None
+
+    def ratio(a, b):
+        return a / b if a is not None and b else None
+
+    p("## Ratios")
+    p("")
+    p("| figure | measured | target | |")
+    p("|---|---|---|---|")
+    rows = []
+    f_cp = ratio(wall("fsdpconv_ws8"), wall("cp_fsync"))
+    rows.append(("fsdpconv ws8 wall / cp+fsync wall", f_cp, "<=", 1.10))
+    rows.append(("fsdpconv ws8 (safetensors) wall / cp+fsync wall",
+                 ratio(wall("fsdpconv_ws8_st"), wall("cp_fsync")), "<=", 1.10))
+    rows.append(("torch_save_to_dcp wall / fsdpconv ws8 wall",
+                 ratio(wall("torch_save_to_dcp"), wall("fsdpconv_ws8")), ">=", 5.0))
+    if tc and tc.get("child"):
+        rows.append(("torch_save_to_dcp in-call wall (no import) / fsdpconv ws8 wall",
+                     ratio(tc["child"]["convert_s"], wall("fsdpconv_ws8")), ">=", None))
+    rows.append(("fsdpconv ws8 peak RSS / torch_save_to_dcp peak RSS",
+                 ratio(rss("fsdpconv_ws8"), rss("torch_save_to_dcp")), "<=", 0.10))
+    for ext, label in (("pt", "model.pt"), ("st", "model.safetensors")):
+        for cache in ("cold", "warm"):
+            n = "inspect_%s_%s" % (ext, cache)
+            rows.append(("inspect %s (%s) wall s" % (label, recs.get(n, {}).get("cache", cache)),
+                         wall(n), "<=", 1.0))
+            rows.append(("inspect %s (%s) peak RSS MB" % (label,
+                                                          recs.get(n, {}).get("cache", cache)),
+                         None if rss(n) is None else rss(n) / 1e6, "<=", 50.0))
+    rows.append(("inspect model.pt cold wall / cp+fsync wall",
+                 ratio(wall("inspect_pt_cold"), wall("cp_fsync")), "<=", None))
+    for label, val, op, target in rows:
+        if target is None:
+            p("| %s | %s | (information) | |" % (label, fmt(val, "%.5f")))
+        else:
+            p("| %s | %s | %s %g | %s |" % (label, fmt(val), op, target,
+                                           verdict(val, op, target)))
+    p("")
+
+
 def main():
     dirpath, binpath = sys.argv[1], sys.argv[2]
     recs = load(dirpath)
@@ -155,88 +242,9 @@ def main():
                                       man["st_file_bytes"] / GIB))
     p("")
 
-    def row(name, note=""):
-        r = recs.get(name)
-        if r is None:
-            p("| %s | - | - | - | - | - | not run |" % name)
-            return
-        thr = ""
-        if r["wall_s"] > 0 and name.startswith(("cp", "fsdpconv", "torch")):
-            src = man["st_file_bytes"] if name.endswith("_st") else man["pt_file_bytes"]
-            thr = "%.2f" % (src / GIB / r["wall_s"])
-        p("| %s | %.3f | %s | %.1f | %.1f | %s | %s |"
-          % (name, r["wall_s"], " ".join("%.3f" % w for w in r["walls_s"]),
-             r["maxrss_kib"] / 1024.0, r["user_s"] + r["sys_s"], thr, r["cache"]
-             + ("; " + note if note else "")))
-
-    p("## Cases")
-    p("")
-    p("| case | wall s (best) | all runs s | peak RSS MiB | CPU s | GiB/s | cache; note |")
-    p("|---|---|---|---|---|---|---|")
-    for name in ("inspect_pt_cold", "inspect_pt_warm", "inspect_st_cold", "inspect_st_warm"):
-        row(name)
-    row("cp_fsync", "yardstick 1")
-    row("cp", "no fsync, information only")
-    row("fsdpconv_ws8")
-    row("fsdpconv_ws8_st", "safetensors input")
-    row("fsdpconv_ws8_bf16", "--dtype bfloat16")
-    tc = recs.get("torch_save_to_dcp")
-    note = "yardstick 2"
-    if tc and tc.get("child"):
-        note += "; import %.1f s, call %.1f s" % (tc["child"]["import_s"],
-                                                  tc["child"]["convert_s"])
-    row("torch_save_to_dcp", note)
-    row("fsdpconv_ws4", "input of the load side")
-    p("")
-
-    def wall(n):
-        r = recs.get(n)
-        return r["wall_s"] if r else None
-
-    def rss(n):
-        r = recs.get(n)
-        return r["maxrss_kib"] * 1024 if r else None
-
-    def ratio(a, b):
-        return a / b if a is not None and b else None
-
-    def fmt(x, spec="%.3f"):
-        return "n/a" if x is None else spec % x
-
-    p("## Ratios")
-    p("")
-    p("| figure | measured | target | |")
-    p("|---|---|---|---|")
-    rows = []
-    f_cp = ratio(wall("fsdpconv_ws8"), wall("cp_fsync"))
-    rows.append(("fsdpconv ws8 wall / cp+fsync wall", f_cp, "<=", 1.10))
-    rows.append(("fsdpconv ws8 (safetensors) wall / cp+fsync wall",
-                 ratio(wall("fsdpconv_ws8_st"), wall("cp_fsync")), "<=", 1.10))
-    rows.append(("torch_save_to_dcp wall / fsdpconv ws8 wall",
-                 ratio(wall("torch_save_to_dcp"), wall("fsdpconv_ws8")), ">=", 5.0))
-    if tc and tc.get("child"):
-        rows.append(("torch_save_to_dcp in-call wall (no import) / fsdpconv ws8 wall",
-                     ratio(tc["child"]["convert_s"], wall("fsdpconv_ws8")), ">=", None))
-    rows.append(("fsdpconv ws8 peak RSS / torch_save_to_dcp peak RSS",
-                 ratio(rss("fsdpconv_ws8"), rss("torch_save_to_dcp")), "<=", 0.10))
-    for ext, label in (("pt", "model.pt"), ("st", "model.safetensors")):
-        for cache in ("cold", "warm"):
-            n = "inspect_%s_%s" % (ext, cache)
-            rows.append(("inspect %s (%s) wall s" % (label, recs.get(n, {}).get("cache", cache)),
-                         wall(n), "<=", 1.0))
-            rows.append(("inspect %s (%s) peak RSS MB" % (label,
-                                                          recs.get(n, {}).get("cache", cache)),
-                         None if rss(n) is None else rss(n) / 1e6, "<=", 50.0))
-    rows.append(("inspect model.pt cold wall / cp+fsync wall",
-                 ratio(wall("inspect_pt_cold"), wall("cp_fsync")), "<=", None))
-    for label, val, op, target in rows:
-        if target is None:
-            p("| %s | %s | (information) | |" % (label, fmt(val, "%.5f")))
-        else:
-            p("| %s | %s | %s %g | %s |" % (label, fmt(val), op, target,
-                                           verdict(val, op, target)))
-    p("")
-
+    conversion = ("cp_fsync", "fsdpconv_ws8", "torch_save_to_dcp", "inspect_pt_cold")
+    if any(n in recs for n in conversion):
+        conversion_sections(p, recs, man)
     loads = [recs.get("load_fsdpconv_ws4"), recs.get("load_torch")]
     formats = [recs.get(n) for n in ("load_fsdpconv_ws4_st", "load_hf_original")]
     if any(loads + formats):
