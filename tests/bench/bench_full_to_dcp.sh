@@ -14,28 +14,15 @@
 # Results are appended to BENCH_DIR/results.jsonl. The outputs are removed, but for the last
 # round's torch_save_to_dcp output (BENCH_DIR/out/torch), which bench_load_formats.sh loads.
 set -eu
-if [ $# -ne 3 ]; then
-    echo "usage: $0 FSDPCONV PYTHON BENCH_DIR" >&2
-    exit 2
-fi
-bin=$1
-py=$2
-dir=$3
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh"
+bench_args "$@"
 reps=${BENCH_REPS:-3}
 res="$dir/results.jsonl"
 pt="$dir/model/model.pt"
 st="$dir/model/model.safetensors"
 out="$dir/out"
-logs="$dir/logs"
-mkdir -p "$out" "$logs"
-
-m() {
-    name=$1
-    shift
-    "$py" "$here/measure.py" --results "$res" --name "$name" --reps 1 \
-        --log "$logs/$name.log" "$@"
-}
+mkdir -p "$out"
 
 echo "full-to-dcp (world size 8), $reps rounds:"
 r=0

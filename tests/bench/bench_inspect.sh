@@ -7,17 +7,11 @@
 # fastest of BENCH_INSPECT_REPS (default 3) runs, peak RSS the largest. Targets (reported, not
 # asserted): < 1 s and < 50 MB.
 set -eu
-if [ $# -ne 3 ]; then
-    echo "usage: $0 FSDPCONV PYTHON BENCH_DIR" >&2
-    exit 2
-fi
-bin=$1
-py=$2
-dir=$3
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh"
+bench_args "$@"
 reps=${BENCH_INSPECT_REPS:-3}
 res="$dir/results.jsonl"
-mkdir -p "$dir/logs"
 echo "inspect:"
 for ext in pt st; do
     case $ext in pt) f="$dir/model/model.pt" ;; st) f="$dir/model/model.safetensors" ;; esac

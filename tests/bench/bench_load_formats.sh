@@ -16,27 +16,14 @@
 #                         (--prefault; information only: the format's own cost)
 # Results are appended to BENCH_DIR/results.jsonl; the outputs are removed at the end.
 set -eu
-if [ $# -ne 3 ]; then
-    echo "usage: $0 FSDPCONV PYTHON BENCH_DIR" >&2
-    exit 2
-fi
-bin=$1
-py=$2
-dir=$3
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh"
+bench_args "$@"
 load_reps=${BENCH_LOAD_REPS:-2}
 res="$dir/results.jsonl"
 pt="$dir/model/model.pt"
 out="$dir/out"
-logs="$dir/logs"
-mkdir -p "$out" "$logs"
-
-m() {
-    name=$1
-    shift
-    "$py" "$here/measure.py" --results "$res" --name "$name" --reps 1 \
-        --log "$logs/$name.log" "$@"
-}
+mkdir -p "$out"
 
 echo "load side in $dir (4 gloo ranks, Shard(0) DTensors), $load_reps rounds:"
 m fsdpconv_ws4 --clean "$out/ws4" -- \

@@ -10,21 +10,15 @@
 #   single_input        fsdpconv full-to-dcp --world-size 8 of model.pt alone (peak RSS baseline)
 # Prints the best wall times, the ratio to the yardstick (target <= 1.10) and both peak RSS.
 set -eu
-if [ $# -ne 3 ]; then
-    echo "usage: $0 FSDPCONV PYTHON BENCH_DIR" >&2
-    exit 2
-fi
-bin=$1
-py=$2
-dir=$3
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh"
+bench_args "$@"
 reps=${BENCH_REPS:-3}
 res="$dir/results_multi.jsonl"
 pt="$dir/model/model.pt"
 extras="$dir/model/extras.safetensors"
 out="$dir/out_multi"
-logs="$dir/logs"
-mkdir -p "$out" "$logs"
+mkdir -p "$out"
 rm -f "$res"
 
 "$py" - "$pt" "$extras" <<'PY'
@@ -39,13 +33,6 @@ copy='^(layers\.\d+)\.mlp\.(.*)$=\1.mlp_moe_gen.\2'
 outbytes=$(du -sb "$out/probe" | cut -f1)
 rm -rf "$out/probe"
 cat "$pt" "$extras" "$pt" | head -c "$outbytes" >"$out/yard.bin"
-
-m() {
-    name=$1
-    shift
-    "$py" "$here/measure.py" --results "$res" --name "$name" --reps 1 \
-        --log "$logs/$name.log" "$@"
-}
 
 echo "two inputs + copies (world size 8), $reps rounds:"
 r=0
