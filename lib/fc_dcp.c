@@ -748,10 +748,10 @@ struct rd {
     size_t npending, pending_first, pending_alloc;
 };
 
-static int rd_window(void *ctx, size_t from, size_t to)
+static int rd_window(void *ctx, size_t from, size_t to, size_t *ready)
 {
     const struct rd *r = ctx;
-    return r->input->window(r->input->ctx, from, to);
+    return r->input->window(r->input->ctx, from, to, ready);
 }
 
 static int rd_err(const struct rd *r, int code, const struct fc_pv *v, const char *fmt, ...)
@@ -1644,14 +1644,15 @@ struct meta_input {
     unsigned char *base;
     size_t len;
     size_t lo, hi; /* data[lo, hi) is read and resident */
+    size_t page;
 };
 
 #define META_READ_AHEAD ((size_t)4 << 20)
 
-static int meta_window(void *ctx, size_t from, size_t to)
+static int meta_window(void *ctx, size_t from, size_t to, size_t *ready)
 {
     struct meta_input *in = ctx;
-    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    const size_t page = in->page;
     if (from < in->lo || from > in->hi) { /* a new pass: start over at from */
         if (in->hi > in->lo)
             madvise(in->base + in->lo, in->hi - in->lo, MADV_DONTNEED);
@@ -1669,13 +1670,14 @@ static int meta_window(void *ctx, size_t from, size_t to)
         FC_TRY(fc_file_pread(in->f, in->base + in->hi, end - in->hi, in->hi));
         in->hi = end;
     }
+    *ready = in->hi;
     return FC_OK;
 }
 
 int fc_dcp_meta_load(struct fc_dcp_meta **out, const char *path)
 {
     struct fc_file f = FC_FILE_INIT;
-    struct meta_input in = {&f, NULL, 0, 0, 0};
+    struct meta_input in = {&f, NULL, 0, 0, 0, (size_t)sysconf(_SC_PAGESIZE)};
     const struct fc_pickle_hooks hooks = {NULL, NULL, meta_window, &in};
     int rc;
     *out = NULL;

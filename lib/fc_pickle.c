@@ -705,8 +705,9 @@ static int fc_vm_window(struct fc_vm *vm, size_t from, size_t to)
 {
     if (vm->hooks == NULL || vm->hooks->window == NULL || to <= vm->window_to)
         return FC_OK;
-    FC_TRY(vm->hooks->window(vm->hooks->ctx, from, to));
-    vm->window_to = to;
+    size_t ready = to;
+    FC_TRY(vm->hooks->window(vm->hooks->ctx, from, to, &ready));
+    vm->window_to = ready > to ? ready : to;
     return FC_OK;
 }
 

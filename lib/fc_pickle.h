@@ -187,17 +187,19 @@ const struct fc_pv *fc_pickle_root(const struct fc_pickle *p);
  * a consumer of dict items alone would still hold 1000 values at a time.)
  *
  * window(), when not NULL, supplies the input: the loader reads data[from,
- * to) only after window(from, to) returned FC_OK, and never reads before
- * `from` again in the same pass (it reads the input twice: a scan of the
- * memo keys, then the run; the second pass starts again at 0).  An input
- * read from a file in pieces keeps only that window in memory.  A negative
- * FC_* code (message set) stops the load.
+ * to) only after window(from, to, &ready) returned FC_OK, and never reads
+ * before `from` again in the same pass (it reads the input twice: a scan of
+ * the memo keys, then the run; the second pass starts again at 0).  The hook
+ * sets *ready to the end of what it made readable (at least `to`; it comes
+ * in as `to`), and the loader calls it again only to read past that, not for
+ * every opcode.  An input read from a file in pieces keeps only that window
+ * in memory.  A negative FC_* code (message set) stops the load.
  */
 struct fc_pickle_hooks {
     int (*dict_item)(void *ctx, const struct fc_pv *dict, const struct fc_pv *key,
                      const struct fc_pv *value);
     int (*built)(void *ctx, const struct fc_pv *object);
-    int (*window)(void *ctx, size_t from, size_t to);
+    int (*window)(void *ctx, size_t from, size_t to, size_t *ready);
     void *ctx;
 };
 

@@ -572,6 +572,55 @@ static void assert_plain_protocol2(const unsigned char *p, size_t len)
     assert_int_equal(i, len - 1);
 }
 
+/*
+ * fc_dcp_meta_load() reads a .metadata file through a 4 MiB window that the
+ * pickle loader moves; one several windows long must give what reading the
+ * same bytes whole gives.
+ */
+static void test_dcp_meta_load_through_the_window_matches_the_whole_read(void **state)
+{
+    (void)state;
+    struct fc_dcp_meta *m = NULL, *whole = NULL, *windowed = NULL;
+    struct fc_buf a = FC_BUF_INIT(BUF_CAP), d = FC_BUF_INIT(1 << 16);
+    size_t e, c;
+    char name[64], path[256];
+    assert_fc_ok(fc_dcp_meta_new(&m));
+    for (int t = 0; t < 100; t++) {
+        const int64_t size[2] = {2000, 8};
+        snprintf(name, sizeof(name), "layers.%d.mlp.weight", t);
+        assert_fc_ok(fc_dcp_meta_add_tensor(m, name, FC_DTYPE_FLOAT32, 2, size, &e));
+        for (int64_t r = 0; r < 1000; r++) {
+            const int64_t off[2] = {r * 2, 0}, sz[2] = {2, 8};
+            char rel[32];
+            snprintf(rel, sizeof(rel), "__%d_0.distcp", (int)r);
+            assert_fc_ok(fc_dcp_meta_add_chunk(m, e, off, sz, &c));
+            assert_fc_ok(fc_dcp_storage_set(m, &m->entries[e].chunks[c].storage, rel,
+                                            (uint64_t)t * 4096, 1024 + (uint64_t)r));
+        }
+    }
+    assert_fc_ok(fc_dcp_meta_write(&a, m));
+    assert_true(a.len > 2 * ((size_t)4 << 20));
+    char *dir = fc_test_tmpdir();
+    assert_non_null(dir);
+    snprintf(path, sizeof(path), "%s/.metadata", dir);
+    assert_fc_ok(fc_write_file_atomic(path, a.data, a.len));
+    assert_fc_ok(fc_dcp_meta_read(&whole, a.data, a.len, "whole"));
+    assert_fc_ok(fc_dcp_meta_load(&windowed, path));
+    const int rc = fc_dcp_meta_diff(&d, whole, windowed);
+    if (rc != 0)
+        print_error("%.*s\n", (int)d.len, (const char *)d.data);
+    assert_int_equal(rc, 0);
+    assert_int_equal(windowed->nentries, 100);
+    assert_int_equal(windowed->entries[99].nchunks, 1000);
+    assert_int_equal(windowed->entries[99].chunks[999].storage.length, 1024 + 999);
+    fc_test_rmdir(dir);
+    fc_dcp_meta_free(m);
+    fc_dcp_meta_free(whole);
+    fc_dcp_meta_free(windowed);
+    fc_buf_release(&a);
+    fc_buf_release(&d);
+}
+
 static void test_dcp_writer_emits_protocol_2_with_allowlisted_globals(void **state)
 {
     (void)state;
@@ -1308,6 +1357,7 @@ int main(void)
         cmocka_unit_test(test_dcp_reads_every_pickle_variant_to_the_same_model),
         cmocka_unit_test(test_dcp_builder_and_rewrite_give_the_same_bytes_for_every_fixture),
         cmocka_unit_test(test_dcp_writer_round_trips_and_is_deterministic),
+        cmocka_unit_test(test_dcp_meta_load_through_the_window_matches_the_whole_read),
         cmocka_unit_test(test_dcp_writer_emits_protocol_2_with_allowlisted_globals),
         cmocka_unit_test(test_dcp_writer_refuses_items_without_storage),
         cmocka_unit_test(test_dcp_builder_rejects_invalid_arguments),
