@@ -58,10 +58,28 @@ struct zip_span {
     size_t idx;
 };
 
+/*
+ * An archive's own structures (end records, central directory, local headers)
+ * and the small records torch writes around its data lie within its first
+ * and last few KiB.  A DCP item is an archive of its own, and a checkpoint may
+ * hold a million of them, so reads there are served from two blocks, each
+ * read once: the tail (which the search for the end record reads anyway) and
+ * the head.  About twenty syscalls an item become two, or one for an item of
+ * at most ZIP_BLOCK bytes.
+ */
+#define ZIP_BLOCK ((size_t)4096)
+
+struct zip_block {
+    unsigned char *data;
+    uint64_t off; /* window-relative */
+    size_t len;
+};
+
 struct fc_zip_reader {
     const struct fc_file *f;
     uint64_t base;
     uint64_t len;
+    struct zip_block head, tail;
     char *what;
     char *prefix;
     char *names; /* every entry name, NUL-terminated, back to back */
@@ -85,13 +103,46 @@ void fc_zip_reader_free(struct fc_zip_reader *zr)
     fc_free(zr->names);
     fc_free(zr->entries);
     fc_free(zr->by_record);
+    fc_free(zr->head.data);
+    fc_free(zr->tail.data);
     fc_free(zr);
+}
+
+/* [off, off+n) of the window from a block already read, or NULL. */
+static const unsigned char *zip_cached(const struct fc_zip_reader *zr, uint64_t off, uint64_t n)
+{
+    const struct zip_block *b[2] = {&zr->head, &zr->tail};
+    for (int i = 0; i < 2; i++)
+        if (b[i]->data != NULL && off >= b[i]->off && off - b[i]->off <= b[i]->len &&
+            n <= b[i]->len - (off - b[i]->off))
+            return b[i]->data + (off - b[i]->off);
+    return NULL;
 }
 
 /* Read [off, off+n) of the window; off and n were checked against the window by the caller. */
 static int zip_pread(const struct fc_zip_reader *zr, void *dst, size_t n, uint64_t off)
 {
+    const unsigned char *c = zip_cached(zr, off, n);
+    if (c != NULL) {
+        memcpy(dst, c, n);
+        return FC_OK;
+    }
     return fc_file_pread(zr->f, dst, n, zr->base + off);
+}
+
+/* fc_file_read_alloc() of [off, off+n) of the window, from a block when it holds it. */
+static int zip_read_alloc(const struct fc_zip_reader *zr, uint64_t off, size_t n, size_t cap,
+                          unsigned char **out)
+{
+    const unsigned char *c = zip_cached(zr, off, n);
+    if (c == NULL || n > cap)
+        return fc_file_read_alloc(zr->f, zr->base + off, n, cap, out);
+    *out = fc_malloc(n + 1);
+    if (*out == NULL)
+        return fc_error_set(FC_ENOMEM, "%s: out of memory reading %zu bytes", zr->what, n);
+    memcpy(*out, c, n);
+    (*out)[n] = '\0';
+    return FC_OK;
 }
 
 /* Whether [off, off+n) lies inside [0, limit). */
@@ -111,7 +162,9 @@ struct zip_eocd {
 static int zip_find_eocd(struct fc_zip_reader *zr, struct zip_eocd *out)
 {
     const uint64_t max_tail = ZIP_EOCD_SIZE + ZIP_MAX_COMMENT + ZIP64_LOC_SIZE;
-    const size_t tail_len = (size_t)(zr->len < max_tail ? zr->len : max_tail);
+    const size_t full_len = (size_t)(zr->len < max_tail ? zr->len : max_tail);
+    /* First the last block (torch's archives have no comment), then all a comment allows. */
+    size_t tail_len = full_len < ZIP_BLOCK ? full_len : ZIP_BLOCK;
     unsigned char *tail = NULL;
     unsigned char head[4] = {0};
     int rc = FC_OK;
@@ -123,25 +176,36 @@ static int zip_find_eocd(struct fc_zip_reader *zr, struct zip_eocd *out)
         return fc_error_set(FC_EFORMAT, "%s: not a ZIP archive (%" PRIu64 " bytes)", zr->what,
                             zr->len);
     }
-    tail = fc_malloc(tail_len);
-    if (tail == NULL)
-        return fc_error_set(FC_ENOMEM, "%s: out of memory", zr->what);
-    FC_TRY_GOTO(zip_pread(zr, tail, tail_len, zr->len - tail_len), rc, done);
-
-    size_t pos = tail_len - ZIP_EOCD_SIZE;
+    size_t pos = 0;
     int found = 0;
     for (;;) {
-        const size_t comment = tail_len - pos - ZIP_EOCD_SIZE;
-        if (comment > ZIP_MAX_COMMENT)
-            break;
-        if (fc_read_le32(tail + pos) == ZIP_EOCD_SIG && fc_read_le16(tail + pos + 20) == comment) {
-            found = 1;
-            break;
+        tail = fc_malloc(tail_len);
+        if (tail == NULL)
+            return fc_error_set(FC_ENOMEM, "%s: out of memory", zr->what);
+        FC_TRY_GOTO(zip_pread(zr, tail, tail_len, zr->len - tail_len), rc, done);
+        pos = tail_len - ZIP_EOCD_SIZE;
+        for (;;) {
+            const size_t comment = tail_len - pos - ZIP_EOCD_SIZE;
+            if (comment > ZIP_MAX_COMMENT)
+                break;
+            if (fc_read_le32(tail + pos) == ZIP_EOCD_SIG &&
+                fc_read_le16(tail + pos + 20) == comment) {
+                found = 1;
+                break;
+            }
+            if (pos == 0)
+                break;
+            pos--;
         }
-        if (pos == 0)
+        if (found || tail_len == full_len)
             break;
-        pos--;
+        fc_free(tail);
+        tail = NULL;
+        tail_len = full_len;
     }
+    /* Kept: the reads below and the central directory mostly fall in it. */
+    zr->tail = (struct zip_block){tail, zr->len - tail_len, tail_len};
+    tail = NULL;
     if (!found) {
         if (zip_pread(zr, head, 4, 0) == FC_OK && fc_read_le32(head) == ZIP_LFH_SIG)
             rc = fc_error_set(FC_ECORRUPT,
@@ -155,7 +219,7 @@ static int zip_find_eocd(struct fc_zip_reader *zr, struct zip_eocd *out)
         goto done;
     }
 
-    const unsigned char *e = tail + pos;
+    const unsigned char *e = zr->tail.data + pos;
     const uint64_t eocd_off = zr->len - tail_len + pos;
     const uint16_t disk = fc_read_le16(e + 4), cd_disk = fc_read_le16(e + 6);
     const uint16_t n_disk = fc_read_le16(e + 8), n_total = fc_read_le16(e + 10);
@@ -264,6 +328,24 @@ done:
     return rc;
 }
 
+/* Read the head block (zip_block): what the tail block does not already hold of it. */
+static int zip_read_head(struct fc_zip_reader *zr)
+{
+    const size_t n = (size_t)(zr->tail.off < ZIP_BLOCK ? zr->tail.off : ZIP_BLOCK);
+    if (n == 0)
+        return FC_OK;
+    unsigned char *h = fc_malloc(n);
+    if (h == NULL)
+        return fc_error_set(FC_ENOMEM, "%s: out of memory", zr->what);
+    const int rc = fc_file_pread(zr->f, h, n, zr->base);
+    if (rc < 0) {
+        fc_free(h);
+        return rc;
+    }
+    zr->head = (struct zip_block){h, 0, n};
+    return FC_OK;
+}
+
 /*
  * Resolve saturated 32-bit fields from the ZIP64 extra (id 1), in the order
  * uncompressed size, compressed size, local header offset.
@@ -335,8 +417,7 @@ static int zip_read_cd(struct fc_zip_reader *zr, const struct zip_eocd *eo)
     size_t pos = 0, names_len = 0;
     int rc = FC_OK;
 
-    FC_TRY_GOTO(fc_file_read_alloc(zr->f, zr->base + eo->cd_off, cd_size, ZIP_CD_CAP, &cd), rc,
-                done);
+    FC_TRY_GOTO(zip_read_alloc(zr, eo->cd_off, cd_size, ZIP_CD_CAP, &cd), rc, done);
     zr->entries = fc_calloc(count, sizeof(*zr->entries));
     spans = fc_calloc(count, sizeof(*spans));
     /* Names take at most cd_size bytes plus one NUL each (count <= cd_size / 46). */
@@ -568,6 +649,7 @@ int fc_zip_reader_open_ex(struct fc_zip_reader **out, const struct fc_file *f, u
         goto done;
     }
     FC_TRY_GOTO(zip_find_eocd(zr, &eo), rc, done);
+    FC_TRY_GOTO(zip_read_head(zr), rc, done);
     FC_TRY_GOTO(zip_read_cd(zr, &eo), rc, done);
     *out = zr;
     zr = NULL;
@@ -621,7 +703,7 @@ int fc_zip_read_record(const struct fc_zip_reader *zr, const struct fc_zip_entry
                             "%s: record '%s' is %" PRIu64 " bytes, more than the "
                             "%zu allowed",
                             zr->what, e->record, e->size, cap);
-    return fc_file_read_alloc(zr->f, e->data_offset, (size_t)e->size, cap, out);
+    return zip_read_alloc(zr, e->data_offset - zr->base, (size_t)e->size, cap, out);
 }
 
 int fc_crc32_file(const struct fc_file *f, uint64_t off, uint64_t n, uint32_t *out)
@@ -657,7 +739,11 @@ int fc_zip_verify_crc(const struct fc_zip_reader *zr, const struct fc_zip_entry 
                             zr->what, e->name, (unsigned)e->method);
     if (e->crc32 == 0)
         return FC_OK; /* saved without CRCs (torch.serialization.set_crc32_options(False)) */
-    FC_TRY(fc_crc32_file(zr->f, e->data_offset, e->size, &crc));
+    const unsigned char *c = zip_cached(zr, e->data_offset - zr->base, e->size);
+    if (c != NULL)
+        crc = fc_crc32(0, c, (size_t)e->size);
+    else
+        FC_TRY(fc_crc32_file(zr->f, e->data_offset, e->size, &crc));
     if (crc != e->crc32)
         return fc_error_set(FC_ECORRUPT,
                             "%s: record '%s': CRC-32 is 0x%08" PRIx32 ", the "

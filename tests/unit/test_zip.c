@@ -643,6 +643,81 @@ static void test_zip_accepts_other_producers_and_comments(void **state)
     free(b);
 }
 
+/*
+ * Reads near the ends of an archive come from the two blocks the reader keeps
+ * (its first and last 4 KiB); the rest from the file.  Records on either side
+ * of a large one, and across a block's edge, read and verify alike, a changed
+ * byte is found wherever it is, and an end-record comment longer than the
+ * tail block sends the search to the whole comment range.
+ */
+static void test_zip_reads_around_its_head_and_tail_blocks(void **state)
+{
+    (void)state;
+    enum { BIG = 20000, EDGE = 4000 };
+    unsigned char *big = malloc(BIG), *edge = malloc(EDGE);
+    assert_non_null(big);
+    assert_non_null(edge);
+    for (size_t i = 0; i < BIG; i++)
+        big[i] = (unsigned char)(i * 7 + 1);
+    for (size_t i = 0; i < EDGE; i++)
+        edge[i] = (unsigned char)(i * 13 + 5);
+    struct fc_zipw_record recs[4] = {
+        {"data.pkl", 5, (const unsigned char *)"head.", 0, 0, 0},
+        {"data/0", BIG, big, 0, 0, 0},
+        {"data/1", EDGE, edge, 0, 0, 0}, /* starts before the tail block, ends in it */
+        {"version", 2, (const unsigned char *)"3\n", 0, 0, 0},
+    };
+    struct fc_buf a = FC_BUF_INIT(1 << 20);
+    uint64_t total = 0;
+    assert_fc_ok(fc_zipw_layout(recs, 4, "archive", &total));
+    assert_fc_ok(fc_zipw_emit(recs, 4, "archive", 0, total, &a));
+    assert_true(total > 3 * 4096);
+    assert_true(total - recs[2].data_offset > 4096); /* data/1 straddles the tail block's start */
+
+    for (int variant = 0; variant < 2; variant++) {
+        struct fc_buf b = FC_BUF_INIT(1 << 20);
+        assert_fc_ok(fc_buf_append(&b, a.data, a.len));
+        if (variant == 1) { /* a 6,000-byte comment: the end record is not in the last 4 KiB */
+            unsigned char pad[6000];
+            memset(pad, 'c', sizeof(pad));
+            assert_fc_ok(fc_buf_append(&b, pad, sizeof(pad)));
+            fc_write_le16(b.data + a.len - 2, (uint16_t)sizeof(pad));
+        }
+        struct fc_file f = FC_FILE_INIT;
+        struct fc_zip_reader *zr = NULL;
+        unsigned char *got = NULL;
+        assert_fc_ok(open_mem(b.data, b.len, &f, &zr));
+        assert_int_equal(fc_zip_count(zr), 4);
+        for (size_t r = 0; r < 4; r++) {
+            const struct fc_zip_entry *e = fc_zip_find(zr, recs[r].record);
+            assert_non_null(e);
+            assert_fc_ok(fc_zip_read_record(zr, e, BIG, &got));
+            assert_memory_equal(got, recs[r].data, recs[r].size);
+            free(got);
+            assert_fc_ok(fc_zip_verify_crc(zr, e));
+        }
+        fc_zip_reader_free(zr);
+        fc_file_close(&f);
+
+        /* One changed byte in each payload: the head block, the file, the tail block. */
+        const size_t at[3] = {(size_t)recs[0].data_offset + 2, (size_t)recs[1].data_offset + BIG / 2,
+                              (size_t)recs[2].data_offset + EDGE - 10};
+        const char *name[3] = {"data.pkl", "data/0", "data/1"};
+        for (int k = 0; k < 3; k++) {
+            b.data[at[k]] ^= 0x20;
+            assert_fc_ok(open_mem(b.data, b.len, &f, &zr));
+            assert_fc_fails(fc_zip_verify_crc(zr, fc_zip_find(zr, name[k])), FC_ECORRUPT, "CRC-32");
+            fc_zip_reader_free(zr);
+            fc_file_close(&f);
+            b.data[at[k]] ^= 0x20;
+        }
+        fc_buf_release(&b);
+    }
+    fc_buf_release(&a);
+    free(big);
+    free(edge);
+}
+
 static void test_zip_rejects_files_that_are_not_zip(void **state)
 {
     (void)state;
@@ -817,6 +892,7 @@ int main(void)
         cmocka_unit_test(test_zip_rejects_saturated_fields_without_zip64_extra),
         cmocka_unit_test(test_zip_rejects_inconsistent_end_records),
         cmocka_unit_test(test_zip_accepts_other_producers_and_comments),
+        cmocka_unit_test(test_zip_reads_around_its_head_and_tail_blocks),
         cmocka_unit_test(test_zip_rejects_files_that_are_not_zip),
         cmocka_unit_test(test_zip_verify_crc_detects_a_changed_payload),
         cmocka_unit_test(test_zip_verify_crc_skips_records_saved_without_one),
