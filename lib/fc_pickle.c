@@ -813,9 +813,12 @@ static int fc_op_decode(struct fc_vm *vm, unsigned op, size_t op_off, size_t *po
 /* The VM's read of the current opcode's argument into vm->arg: a short input is an error. */
 static int fc_vm_decode_arg(struct fc_vm *vm)
 {
+    const int rc = fc_op_decode(vm, vm->op, (size_t)vm->op_off, &vm->pos, &vm->arg);
+    if (rc <= 0)
+        return rc; /* FC_OK, or the window hook's error */
+    /* Only for the message: a failed decode left vm->pos at the argument. */
     const size_t left = vm->len - vm->pos;
     const size_t w = fc_op_width(fc_ops[vm->op].arg);
-    const int rc = fc_op_decode(vm, vm->op, (size_t)vm->op_off, &vm->pos, &vm->arg);
     switch (rc) {
     case OP_SHORT_FIXED:
         return fc_vm_err(vm, FC_ECORRUPT, "truncated pickle: %s needs %zu bytes, %zu left",
@@ -826,9 +829,8 @@ static int fc_vm_decode_arg(struct fc_vm *vm)
     case OP_SHORT_LINE:
         return fc_vm_err(vm, FC_ECORRUPT, "truncated pickle: %s argument has no newline",
                          fc_vm_opname(vm));
-    case OP_SHORT_NEGATIVE:
+    default: /* OP_SHORT_NEGATIVE */
         return fc_vm_err(vm, FC_ECORRUPT, "%s with a negative length", fc_vm_opname(vm));
-    default: return rc; /* FC_OK, or the window hook's error */
     }
 }
 
