@@ -234,7 +234,11 @@ int fc_diff(const struct fc_diff_opts *o, struct fc_diff_result *res)
     while (i < na || j < nb) {
         const int c = i == na ? 1 : j == nb ? -1 : strcmp(ka[i].key, kb[j].key);
         const char *key = c <= 0 ? ka[i].key : kb[j].key;
-        const int wanted = re == NULL || fc_regex_search(re, key) == 1;
+        const int wanted = re == NULL ? 1 : fc_regex_search(re, key);
+        if (wanted < 0) {
+            rc = wanted;
+            goto done;
+        }
         if (c < 0) {
             if (wanted)
                 FC_TRY_GOTO(fc_diff_add(res, key, FC_DIFF_ONLY_A, "only in A", 0, 0, NAN), rc,

@@ -15,6 +15,7 @@
 #include "fc_dcp.h"
 #include "fc_error.h"
 #include "fc_io.h"
+#include "fc_strmap.h"
 #include "fc_torchsave.h"
 #include "plan.h"
 #include "st_sink.h"
@@ -186,12 +187,15 @@ static int fc_open_inputs(const struct fc_full_to_dcp_opts *o, struct fc_job *j)
 }
 
 /*
- * The parameter FQN inside an optimizer state key of the layouts
+ * The key of the parameter an optimizer state key belongs to, in the layouts
  * get_state_dict gives (checkpoints read back by reshard):
- * "[app.]optim.state.<fqn>.<name>" or "optimizer.state.<fqn>.<name>", as a
- * new string in *out; NULL when `key` is not one.
+ * "[P.]optim.state.<fqn>.<name>" or "[P.]optimizer.state.<fqn>.<name>".  Its
+ * parameter is "[P.]model.<fqn>" where the checkpoint has that key (torch's
+ * {"model", "optim"} dict, torchtitan, the tutorial's AppState), so tp rules
+ * see the same key for a parameter and its state; else the bare <fqn>.  A new
+ * string in *out; NULL when `key` is no optimizer state key.
  */
-static int fc_tp_state_param(const char *key, char **out)
+static int fc_tp_state_param(const char *key, const struct fc_strmap *keys, char **out)
 {
     static const char *const marks[] = {"optim.state.", "optimizer.state."};
     *out = NULL;
@@ -203,8 +207,19 @@ static int fc_tp_state_param(const char *key, char **out)
         const char *dot = strrchr(fqn, '.');
         if (dot == NULL || dot == fqn)
             return FC_OK;
-        *out = fc_strndup(fqn, (size_t)(dot - fqn));
-        return *out == NULL ? fc_error_set(FC_ENOMEM, "out of memory") : FC_OK;
+        const size_t np = (size_t)(at - key), nf = (size_t)(dot - fqn);
+        char *param = fc_malloc(np + 6 + nf + 1);
+        if (param == NULL)
+            return fc_error_set(FC_ENOMEM, "out of memory");
+        memcpy(param, key, np);
+        memcpy(param + np, "model.", 6);
+        memcpy(param + np + 6, fqn, nf);
+        param[np + 6 + nf] = '\0';
+        size_t unused;
+        if (!fc_strmap_get(keys, param, &unused))
+            memmove(param, param + np + 6, nf + 1);
+        *out = param;
+        return FC_OK;
     }
     return FC_OK;
 }
@@ -218,6 +233,7 @@ static int fc_tp_dims(const struct fc_full_to_dcp_opts *o, const struct fc_xform
                       int **out)
 {
     struct fc_tp_plan tp = FC_TP_PLAN_INIT;
+    struct fc_strmap keys = FC_STRMAP_INIT;
     int rc = FC_OK;
     *out = NULL;
     if (o->tp <= 1) {
@@ -236,6 +252,11 @@ static int fc_tp_dims(const struct fc_full_to_dcp_opts *o, const struct fc_xform
         goto done;
     }
     *out = dims;
+    for (size_t i = 0; i < xr->n; i++)
+        if (fc_strmap_put(&keys, xr->specs[i].key, i, NULL) < 0) {
+            rc = fc_error_set(FC_ENOMEM, "out of memory");
+            goto done;
+        }
     for (size_t i = 0; i < xr->n; i++) {
         const struct fc_xspec *s = &xr->specs[i];
         const struct fc_xspec *ps = s->param_of >= 0 ? &xr->specs[s->param_of] : s;
@@ -244,7 +265,7 @@ static int fc_tp_dims(const struct fc_full_to_dcp_opts *o, const struct fc_xform
             continue;
         char *fqn = NULL;
         if (ps == s)
-            FC_TRY_GOTO(fc_tp_state_param(s->key, &fqn), rc, done);
+            FC_TRY_GOTO(fc_tp_state_param(s->key, &keys, &fqn), rc, done);
         /* 0-d optimizer state (step) is stored whole */
         if (s->ndim > 0 || (ps == s && fqn == NULL))
             rc = fc_tp_plan_dim(&tp, fqn != NULL ? fqn : ps->key, s->ndim, &dims[i]);
@@ -259,7 +280,9 @@ static int fc_tp_dims(const struct fc_full_to_dcp_opts *o, const struct fc_xform
             goto done;
         }
     }
+    rc = fc_tp_plan_check_used(&tp);
 done:
+    fc_strmap_release(&keys);
     fc_tp_plan_release(&tp);
     return rc;
 }

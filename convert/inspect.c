@@ -258,7 +258,12 @@ static int fc_inspect_dcp(const struct fc_inspect_opts *opts, struct fc_inspect_
     }
     for (size_t i = 0; i < r->dcp->nentries; i++) {
         const struct fc_dcp_entry *e = &r->dcp->entries[i];
-        if (re != NULL && fc_regex_search(re, e->fqn) != 1)
+        const int wanted = re == NULL ? 1 : fc_regex_search(re, e->fqn);
+        if (wanted < 0) {
+            rc = wanted;
+            goto done;
+        }
+        if (wanted == 0)
             continue;
         if (r->src != NULL && e->kind == FC_DCP_TENSOR) {
             /* Reading every element also proves the chunks tile the tensor. */
@@ -314,7 +319,12 @@ int fc_inspect(const struct fc_inspect_opts *opts, struct fc_inspect_result *r)
     }
     for (size_t i = 0; i < r->src->nentries; i++) {
         const struct fc_entry *e = &r->src->entries[i];
-        if (re != NULL && fc_regex_search(re, e->key) != 1)
+        const int wanted = re == NULL ? 1 : fc_regex_search(re, e->key);
+        if (wanted < 0) {
+            rc = wanted;
+            goto done;
+        }
+        if (wanted == 0)
             continue;
         if (opts->checksum && e->kind == FC_ENTRY_TENSOR)
             FC_TRY_GOTO(fc_tensor_sha256(r->src, e, r->sha256[r->nselected]), rc, done);

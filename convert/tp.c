@@ -1,3 +1,9 @@
+/*
+ * tp.c - the tensor-parallel plan (--tp, --tp-plan): rules parsed from the
+ * command line or a plan file, matched with the one regex engine of every key
+ * option (fc_regex, PCRE2 under its limits), so "\d+" and "(?:...)" mean what
+ * they mean in Python's re.
+ */
 #include "tp.h"
 
 #include <errno.h>
@@ -8,6 +14,7 @@
 #include "fc_alloc.h"
 #include "fc_error.h"
 #include "fc_io.h"
+#include "fc_regex.h"
 
 #define FC_TP_FILE_CAP ((size_t)1 << 20)
 
@@ -53,13 +60,10 @@ static int fc_tp__add(struct fc_tp_plan *p, const char *pattern, size_t plen, co
     p->rules = a;
     struct fc_tp_rule *r = &a[p->n];
     memset(r, 0, sizeof(*r));
-    if (regcomp(&r->re, pat, REG_EXTENDED | REG_NOSUB) != 0) {
-        rc = fc_error_set(FC_EINVAL, "%s: tp rule '%s': invalid regular expression", where, pat);
-        goto fail;
-    }
+    FC_TRY_GOTO(fc_regex_compile(&r->re, pat, where), rc, fail);
     r->where = fc_strdup(where);
     if (r->where == NULL) {
-        regfree(&r->re);
+        fc_regex_free(r->re);
         rc = fc_error_set(FC_ENOMEM, "out of memory");
         goto fail;
     }
@@ -102,7 +106,7 @@ int fc_tp_plan_load(struct fc_tp_plan *p, const char *path)
 void fc_tp_plan_release(struct fc_tp_plan *p)
 {
     for (size_t i = 0; i < p->n; i++) {
-        regfree(&p->rules[i].re);
+        fc_regex_free(p->rules[i].re);
         fc_free(p->rules[i].pattern);
         fc_free(p->rules[i].where);
     }
@@ -111,13 +115,16 @@ void fc_tp_plan_release(struct fc_tp_plan *p)
     p->n = 0;
 }
 
-int fc_tp_plan_dim(const struct fc_tp_plan *p, const char *key, int ndim, int *dim_out)
+int fc_tp_plan_dim(struct fc_tp_plan *p, const char *key, int ndim, int *dim_out)
 {
     const struct fc_tp_rule *first = NULL;
     for (size_t i = 0; i < p->n; i++) {
-        const struct fc_tp_rule *r = &p->rules[i];
-        if (regexec(&r->re, key, 0, NULL, 0) != 0)
+        struct fc_tp_rule *r = &p->rules[i];
+        const int m = fc_regex_search(r->re, key);
+        FC_TRY(m);
+        if (m == 0)
             continue;
+        r->hits++;
         if (r->dim >= ndim)
             return fc_error_set(FC_EINVAL,
                                 "%s: tp rule '%s' shards dim %d of '%s', which has %d dims",
@@ -133,5 +140,14 @@ int fc_tp_plan_dim(const struct fc_tp_plan *p, const char *key, int ndim, int *d
         first = first != NULL ? first : r;
     }
     *dim_out = first != NULL ? first->dim : -1;
+    return FC_OK;
+}
+
+int fc_tp_plan_check_used(const struct fc_tp_plan *p)
+{
+    for (size_t i = 0; i < p->n; i++)
+        if (p->rules[i].hits == 0)
+            return fc_error_set(FC_EINVAL, "%s: tp rule '%s' matches no key", p->rules[i].where,
+                                p->rules[i].pattern);
     return FC_OK;
 }

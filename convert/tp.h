@@ -4,11 +4,13 @@
  *
  * A plan is a list of rules "REGEX=DIM" (--tp) or "REGEX DIM" lines of a
  * file (--tp-plan; '#' starts a comment, blank lines are ignored).  REGEX is
- * a POSIX extended regular expression searched in the key (anchor it with ^
- * and $ to match whole keys); DIM is a tensor dim (0, 1, ...) or
- * "replicate".  A key no rule matches is replicated over tp.  Every rule
- * matching a key must say the same DIM, and DIM must be a dim of the tensor;
- * otherwise the key is refused with a message naming the rule(s) and the key.
+ * a regular expression as every key option takes it (fc_regex.h: PCRE2, like
+ * Python's re.search; anchor it with ^ and $ to match whole keys); DIM is a
+ * tensor dim (0, 1, ...) or "replicate".  A key no rule matches is replicated
+ * over tp.  Every rule matching a key must say the same DIM, and DIM must be a
+ * dim of the tensor; otherwise the key is refused with a message naming the
+ * rule(s) and the key.  A rule that matches no key at all is an error
+ * (fc_tp_plan_check_used()): a typo must not silently replicate a tensor.
  *
  * How torch's parallel styles map to dims (torch.distributed.tensor.parallel):
  * ColwiseParallel shards nn.Linear's weight [out, in] and bias on dim 0 and
@@ -16,20 +18,22 @@
  * nn.Linear's weight on dim 1 (its bias is replicated) and nn.Embedding's
  * weight on dim 0; SequenceParallel leaves norm weights replicated.
  *
- * Ownership: a plan owns its rules (fc_tp_plan_release()).  Lookups are
- * read-only and may run on several threads.
+ * Ownership: a plan owns its rules (fc_tp_plan_release()).  Lookups count
+ * each rule's hits, so a plan is used by one thread.
  */
 #ifndef FC_TP_H
 #define FC_TP_H
 
-#include <regex.h>
 #include <stddef.h>
+
+struct fc_regex;
 
 struct fc_tp_rule {
     char *pattern;
     char *where; /* "--tp" or "FILE:LINE", for messages */
     int dim;     /* -1: replicate */
-    regex_t re;
+    size_t hits; /* keys matched so far */
+    struct fc_regex *re;
 };
 
 struct fc_tp_plan {
@@ -61,10 +65,14 @@ void fc_tp_plan_release(struct fc_tp_plan *p);
 
 /*
  * fc_tp_plan_dim() - the tp dim of `key`, a tensor of ndim dims, into *dim_out
- * (-1: replicated over tp).  Returns FC_OK, or FC_EINVAL when two matching
- * rules disagree or a matching rule's DIM is >= ndim (the message names the
- * rule(s) and the key).
+ * (-1: replicated over tp), counting the hits of the rules that match.
+ * Returns FC_OK, or FC_EINVAL when two matching rules disagree, a matching
+ * rule's DIM is >= ndim (the message names the rule(s) and the key) or a
+ * pattern hits a regex limit.
  */
-int fc_tp_plan_dim(const struct fc_tp_plan *p, const char *key, int ndim, int *dim_out);
+int fc_tp_plan_dim(struct fc_tp_plan *p, const char *key, int ndim, int *dim_out);
+
+/* fc_tp_plan_check_used() - FC_EINVAL naming the first rule that matched no key. */
+int fc_tp_plan_check_used(const struct fc_tp_plan *p);
 
 #endif

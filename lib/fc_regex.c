@@ -14,30 +14,67 @@
 
 #define FC_REGEX_OUT_CAP ((size_t)1 << 20)
 
+/*
+ * Limits, so that no pattern in a rule file or option can hang or exhaust
+ * memory (keys are a few hundred bytes; sane patterns stay far below these):
+ * the pattern's length, its compiled size, and per match PCRE2's backtracking
+ * step count, its backtracking depth and its heap (KiB).
+ */
+#define FC_REGEX_PATTERN_MAX    ((size_t)8192)
+#define FC_REGEX_CODE_MAX       ((size_t)1 << 20)
+#define FC_REGEX_MATCH_LIMIT    1000000u
+#define FC_REGEX_DEPTH_LIMIT    100000u
+#define FC_REGEX_HEAP_LIMIT_KIB 65536u
+
 struct fc_regex {
     pcre2_code *code;
+    pcre2_match_context *mctx;
     uint32_t ngroups;
+    char *pattern; /* for messages */
+    char *where;   /* the rule: "--tp", "rules.txt:3" */
 };
+
+static int fc_regex_compile_error(const char *pattern, const char *where, int err, size_t at)
+{
+    PCRE2_UCHAR msg[256];
+    pcre2_get_error_message(err, msg, sizeof(msg));
+    return fc_error_set(FC_EINVAL, "%s: invalid regular expression '%s': %s at offset %zu", where,
+                        pattern, (const char *)msg, at);
+}
 
 int fc_regex_compile(struct fc_regex **out, const char *pattern, const char *where)
 {
     int err;
     PCRE2_SIZE at;
     *out = NULL;
-    pcre2_code *code =
-        pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF, &err, &at, NULL);
-    if (code == NULL) {
-        PCRE2_UCHAR msg[256];
-        pcre2_get_error_message(err, msg, sizeof(msg));
-        return fc_error_set(FC_EINVAL, "%s: invalid regular expression '%s': %s at offset %zu",
-                            where, pattern, (const char *)msg, (size_t)at);
+    const size_t len = strlen(pattern);
+    if (len > FC_REGEX_PATTERN_MAX)
+        return fc_error_set(FC_EINVAL,
+                            "%s: regular expression of %zu bytes is longer than the %zu allowed",
+                            where, len, FC_REGEX_PATTERN_MAX);
+    pcre2_code *code = pcre2_compile((PCRE2_SPTR)pattern, len, PCRE2_UTF, &err, &at, NULL);
+    if (code == NULL)
+        return fc_regex_compile_error(pattern, where, err, (size_t)at);
+    size_t size = 0;
+    (void)pcre2_pattern_info(code, PCRE2_INFO_SIZE, &size);
+    if (size > FC_REGEX_CODE_MAX) {
+        pcre2_code_free(code);
+        return fc_error_set(FC_EINVAL,
+                            "%s: regular expression '%s' compiles to %zu bytes, over the %zu "
+                            "allowed",
+                            where, pattern, size, FC_REGEX_CODE_MAX);
     }
     struct fc_regex *re = fc_calloc(1, sizeof(*re));
-    if (re == NULL) {
+    if (re == NULL || (re->mctx = pcre2_match_context_create(NULL)) == NULL ||
+        (re->pattern = fc_strdup(pattern)) == NULL || (re->where = fc_strdup(where)) == NULL) {
         pcre2_code_free(code);
+        fc_regex_free(re);
         return fc_error_set(FC_ENOMEM, "out of memory");
     }
     re->code = code;
+    pcre2_set_match_limit(re->mctx, FC_REGEX_MATCH_LIMIT);
+    pcre2_set_depth_limit(re->mctx, FC_REGEX_DEPTH_LIMIT);
+    pcre2_set_heap_limit(re->mctx, FC_REGEX_HEAP_LIMIT_KIB);
     (void)pcre2_pattern_info(code, PCRE2_INFO_CAPTURECOUNT, &re->ngroups);
     *out = re;
     return FC_OK;
@@ -48,6 +85,9 @@ void fc_regex_free(struct fc_regex *re)
     if (re == NULL)
         return;
     pcre2_code_free(re->code);
+    pcre2_match_context_free(re->mctx);
+    fc_free(re->pattern);
+    fc_free(re->where);
     fc_free(re);
 }
 
@@ -57,16 +97,18 @@ static int fc_regex_exec(const struct fc_regex *re, const char *s, pcre2_match_d
     *md = pcre2_match_data_create_from_pattern(re->code, NULL);
     if (*md == NULL)
         return fc_error_set(FC_ENOMEM, "out of memory");
-    const int rc = pcre2_match(re->code, (PCRE2_SPTR)s, strlen(s), 0, 0, *md, NULL);
+    const int rc = pcre2_match(re->code, (PCRE2_SPTR)s, strlen(s), 0, 0, *md, re->mctx);
     if (rc == PCRE2_ERROR_NOMATCH)
         return 0;
-    if (rc < 0) {
-        PCRE2_UCHAR msg[256];
-        pcre2_get_error_message(rc, msg, sizeof(msg));
-        return fc_error_set(FC_EINVAL, "regular expression failed on '%s': %s", s,
-                            (const char *)msg);
-    }
-    return 1;
+    if (rc >= 0)
+        return 1;
+    PCRE2_UCHAR msg[256];
+    pcre2_get_error_message(rc, msg, sizeof(msg));
+    const int limit =
+        rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT || rc == PCRE2_ERROR_HEAPLIMIT;
+    return fc_error_set(FC_EINVAL, "%s: regular expression '%s' on key '%s': %s%s", re->where,
+                        re->pattern, s, (const char *)msg,
+                        limit ? " (the pattern backtracks too much; simplify it)" : "");
 }
 
 int fc_regex_search(const struct fc_regex *re, const char *s)

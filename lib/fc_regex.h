@@ -8,6 +8,12 @@
  * Replacements expand \0..\9 (group text; an unset group is empty),
  * \g<name> and \g<N> (named or numbered group) and \\ (a backslash); any other
  * byte is literal.  Only the first match is replaced (re.sub with count=1).
+ *
+ * Every pattern runs under limits (fc_regex.c: pattern length, compiled size,
+ * and per match PCRE2's step, depth and heap limits), so a rule can neither
+ * hang nor exhaust memory; a match that hits one fails with FC_EINVAL and a
+ * message naming the rule ("<where>: regular expression '<p>' on key '<k>':
+ * match limit exceeded ...").
  */
 #ifndef FC_REGEX_H
 #define FC_REGEX_H
@@ -24,7 +30,10 @@ struct fc_regex; /* opaque; compiled once, then read-only (safe to share between
 int fc_regex_compile(struct fc_regex **out, const char *pattern, const char *where);
 void fc_regex_free(struct fc_regex *re); /* accepts NULL */
 
-/* fc_regex_search() - 1 when re matches somewhere in s, 0 when not, or a negative fc_err. */
+/*
+ * fc_regex_search() - 1 when re matches somewhere in s, 0 when not, or a
+ * negative fc_err (a limit hit, or s is not UTF-8) whose message names the rule.
+ */
 int fc_regex_search(const struct fc_regex *re, const char *s);
 
 /*

@@ -21,6 +21,7 @@ For dp=2 x tp=2, dp=3 x tp=2 and replicate=2 x shard=2 x tp=2, a tiny Llama-like
 
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -32,15 +33,18 @@ import common  # noqa: E402
 from common import Report, run_fsdpconv  # noqa: E402
 import tp_worker  # noqa: E402
 
-TP_PLAN = r"""# torchtitan's Llama plan as fsdpconv rules (REGEX DIM)
-tok_embeddings\.weight$          0   # RowwiseParallel on nn.Embedding: Shard(0)
-pos_embeddings\.weight$          1   # ColwiseParallel on nn.Embedding: Shard(1)
-attention\.w[qkv]\.(weight|bias)$ 0  # ColwiseParallel on nn.Linear: weight and bias Shard(0)
-attention\.wo\.weight$           1   # RowwiseParallel on nn.Linear: Shard(1), bias replicated
-feed_forward\.w[13]\.weight$     0
-feed_forward\.w2\.weight$        1
-(^|\.)output\.weight$          0
-"""
+
+def readme_tp_plan():
+    """The README's torchtitan Llama plan, exactly as printed (rules with \\d+ and (?:...))."""
+    with open(os.path.join(common.ROOT, "README.md")) as f:
+        m = re.search(r"<!-- tp-plan: llama -->\n```text\n(.*?)```", f.read(), re.S)
+    if m is None:
+        raise SystemExit("README.md lacks the tp-plan: llama block")
+    return m.group(1)
+
+
+# The README's plan, plus the one module torchtitan's Llama lacks and tp_worker's model has.
+TP_PLAN = readme_tp_plan() + "^pos_embeddings\\.weight$   1  # ColwiseParallel (nn.Embedding)\n"
 
 CASES = [
     # mesh (torch order), --mesh, model: uneven vocab / rows / cols, empty shards
@@ -126,9 +130,16 @@ def placements_seen(ranks):
     return sorted({b[2] for res in ranks for b in res.get("boxes", {}).values()})
 
 
-def check_optimizer(rep, label, job, plan, world):
-    """torch's TP save of model + AdamW state: reads bit-exactly, reshards to FSDP-only and back."""
+def check_optimizer(rep, label, job, world):
+    """torch's TP save of model + AdamW state: reads bit-exactly, reshards to FSDP-only and back.
+
+    Its keys are get_state_dict's ("model.<fqn>", "optim.state.<fqn>.exp_avg"), so the plan is
+    the README's anchored at "model." as the README says; state follows its parameter's key.
+    """
     d = job["result_dir"]
+    plan = os.path.join(d, "plan_model.txt")
+    with open(plan, "w") as f:
+        f.write(TP_PLAN.replace("^", "^model\\."))
     flat, back = os.path.join(d, "optim_flat"), os.path.join(d, "optim_back")
     problems = []
     for args in [("diff", job["optim_full"], job["optim_dir"]),
@@ -194,7 +205,7 @@ def run_case(rep, tmp, mesh, mesh_arg, cfg, with_optim):
     rep.case(label + ": torch's TP checkpoint -> FSDP-only -> back, and exported, bit-exact",
              problems)
     if with_optim:
-        check_optimizer(rep, label, job, plan, world)
+        check_optimizer(rep, label, job, world)
 
 
 def check_refusals(rep, tmp):
