@@ -515,6 +515,7 @@ int fc_dcp_to_full(const struct fc_dcp_to_full_opts *opts, struct fc_dcp_to_full
         return fc_error_set(FC_EINVAL, "--max-shard-size applies to safetensors output only");
     FC_TRY(fc_stage_begin(&out, opts->output, is_dir_out, opts->force, fc_cancel_requested));
     tmp = out.path;
+    fc_cancel_staged(is_dir_out ? out.path : NULL);
     FC_TRY_GOTO(fc_source_open(&src, opts->input), rc, done);
     for (size_t i = 0; i < opts->nrules; i++) {
         char where[64];
@@ -539,6 +540,7 @@ int fc_dcp_to_full(const struct fc_dcp_to_full_opts *opts, struct fc_dcp_to_full
             res->nvalues_dropped++;
         }
     }
+    fc_cancel_polled(); /* the output file (or shard files) appear from here on */
     if (fmt == FC_EXPORT_TORCH) {
         FC_TRY_GOTO(fc_write_torchsave(src, &xr, tmp, opts->output, opts->max_memory, &slabs, &o,
                                        &res->ntensors),
@@ -595,6 +597,7 @@ int fc_dcp_to_full(const struct fc_dcp_to_full_opts *opts, struct fc_dcp_to_full
     FC_TRY_GOTO(fc_stage_commit(&out), rc, done);
     res->bytes_written = o.total;
 done:
+    fc_cancel_staged(NULL);
     fc_stage_release(&out);
     fc_free(idx);
     fc_free(shard_of);

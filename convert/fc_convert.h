@@ -16,12 +16,18 @@
 /* ---- interruption ---- */
 
 /*
- * fc_request_cancel() - ask running conversions to stop (safe in a signal
- * handler).  They fail at the next slab with "interrupted" (FC_ERROR) and
- * remove their partial output like any other failure.
+ * fc_request_cancel() - what a signal asks (safe in a signal handler).
+ * Before fc_cancel_polled(): remove the staging directory registered with
+ * fc_cancel_staged() (empty until writing starts), print "interrupted" and
+ * exit 1 at once, since parsing and planning poll nothing.  After it: set the
+ * flag fc_cancel_requested() reads; conversions fail at the next slab with
+ * "interrupted" (FC_ERROR) and remove their partial output like any other
+ * failure.
  */
 void fc_request_cancel(void);
 int fc_cancel_requested(void);
+void fc_cancel_staged(const char *dir); /* the empty staging dir, or NULL for none */
+void fc_cancel_polled(void);            /* called just before the first byte is written */
 
 /* ---- inspect ---- */
 

@@ -439,8 +439,10 @@ int fc_full_to_dcp(const struct fc_full_to_dcp_opts *o, struct fc_full_to_dcp_re
     /* --engine cuda without a usable GPU fails before anything is read or written. */
     FC_TRY(fc_engine_resolve((fc_engine)o->engine, &engine));
     /* The output is checked (and its partial made) before any input is read. */
-    if (!o->dry_run)
+    if (!o->dry_run) {
         FC_TRY_GOTO(fc_stage_begin(&j.out, o->output, 1, o->force, fc_cancel_requested), rc, done);
+        fc_cancel_staged(j.out.path);
+    }
     FC_TRY_GOTO(fc_plan_job(o, &j), rc, done);
     FC_TRY_GOTO(fc_copy_notes(&j.xr, res), rc, done);
     res->nfiles = j.plan->nfiles;
@@ -496,6 +498,7 @@ int fc_full_to_dcp(const struct fc_full_to_dcp_opts *o, struct fc_full_to_dcp_re
         .file_head = j.st.heads,
         .raw_items = o->format == FC_OUT_SAFETENSORS,
     };
+    fc_cancel_polled(); /* files appear in the staging dir from here on */
     FC_TRY_GOTO(fc_exec_run(&ex), rc, done);
     /* Every worker has fsynced its files before .metadata makes the checkpoint exist. */
     if (o->comm != NULL)
@@ -511,5 +514,6 @@ done:
     if (rc < 0)
         fc_full_to_dcp_result_release(res);
     fc_job_release(&j);
+    fc_cancel_staged(NULL);
     return rc;
 }

@@ -194,7 +194,34 @@ struct fc_pipe {
     struct fc_xform_result *out;
     struct fc_gone *gone;
     size_t ngone;
+    size_t max_keys; /* fc_xform_key_cap() of the inputs */
 };
+
+/*
+ * The most keys the rules may make: FC_XFORM_KEYS_PER_INPUT_KEY times the
+ * inputs' keys, at least FC_XFORM_MIN_KEY_CAP.  Real pipelines (EMA and MoT
+ * copies, ties) multiply keys by 2-4; doubling --copy rules grow
+ * exponentially and would take minutes and gigabytes before failing.
+ */
+static size_t fc_xform_key_cap(size_t input_keys)
+{
+    if (input_keys > SIZE_MAX / FC_XFORM_KEYS_PER_INPUT_KEY)
+        return SIZE_MAX;
+    const size_t cap = input_keys * FC_XFORM_KEYS_PER_INPUT_KEY;
+    return cap < FC_XFORM_MIN_KEY_CAP ? FC_XFORM_MIN_KEY_CAP : cap;
+}
+
+/* FC_EINVAL naming the rule when one more key would pass the cap. */
+static int fc_pipe_room(const struct fc_pipe *p, const struct fc_rule *rule)
+{
+    if (p->out->n < p->max_keys)
+        return FC_OK;
+    return fc_error_set(FC_EINVAL,
+                        "%s: the rules would make more than %zu keys (at most %d times the "
+                        "input's keys, or %d)",
+                        rule->label, p->max_keys, FC_XFORM_KEYS_PER_INPUT_KEY,
+                        FC_XFORM_MIN_KEY_CAP);
+}
 
 static int fc_pipe_gone(struct fc_pipe *p, const char *key, const struct fc_rule *rule)
 {
@@ -512,6 +539,11 @@ static int fc_step_copy(struct fc_pipe *p, const struct fc_rule *rule)
             continue;
         }
         size_t d;
+        rc = fc_pipe_room(p, rule);
+        if (rc < 0) {
+            fc_free(nk);
+            continue;
+        }
         rc = fc_xform_push(out, &d);
         if (rc == FC_OK)
             rc = fc_xspec_dup(&out->specs[d], &out->specs[i]);
@@ -772,14 +804,18 @@ int fc_xform_apply_inputs(const struct fc_xform_input *in, size_t nin,
                           const struct fc_xform_rules *r, struct fc_xform_result *out)
 {
     struct fc_strmap owner = FC_STRMAP_INIT;
-    struct fc_pipe p = {out, NULL, 0};
+    struct fc_pipe p = {out, NULL, 0, 0};
     int rc = FC_OK;
     memset(out, 0, sizeof(*out));
     for (size_t i = 0; i < nin && rc == FC_OK; i++)
         rc = fc_add_input(out, &in[i], i, &owner, in);
     fc_strmap_release(&owner); /* keys change from here on */
-    for (size_t i = 0; i < r->n && rc == FC_OK; i++)
+    p.max_keys = fc_xform_key_cap(out->n);
+    for (size_t i = 0; i < r->n && rc == FC_OK; i++) {
         rc = fc_step(&p, &r->v[i]);
+        if (rc == FC_OK && out->n > p.max_keys)
+            rc = fc_pipe_room(&p, &r->v[i]);
+    }
     if (rc == FC_OK)
         fc_auto_alias(out);
     for (size_t i = 0; i < p.ngone; i++)

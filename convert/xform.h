@@ -9,7 +9,8 @@
  * the executor runs while streaming.
  *
  * A rule that matches nothing, names a key that is not there (the message
- * says which earlier rule renamed it away), or would make two keys equal is
+ * says which earlier rule renamed it away), would make two keys equal, more
+ * keys than the cap below or a key over 64 KiB (fc_regex.c) is
  * FC_EINVAL (the CLI exits 2); the message starts with the rule's label
  * ("--rename '^a=b'" or "rules.txt:3") and names the key.
  *
@@ -32,6 +33,14 @@
 
 /* Ops on one tensor at most (a resize, a conv2d, casts); more is a rules error. */
 #define FC_XFORM_MAX_OPS 8
+
+/*
+ * The rules may make at most FC_XFORM_KEYS_PER_INPUT_KEY times the inputs'
+ * keys, or FC_XFORM_MIN_KEY_CAP where that is more; a rule passing the cap is
+ * FC_EINVAL naming it (doubling --copy rules would otherwise grow without end).
+ */
+#define FC_XFORM_KEYS_PER_INPUT_KEY 8
+#define FC_XFORM_MIN_KEY_CAP        1000000
 
 enum fc_rule_kind {
     FC_RULE_SELECT,         /* PREFIX: keep PREFIX.* and strip it */
@@ -81,13 +90,16 @@ int fc_xform_rules_add(struct fc_xform_rules *r, const char *op, const char *arg
 /*
  * fc_xform_rules_load() - append the rules of a file: one "op arg" per line,
  * '#' starts a comment, blank lines ignored ("rename ^module\.(.*)$=\1").
- * Returns fc_xform_rules_add()'s codes plus FC_ENOENT/FC_EIO.
+ * Returns fc_xform_rules_add()'s codes plus FC_ENOENT/FC_EIO, and FC_EINVAL
+ * for a NUL byte in the file.
  */
 int fc_xform_rules_load(struct fc_xform_rules *r, const char *path);
 
-/* fc_xform_rules_parse() - the same on NUL-terminated text (modified in place); `name` for
- * messages. */
-int fc_xform_rules_parse(struct fc_xform_rules *r, char *text, const char *name);
+/*
+ * fc_xform_rules_parse() - the same on text[0, size), text[size] == '\0' (modified in
+ * place); `name` for messages.  A NUL inside the text is FC_EINVAL naming its line.
+ */
+int fc_xform_rules_parse(struct fc_xform_rules *r, char *text, size_t size, const char *name);
 void fc_xform_rules_release(struct fc_xform_rules *r);
 
 /* fc_xform_rules_describe() - the pipeline as parsed, one "rule N  op arg  (origin)" line each. */

@@ -169,61 +169,27 @@ int fc_xform_rules_add(struct fc_xform_rules *r, const char *op, const char *arg
     return FC_OK;
 }
 
-/* Trim blanks at both ends of line (in place); returns the new start. */
-static char *fc_trim(char *line)
+/* One "op arg" line of a rules file (trimmed, comments cut by fc_text_each_line). */
+static int fc_xform_rules_line(void *ctx, char *line, const char *where)
 {
-    while (*line == ' ' || *line == '\t' || *line == '\r')
-        line++;
-    size_t len = strlen(line);
-    while (len > 0 && (line[len - 1] == ' ' || line[len - 1] == '\t' || line[len - 1] == '\r'))
-        line[--len] = '\0';
-    return line;
+    char *arg = line + strcspn(line, " \t");
+    if (*arg != '\0') {
+        *arg++ = '\0';
+        arg += strspn(arg, " \t");
+    }
+    if (*arg == '\0' && strcmp(line, "strip-wrappers") != 0)
+        return fc_error_set(FC_EINVAL, "%s: rule '%s' needs an argument", where, line);
+    return fc_xform_rules_add(ctx, line, arg, where);
 }
 
-int fc_xform_rules_parse(struct fc_xform_rules *r, char *text, const char *name)
+int fc_xform_rules_parse(struct fc_xform_rules *r, char *text, size_t size, const char *name)
 {
-    char *line = text;
-    unsigned lineno = 0;
-    int rc = FC_OK;
-    while (line != NULL && *line != '\0') {
-        char *next = strchr(line, '\n');
-        if (next != NULL)
-            *next++ = '\0';
-        lineno++;
-        char *hash = strchr(line, '#');
-        if (hash != NULL)
-            *hash = '\0';
-        line = fc_trim(line);
-        if (*line != '\0') {
-            char where[512];
-            snprintf(where, sizeof(where), "%s:%u", name, lineno);
-            char *sp = line + strcspn(line, " \t");
-            char *arg = sp;
-            if (*sp != '\0') {
-                *sp = '\0';
-                arg = fc_trim(sp + 1);
-            }
-            if (*arg == '\0' && strcmp(line, "strip-wrappers") != 0)
-                return fc_error_set(FC_EINVAL, "%s: rule '%s' needs an argument", where, line);
-            FC_TRY(fc_xform_rules_add(r, line, arg, where));
-        }
-        line = next;
-    }
-    return rc;
+    return fc_text_each_line(text, size, name, fc_xform_rules_line, r);
 }
 
 int fc_xform_rules_load(struct fc_xform_rules *r, const char *path)
 {
-    struct fc_file f = FC_FILE_INIT;
-    unsigned char *text = NULL;
-    int rc;
-    FC_TRY(fc_file_open_read(&f, path));
-    rc = fc_file_read_alloc(&f, 0, (size_t)f.size, FC_RULES_FILE_CAP, &text);
-    fc_file_close(&f);
-    FC_TRY(rc);
-    rc = fc_xform_rules_parse(r, (char *)text, path);
-    fc_free(text);
-    return rc;
+    return fc_file_each_line(path, FC_RULES_FILE_CAP, fc_xform_rules_line, r);
 }
 
 int fc_xform_rules_describe(const struct fc_xform_rules *r, struct fc_buf *out)

@@ -253,15 +253,18 @@ int fc_remove_tree(const char *path)
     return rc;
 }
 
-int fc_file_each_line(const char *path, size_t cap, fc_line_fn fn, void *ctx)
+int fc_text_each_line(char *text, size_t size, const char *name, fc_line_fn fn, void *ctx)
 {
-    struct fc_file f = FC_FILE_INIT;
-    unsigned char *text = NULL;
-    FC_TRY(fc_file_open_read(&f, path));
-    int rc = fc_file_read_alloc(&f, 0, (size_t)f.size, cap, &text);
-    fc_file_close(&f);
-    FC_TRY(rc);
-    char *line = (char *)text;
+    /* A NUL would silently end the text (and every rule after it): refuse it. */
+    const char *nul = memchr(text, '\0', size);
+    if (nul != NULL) {
+        unsigned at = 1;
+        for (const char *p = text; p < nul; p++)
+            at += *p == '\n';
+        return fc_error_set(FC_EINVAL, "%s:%u: a NUL byte in a text file", name, at);
+    }
+    int rc = FC_OK;
+    char *line = text;
     unsigned lineno = 0;
     while (rc == FC_OK && line != NULL && *line != '\0') {
         char *next = strchr(line, '\n');
@@ -278,11 +281,24 @@ int fc_file_each_line(const char *path, size_t cap, fc_line_fn fn, void *ctx)
             line[--len] = '\0';
         if (len > 0) {
             char where[512];
-            snprintf(where, sizeof(where), "%s:%u", path, lineno);
+            snprintf(where, sizeof(where), "%s:%u", name, lineno);
             rc = fn(ctx, line, where);
         }
         line = next;
     }
+    return rc;
+}
+
+int fc_file_each_line(const char *path, size_t cap, fc_line_fn fn, void *ctx)
+{
+    struct fc_file f = FC_FILE_INIT;
+    unsigned char *text = NULL;
+    FC_TRY(fc_file_open_read(&f, path));
+    const size_t size = (size_t)f.size;
+    int rc = fc_file_read_alloc(&f, 0, size, cap, &text);
+    fc_file_close(&f);
+    FC_TRY(rc);
+    rc = fc_text_each_line((char *)text, size, path, fn, ctx);
     fc_free(text);
     return rc;
 }

@@ -47,14 +47,22 @@ int fc_file_read_alloc(const struct fc_file *f, uint64_t off, size_t n, size_t c
                        unsigned char **out);
 
 /*
- * fc_file_each_line() - the lines of a small text file (rules, plans): read
- * it whole (FC_ECORRUPT past cap bytes), cut each line at the first '#',
- * trim blanks and '\r' at both ends, skip empty lines, and call fn(ctx,
- * line, where) for the rest in order; `line` may be modified by fn, `where`
- * is "PATH:LINE" for messages.  Stops at fn's first negative return, which
- * it returns; else FC_OK.  FC_ENOENT/FC_EIO/FC_ENOMEM as the file calls.
+ * fc_text_each_line() - the lines of text[0, size) (rules, plans; text[size]
+ * must be '\0'): cut each line at the first '#', trim blanks and '\r' at
+ * both ends, skip empty lines, and call fn(ctx, line, where) for the rest in
+ * order; `line` may be modified by fn, `where` is "NAME:LINE" for messages.
+ * A NUL byte inside the text is FC_EINVAL naming its line (it would silently
+ * end the text).  Stops at fn's first negative return, which it returns; else
+ * FC_OK.  text is modified in place.
  */
 typedef int (*fc_line_fn)(void *ctx, char *line, const char *where);
+int fc_text_each_line(char *text, size_t size, const char *name, fc_line_fn fn, void *ctx);
+
+/*
+ * fc_file_each_line() - fc_text_each_line() on a small text file read whole
+ * (FC_ECORRUPT past cap bytes), named by its path.  FC_ENOENT/FC_EIO/FC_ENOMEM
+ * as the file calls.
+ */
 int fc_file_each_line(const char *path, size_t cap, fc_line_fn fn, void *ctx);
 
 /* Hint sequential access for [off, off+n) (posix_fadvise); never fails. */

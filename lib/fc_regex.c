@@ -12,7 +12,9 @@
 #include "fc_buf.h"
 #include "fc_error.h"
 
-#define FC_REGEX_OUT_CAP ((size_t)1 << 20)
+/* The longest key a replacement may make: far beyond any real key, yet small enough that
+ * rules doubling a key's length stop within a few steps, naming the rule. */
+#define FC_REGEX_OUT_CAP ((size_t)64 << 10)
 
 /*
  * Limits, so that no pattern in a rule file or option can hang or exhaust
@@ -212,7 +214,12 @@ int fc_regex_subst(const struct fc_regex *re, const char *repl, const char *s, c
         rc = fc_buf_putc(&b, '\0');
     pcre2_match_data_free(md);
     if (rc < 0) {
+        const int over = rc == FC_ENOMEM; /* only the buffer fails here: its cap */
         fc_buf_release(&b);
+        if (over)
+            return fc_error_set(FC_EINVAL,
+                                "%s: the new name of '%.80s%s' would be longer than %zu bytes",
+                                re->where, s, strlen(s) > 80 ? "..." : "", FC_REGEX_OUT_CAP);
         return rc;
     }
     *out = (char *)fc_buf_detach(&b, NULL);

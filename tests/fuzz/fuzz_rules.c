@@ -25,8 +25,12 @@ static void fuzz_check(const struct fc_xform_result *xr)
     struct fc_strmap keys = FC_STRMAP_INIT;
     for (size_t i = 0; i < xr->n; i++) {
         const struct fc_xspec *s = &xr->specs[i];
-        if (fc_strmap_put(&keys, s->key, i, NULL) != 0)
-            { fprintf(stderr, "dup %zu %s\n", i, s->key); for (size_t j = 0; j < xr->n; j++) fprintf(stderr, "  %zu %s\n", j, xr->specs[j].key); abort(); }
+        if (fc_strmap_put(&keys, s->key, i, NULL) != 0) {
+            fprintf(stderr, "dup %zu %s\n", i, s->key);
+            for (size_t j = 0; j < xr->n; j++)
+                fprintf(stderr, "  %zu %s\n", j, xr->specs[j].key);
+            abort();
+        }
         if (s->alias_of >= (long)i || (s->alias_of >= 0 && s->copy_of >= 0))
             abort();
         const struct fc_xspec *t = s->alias_of >= 0 ? &xr->specs[s->alias_of] : s;
@@ -73,7 +77,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memcpy(text, data, size);
     text[size] = '\0';
     memset(&r, 0, sizeof(r));
-    if (fc_xform_rules_parse(&r, text, "fuzz") == FC_OK) {
+    if (fc_xform_rules_parse(&r, text, size, "fuzz") == FC_OK) {
         struct fc_buf b = FC_BUF_INIT((size_t)1 << 20);
         (void)fc_xform_rules_describe(&r, &b);
         fc_buf_release(&b);
