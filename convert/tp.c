@@ -103,6 +103,11 @@ int fc_tp_plan_load(struct fc_tp_plan *p, const char *path)
     return fc_file_each_line(path, FC_TP_FILE_CAP, fc_tp__plan_line, p);
 }
 
+int fc_tp_plan_parse(struct fc_tp_plan *p, char *text, size_t size, const char *name)
+{
+    return fc_text_each_line(text, size, name, fc_tp__plan_line, p);
+}
+
 void fc_tp_plan_release(struct fc_tp_plan *p)
 {
     for (size_t i = 0; i < p->n; i++) {

@@ -61,6 +61,9 @@ int fc_tp_plan_add(struct fc_tp_plan *p, const char *spec, const char *where);
  */
 int fc_tp_plan_load(struct fc_tp_plan *p, const char *path);
 
+/* fc_tp_plan_parse() - the same on text[0, size), text[size] == '\0' (modified in place). */
+int fc_tp_plan_parse(struct fc_tp_plan *p, char *text, size_t size, const char *name);
+
 void fc_tp_plan_release(struct fc_tp_plan *p);
 
 /*

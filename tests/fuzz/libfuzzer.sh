@@ -7,6 +7,7 @@
 #   libfuzzer.sh long   (make fuzz-long)  FUZZ_SECONDS default 600 per target; a crash is
 #                       recorded and fuzzing goes on for the rest of the target's time; prints
 #                       executions and crashes per target and fails if any target crashed
+#   FUZZ_TARGETS="fuzz_a fuzz_b" limits either mode to those targets
 set -eu
 mode="${1:-short}"
 if [ "$mode" = long ]; then
@@ -23,6 +24,8 @@ summary=""
 crashed=0
 for f in tests/fuzz/fuzz_*.c; do
     name=$(basename "$f" .c)
+    # FUZZ_TARGETS="fuzz_a fuzz_b" runs only those targets
+    case " ${FUZZ_TARGETS:-$name} " in *" $name "*) ;; *) continue ;; esac
     # shellcheck disable=SC2086
     clang $flags -o "$out/$name" "$f" $srcs $libs
     corpus="tests/fuzz/corpus/${name#fuzz_}"

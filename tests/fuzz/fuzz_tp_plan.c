@@ -1,0 +1,58 @@
+/*
+ * fuzz_tp_plan.c - the --tp-plan file parser and rule matching on arbitrary
+ * text: parse the plan, then look up the tp dim of every key of the tiny
+ * fixture (fixtures/full/tiny_vitlm.pt, found from the repository root where
+ * the replay and libFuzzer scripts run) and of a few hostile keys.  A lookup
+ * that succeeds must give "replicate" or a dim of the tensor; regexes run
+ * under fc_regex's limits, so no pattern may hang or exhaust memory.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fc_alloc.h"
+#include "fc_error.h"
+#include "fc_source.h"
+#include "tp.h"
+
+#define FUZZ_TEXT_MAX ((size_t)1 << 14)
+
+static void fuzz_lookup(struct fc_tp_plan *plan, const char *key, int ndim)
+{
+    int dim = -2;
+    if (fc_tp_plan_dim(plan, key, ndim, &dim) == FC_OK && (dim < -1 || dim >= ndim))
+        abort();
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static const char *const hostile[] = {"", "a", "layers.0.attention.wq.weight",
+                                          "\xff\xfe.weight", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa!"};
+    static struct fc_source *src;
+    static int tried;
+    struct fc_tp_plan plan = FC_TP_PLAN_INIT;
+    if (size > FUZZ_TEXT_MAX)
+        return 0;
+    if (!tried) {
+        tried = 1;
+        if (fc_source_open(&src, "fixtures/full/tiny_vitlm.pt") != FC_OK)
+            src = NULL;
+    }
+    char *text = fc_malloc(size + 1);
+    if (text == NULL)
+        return 0;
+    memcpy(text, data, size);
+    text[size] = '\0';
+    if (fc_tp_plan_parse(&plan, text, size, "fuzz") == FC_OK) {
+        for (size_t i = 0; src != NULL && i < src->nentries; i++)
+            if (src->entries[i].kind == FC_ENTRY_TENSOR)
+                fuzz_lookup(&plan, src->entries[i].key, src->entries[i].t.ndim);
+        for (size_t i = 0; i < sizeof(hostile) / sizeof(hostile[0]); i++)
+            fuzz_lookup(&plan, hostile[i], 2);
+        (void)fc_tp_plan_check_used(&plan);
+    }
+    fc_tp_plan_release(&plan);
+    fc_free(text);
+    return 0;
+}
