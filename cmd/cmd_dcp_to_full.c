@@ -2,7 +2,6 @@
  * cmd_dcp_to_full.c - `fsdpconv dcp-to-full`: export a DCP checkpoint to
  * safetensors or torch.save.
  */
-#include <inttypes.h>
 #include <stdio.h>
 #include <time.h>
 #include <unistd.h>
@@ -84,8 +83,8 @@ int cmd_dcp_to_full(int argc, char **argv)
     o.rules = cl.rules;
     o.nrules = cl.nrules;
     struct fc_cli_progress prog = {.active = 0};
+    clock_gettime(CLOCK_MONOTONIC, &prog.start);
     if (fc_cli_verbosity >= 0 && isatty(STDERR_FILENO)) {
-        clock_gettime(CLOCK_MONOTONIC, &prog.start);
         o.progress = fc_cli_progress_draw;
         o.progress_ctx = &prog;
     }
@@ -97,8 +96,7 @@ int cmd_dcp_to_full(int argc, char **argv)
         fc_cli_note("%zu non-tensor values are not stored (safetensors holds "
                     "tensors only; use a .pt output to keep them)",
                     res.nvalues_dropped);
-    if (fc_cli_verbosity > 0)
-        fc_cli_note("wrote %s: %zu tensors in %zu files, %" PRIu64 " bytes", o.output, res.ntensors,
-                    res.nfiles, res.bytes_written);
+    fc_cli_summary(o.output, res.format, res.ntensors, 0, res.bytes_written, res.nfiles, "file",
+                   &prog.start);
     return FC_EXIT_OK;
 }

@@ -31,6 +31,7 @@ struct fc_out {
     fc_progress_fn progress;
     void *progress_ctx;
     uint64_t done, total;
+    uint64_t written; /* bytes of the files closed so far */
 };
 
 static int fc_out_put(void *ctx, const void *p, size_t n)
@@ -113,6 +114,7 @@ static int fc_write_safetensors(const struct fc_source *src, const struct fc_xfo
     }
     rc = fc_close_synced(o->fd, path);
     o->fd = -1;
+    o->written += o->pos;
 done:
     if (o->fd >= 0)
         close(o->fd);
@@ -444,6 +446,7 @@ static int fc_write_torchsave(const struct fc_source *src, const struct fc_xform
     }
     rc = fc_close_synced(o->fd, path);
     o->fd = -1;
+    o->written += total;
     *ntensors_out = nst;
 done:
     if (o->fd >= 0)
@@ -493,7 +496,7 @@ int fc_dcp_to_full(const struct fc_dcp_to_full_opts *opts, struct fc_dcp_to_full
     struct fc_xform_rules rules;
     struct fc_xform_result xr;
     struct fc_slabs slabs;
-    struct fc_out o = {-1, NULL, 0, 0, opts->progress, opts->progress_ctx, 0, 0};
+    struct fc_out o = {-1, NULL, 0, 0, opts->progress, opts->progress_ctx, 0, 0, 0};
     size_t *idx = NULL, *shard_of = NULL;
     struct fc_stage out;
     const char *tmp;
@@ -593,7 +596,8 @@ int fc_dcp_to_full(const struct fc_dcp_to_full_opts *opts, struct fc_dcp_to_full
         res->nfiles = nshards;
     }
     FC_TRY_GOTO(fc_stage_commit(&out), rc, done);
-    res->bytes_written = o.total;
+    res->format = fmt == FC_EXPORT_TORCH ? "torch.save" : "safetensors";
+    res->bytes_written = o.written;
 done:
     fc_stage_release(&out);
     fc_free(idx);

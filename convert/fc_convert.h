@@ -217,10 +217,11 @@ struct fc_dcp_to_full_opts {
 };
 
 struct fc_dcp_to_full_result {
+    const char *format; /* "safetensors" or "torch.save" (static) */
     size_t ntensors;
     size_t nvalues_dropped; /* safetensors holds tensors only */
     size_t nfiles;
-    uint64_t bytes_written;
+    uint64_t bytes_written; /* the tensor files' sizes */
 };
 
 /*
