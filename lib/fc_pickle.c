@@ -205,8 +205,8 @@ static const struct fc_op_info fc_ops[256] = {
 
 /* The argument of one opcode, as fc_op_decode() found it in the input. */
 struct fc_op_arg {
-    const unsigned char *s;  /* fixed: its bytes; length-prefixed: the payload; line: the first */
-    size_t n;                /* bytes at s (a line without its newline) */
+    const unsigned char *s; /* fixed: its bytes; length-prefixed: the payload; line: the first */
+    size_t n;               /* bytes at s (a line without its newline) */
     const unsigned char *s2; /* ARG_LINE2: the second line, n2 bytes */
     size_t n2;
     uint64_t u; /* fixed: the little-endian value; length-prefixed: the length */
@@ -772,10 +772,8 @@ static int fc_op_decode(struct fc_vm *vm, unsigned op, size_t op_off, size_t *po
         FC_TRY(fc_vm_window(vm, op_off, at + w));
         a->s = d + at;
         a->n = w;
-        a->u = w == 1   ? d[at]
-               : w == 2 ? fc_read_le16(d + at)
-               : w == 4 ? fc_read_le32(d + at)
-                        : fc_read_le64(d + at);
+        a->u = w == 1 ? d[at] : w == 2 ? fc_read_le16(d + at) : w == 4 ? fc_read_le32(d + at)
+                                                                        : fc_read_le64(d + at);
         at += w;
         if (kind >= ARG_LEN1) {
             if ((fc_ops[op & 0xff].flags & OPF_SIGNED_LEN) && a->u > INT32_MAX)
