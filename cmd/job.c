@@ -67,7 +67,8 @@ const struct fc_opt fc_cli_pipeline_opts[] = {
      "remove _fsdp_wrapped_module., _checkpoint_wrapped_module.,\n"
      "_orig_mod. anywhere in a key and a leading module."},
     {0, 0, "dtype", "<dtype>", FC_OPT_RULE | FC_OPT_REPEAT, "dtype", fc_opt_check_float_dtype,
-     "cast floating tensors: float32, bfloat16, float16, float64"},
+     "cast floating tensors: float32 (fp32, f32, float), bfloat16\n"
+     "(bf16), float16 (fp16, f16, half), float64 (fp64, f64, double)"},
     {0, 0, NULL, NULL, 0, NULL, NULL, NULL},
 };
 
