@@ -21,7 +21,8 @@ static const struct fc_opt dcp_to_full_opts[] = {
      "safetensors or torch (default: from the output name;\n"
      ".pt/.pth/.bin mean torch, anything else safetensors)"},
     {OPT_SHARD, 0, "max-shard-size", "<size>", 0, NULL, NULL,
-     "write safetensors shards of at most <size> bytes plus\n"
+     "write safetensors files of at most <size> bytes, header\n"
+     "included (a bigger tensor gets a file of its own), plus\n"
      "model.safetensors.index.json into the <output> directory"},
     {0, 0, "select", "<key>", FC_OPT_RULE | FC_OPT_REPEAT, "select", NULL,
      "export one subtree (e.g. model)"},

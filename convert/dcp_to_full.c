@@ -81,6 +81,9 @@ static int fc_close_synced(int fd, const char *path)
     return FC_OK;
 }
 
+/* The __metadata__ of every safetensors file we write, as transformers writes it. */
+static const char *const fc_st_meta[] = {"format", "pt"};
+
 /* Stream every tensor of specs[first..last) into one safetensors file at path. */
 static int fc_write_safetensors(const struct fc_source *src, const struct fc_xform_result *xr,
                                 const size_t *idx, size_t n, const char *path, uint64_t budget,
@@ -88,7 +91,6 @@ static int fc_write_safetensors(const struct fc_source *src, const struct fc_xfo
 {
     struct fc_st_tensor *ts = fc_calloc(n + 1, sizeof(*ts));
     struct fc_buf hdr = FC_BUF_INIT((size_t)1 << 30);
-    static const char *const meta[] = {"format", "pt"};
     int rc = FC_OK;
     o->fd = -1;
     if (ts == NULL)
@@ -101,7 +103,7 @@ static int fc_write_safetensors(const struct fc_source *src, const struct fc_xfo
         memcpy(ts[i].shape, s->shape, sizeof(ts[i].shape));
         ts[i].nbytes = fc_spec_nbytes(s);
     }
-    FC_TRY_GOTO(fc_safetensors_write_header(&hdr, ts, n, meta, 1, 8), rc, done);
+    FC_TRY_GOTO(fc_safetensors_write_header(&hdr, ts, n, fc_st_meta, 1, 8), rc, done);
     FC_TRY_GOTO(fc_open_new(path, &o->fd), rc, done);
     o->path = path;
     o->pos = 0;
@@ -462,6 +464,63 @@ done:
     return rc;
 }
 
+/* Decimal digits of v. */
+static uint64_t fc_digits(uint64_t v)
+{
+    uint64_t n = 1;
+    while (v >= 10) {
+        v /= 10;
+        n++;
+    }
+    return n;
+}
+
+/*
+ * At most the bytes that tensor s adds to a safetensors header when its data
+ * starts at `off`: ,"NAME":{"dtype":"DT","shape":[..],"data_offsets":[off,end]}.
+ * Exact but for the name: JSON_ENSURE_ASCII writes a byte as 1, 2 (\" \\) or
+ * 6 (\u00XX) characters, and a UTF-8 sequence of k bytes as 6 or 12 <= 6k.
+ */
+static uint64_t fc_st_entry_bound(const struct fc_xspec *s, uint64_t off)
+{
+    const struct fc_dtype_info *info = fc_dtype_info(s->dtype);
+    uint64_t n = strlen(",\"\":{\"dtype\":\"\",\"shape\":[],\"data_offsets\":[,]}");
+    for (const unsigned char *c = (const unsigned char *)s->key; *c != '\0'; c++)
+        n += *c == '"' || *c == '\\' ? 2 : *c < 0x20 || *c >= 0x7f ? 6 : 1;
+    n += info != NULL && info->safetensors_name != NULL ? strlen(info->safetensors_name) : 0;
+    for (int d = 0; d < s->ndim; d++)
+        n += fc_digits((uint64_t)s->shape[d]) + (d > 0);
+    return n + fc_digits(off) + fc_digits(off + fc_spec_nbytes(s));
+}
+
+/*
+ * Greedy shards in key order, like transformers' save_pretrained, but with
+ * the limit on whole files: the 8-byte length, the header (bounded above by
+ * base plus each entry's fc_st_entry_bound, plus up to 7 bytes of padding) and
+ * the data.  A tensor that does not fit even alone gets a file of its own.
+ * shard_of[i] gets the shard of idx[i]; returns the number of shards.
+ */
+static size_t fc_plan_shards(const struct fc_xform_result *xr, const size_t *idx, size_t n,
+                             uint64_t limit, uint64_t base, size_t *shard_of)
+{
+    size_t nshards = 0;
+    uint64_t data = 0, head = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct fc_xspec *s = &xr->specs[idx[i]];
+        const uint64_t b = fc_spec_nbytes(s);
+        if (i == 0 ||
+            (data > 0 && 8 + base + 7 + head + fc_st_entry_bound(s, data) + data + b > limit)) {
+            nshards++;
+            data = 0;
+            head = 0;
+        }
+        shard_of[i] = nshards - 1;
+        head += fc_st_entry_bound(s, data);
+        data += b;
+    }
+    return nshards;
+}
+
 static int fc_write_index(const char *path, const struct fc_xform_result *xr, const size_t *idx,
                           const size_t *shard_of, size_t n, size_t nshards, uint64_t total)
 {
@@ -553,18 +612,13 @@ int fc_dcp_to_full(const struct fc_dcp_to_full_opts *opts, struct fc_dcp_to_full
         res->ntensors = n;
         res->nfiles = 1;
     } else {
-        /* Greedy shards in key order, like transformers' save_pretrained. */
-        size_t nshards = 0;
-        uint64_t cur = 0;
-        for (size_t i = 0; i < n; i++) {
-            const uint64_t b = fc_spec_nbytes(&xr.specs[idx[i]]);
-            if (i == 0 || (cur > 0 && cur + b > opts->max_shard_size)) {
-                nshards++;
-                cur = 0;
-            }
-            shard_of[i] = nshards - 1;
-            cur += b;
-        }
+        struct fc_buf empty = FC_BUF_INIT(4096);
+        rc = fc_safetensors_write_header(&empty, NULL, 0, fc_st_meta, 1, 1);
+        const uint64_t base = empty.len - 8;
+        fc_buf_release(&empty);
+        if (rc < 0)
+            goto done;
+        const size_t nshards = fc_plan_shards(&xr, idx, n, opts->max_shard_size, base, shard_of);
         for (size_t s = 0, first = 0; s < nshards; s++) {
             size_t last = first;
             while (last < n && shard_of[last] == s)
