@@ -13,6 +13,7 @@
 #include "fc_buf.h"
 #include "fc_convert.h"
 #include "fc_error.h"
+#include "fc_hf.h"
 #include "fc_io.h"
 #include "fc_pickle.h"
 #include "fc_safetensors.h"
@@ -521,6 +522,41 @@ static size_t fc_plan_shards(const struct fc_xform_result *xr, const size_t *idx
     return nshards;
 }
 
+/* Optimizer state as get_state_dict or torchtitan name it: [app.]optim.state.* or optimizer.state.* */
+static int fc_is_optim_key(const char *key)
+{
+    static const char *const marks[] = {"optim.state.", "optimizer.state."};
+    for (size_t m = 0; m < sizeof(marks) / sizeof(marks[0]); m++) {
+        const char *at = strstr(key, marks[m]);
+        if (at != NULL && (at == key || at[-1] == '.'))
+            return 1;
+    }
+    return 0;
+}
+
+/*
+ * A directory output is a model for from_pretrained: optimizer tensors there
+ * are refused with --config-from, and counted (for a note) otherwise.
+ */
+static int fc_check_optim(const struct fc_dcp_to_full_opts *opts, const struct fc_xform_result *xr,
+                          struct fc_dcp_to_full_result *res)
+{
+    for (size_t i = 0; i < xr->n; i++) {
+        const struct fc_xspec *s = &xr->specs[i];
+        if (s->kind != FC_ENTRY_TENSOR || !fc_is_optim_key(s->key))
+            continue;
+        if (opts->config_from != NULL)
+            return fc_error_set(FC_EINVAL,
+                                "%s: '%s' is optimizer state, which a Hugging Face model "
+                                "directory does not hold; export the model alone with --select "
+                                "model (or the key that holds it)",
+                                opts->input, s->key);
+        if (res->noptim++ == 0)
+            snprintf(res->optim_key, sizeof(res->optim_key), "%s", s->key);
+    }
+    return FC_OK;
+}
+
 static int fc_write_index(const char *path, const struct fc_xform_result *xr, const size_t *idx,
                           const size_t *shard_of, size_t n, size_t nshards, uint64_t total)
 {
@@ -572,11 +608,18 @@ int fc_dcp_to_full(const struct fc_dcp_to_full_opts *opts, struct fc_dcp_to_full
         else
             fmt = FC_EXPORT_SAFETENSORS;
     }
-    is_dir_out = fmt == FC_EXPORT_SAFETENSORS && opts->max_shard_size > 0;
+    is_dir_out = fmt == FC_EXPORT_SAFETENSORS &&
+                 (opts->max_shard_size > 0 || opts->config_from != NULL);
     if (fmt == FC_EXPORT_TORCH && opts->max_shard_size > 0)
         return fc_error_set(FC_EINVAL, "--max-shard-size applies to safetensors output only");
+    if (fmt == FC_EXPORT_TORCH && opts->config_from != NULL)
+        return fc_error_set(FC_EINVAL, "--config-from writes a Hugging Face directory of "
+                                       "safetensors; drop --format torch and the .pt/.bin name");
     FC_TRY(fc_stage_begin(&out, opts->output, is_dir_out, opts->force, fc_cancel_requested));
     tmp = out.path;
+    /* The small files first: a bad --config-from fails before any tensor is read. */
+    if (opts->config_from != NULL)
+        FC_TRY_GOTO(fc_hf_copy_files(opts->config_from, tmp), rc, done);
     FC_TRY_GOTO(fc_source_open(&src, opts->input), rc, done);
     for (size_t i = 0; i < opts->nrules; i++) {
         char where[64];
@@ -585,6 +628,8 @@ int fc_dcp_to_full(const struct fc_dcp_to_full_opts *opts, struct fc_dcp_to_full
                     done);
     }
     FC_TRY_GOTO(fc_xform_apply(src, &rules, &xr), rc, done);
+    if (is_dir_out)
+        FC_TRY_GOTO(fc_check_optim(opts, &xr, res), rc, done);
     FC_TRY_GOTO(fc_stream_fill_means(&xr, opts->max_memory, &slabs), rc, done);
     idx = fc_calloc(xr.n + 1, sizeof(*idx));
     shard_of = fc_calloc(xr.n + 1, sizeof(*shard_of));
@@ -606,9 +651,18 @@ int fc_dcp_to_full(const struct fc_dcp_to_full_opts *opts, struct fc_dcp_to_full
                                        &res->ntensors),
                     rc, done);
         res->nfiles = 1;
-    } else if (!is_dir_out) {
-        FC_TRY_GOTO(fc_write_safetensors(src, &xr, idx, n, tmp, opts->max_memory, &slabs, &o), rc,
-                    done);
+    } else if (opts->max_shard_size == 0) {
+        /* One file: the output itself, or model.safetensors in the --config-from directory. */
+        char *p = is_dir_out ? fc_path_join(tmp, "model.safetensors") : NULL;
+        if (is_dir_out && p == NULL) {
+            rc = fc_error_set(FC_ENOMEM, "out of memory");
+            goto done;
+        }
+        rc = fc_write_safetensors(src, &xr, idx, n, is_dir_out ? p : tmp, opts->max_memory, &slabs,
+                                  &o);
+        fc_free(p);
+        if (rc < 0)
+            goto done;
         res->ntensors = n;
         res->nfiles = 1;
     } else {
