@@ -522,7 +522,8 @@ static size_t fc_plan_shards(const struct fc_xform_result *xr, const size_t *idx
     return nshards;
 }
 
-/* Optimizer state as get_state_dict or torchtitan name it: [app.]optim.state.* or optimizer.state.* */
+/* Optimizer state as get_state_dict or torchtitan name it: [app.]optim.state.* or optimizer.state.*
+ */
 static int fc_is_optim_key(const char *key)
 {
     static const char *const marks[] = {"optim.state.", "optimizer.state."};
@@ -608,8 +609,8 @@ int fc_dcp_to_full(const struct fc_dcp_to_full_opts *opts, struct fc_dcp_to_full
         else
             fmt = FC_EXPORT_SAFETENSORS;
     }
-    is_dir_out = fmt == FC_EXPORT_SAFETENSORS &&
-                 (opts->max_shard_size > 0 || opts->config_from != NULL);
+    is_dir_out =
+        fmt == FC_EXPORT_SAFETENSORS && (opts->max_shard_size > 0 || opts->config_from != NULL);
     if (fmt == FC_EXPORT_TORCH && opts->max_shard_size > 0)
         return fc_error_set(FC_EINVAL, "--max-shard-size applies to safetensors output only");
     if (fmt == FC_EXPORT_TORCH && opts->config_from != NULL)

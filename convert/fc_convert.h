@@ -223,8 +223,8 @@ struct fc_dcp_to_full_result {
     size_t nvalues_dropped; /* safetensors holds tensors only */
     size_t nfiles;
     uint64_t bytes_written; /* the tensor files' sizes */
-    size_t noptim;          /* optimizer state tensors written (a directory output without --select) */
-    char optim_key[128];    /* the first of them */
+    size_t noptim;       /* optimizer state tensors written (a directory output without --select) */
+    char optim_key[128]; /* the first of them */
 };
 
 /*

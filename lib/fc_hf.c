@@ -12,15 +12,25 @@
 #include "fc_io.h"
 
 #define FC_HF_CONFIG_CAP ((size_t)16 << 20)
-#define FC_HF_FILE_CAP ((size_t)1 << 30)
+#define FC_HF_FILE_CAP   ((size_t)1 << 30)
 
 /* What transformers' save_pretrained and a tokenizer's save_pretrained write beside the weights. */
 const char *const fc_hf_side_files[] = {
-    "config.json",           "generation_config.json", "tokenizer.json",
-    "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
-    "tokenizer.model",       "spiece.model",           "vocab.json",
-    "vocab.txt",             "merges.txt",             "chat_template.jinja",
-    "chat_template.json",    "preprocessor_config.json", "processor_config.json",
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "tokenizer.model",
+    "spiece.model",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "chat_template.jinja",
+    "chat_template.json",
+    "preprocessor_config.json",
+    "processor_config.json",
     NULL,
 };
 
@@ -64,9 +74,9 @@ int fc_hf_config_load(const char *dir, struct fc_hf_config *out)
 static int fc_hf_resolve_inside(const char *rdir, const char *path, char *resolved)
 {
     if (realpath(path, resolved) == NULL)
-        return errno == ENOENT ? FC_ENOENT
-                               : fc_error_set(FC_EIO, "%s: cannot resolve: %s", path,
-                                              strerror(errno));
+        return errno == ENOENT
+                   ? FC_ENOENT
+                   : fc_error_set(FC_EIO, "%s: cannot resolve: %s", path, strerror(errno));
     const size_t n = strlen(rdir);
     if (strncmp(resolved, rdir, n) != 0 || (resolved[n] != '/' && strcmp(rdir, "/") != 0))
         return fc_error_set(FC_EINVAL, "%s: a symlink to %s, outside %s; copy the file in", path,
@@ -84,8 +94,9 @@ static int fc_hf_copy_one(const char *rdir, const char *dir, const char *dst, co
     if (rc == FC_OK)
         rc = fc_hf_resolve_inside(rdir, src, resolved);
     if (rc == FC_ENOENT && strcmp(name, "config.json") == 0)
-        rc = fc_error_set(FC_EINVAL, "%s: no config.json to copy (--config-from wants a "
-                                     "Hugging Face model directory)",
+        rc = fc_error_set(FC_EINVAL,
+                          "%s: no config.json to copy (--config-from wants a "
+                          "Hugging Face model directory)",
                           dir);
     if (rc == FC_OK) {
         rc = fc_file_open_read(&f, resolved);
