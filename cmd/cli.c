@@ -1,5 +1,6 @@
 #include "cli.h"
 
+#include <inttypes.h>
 #include <stdarg.h>
 #include <time.h>
 
@@ -60,6 +61,37 @@ static double fc_cli_elapsed(const struct timespec *a)
     struct timespec b;
     clock_gettime(CLOCK_MONOTONIC, &b);
     return (double)(b.tv_sec - a->tv_sec) + (double)(b.tv_nsec - a->tv_nsec) / 1e9;
+}
+
+/* bytes as "512 bytes", "24.0 KiB", "1.2 GiB" (IEC units, one decimal). */
+static void fc_cli_human_size(char *buf, size_t cap, uint64_t bytes)
+{
+    static const char *const units[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
+    double v = (double)bytes;
+    size_t u = 0;
+    if (bytes < 1024) {
+        snprintf(buf, cap, "%" PRIu64 " bytes", bytes);
+        return;
+    }
+    v /= 1024.0;
+    while (v >= 1024.0 && u + 1 < sizeof(units) / sizeof(units[0])) {
+        v /= 1024.0;
+        u++;
+    }
+    snprintf(buf, cap, "%.1f %s", v, units[u]);
+}
+
+void fc_cli_summary(const char *output, const char *format, size_t ntensors, size_t nvalues,
+                    uint64_t bytes, size_t nfiles, const char *files_word,
+                    const struct timespec *start)
+{
+    char size[32], values[48] = "";
+    fc_cli_human_size(size, sizeof(size), bytes);
+    if (nvalues > 0)
+        snprintf(values, sizeof(values), ", %zu value%s", nvalues, nvalues == 1 ? "" : "s");
+    fc_cli_note("wrote %s (%s): %zu tensor%s%s, %s in %zu %s%s, %.1f s", output, format, ntensors,
+                ntensors == 1 ? "" : "s", values, size, nfiles, files_word, nfiles == 1 ? "" : "s",
+                fc_cli_elapsed(start));
 }
 
 void fc_cli_progress_draw(void *ctx, uint64_t done, uint64_t total)

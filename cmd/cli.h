@@ -34,6 +34,17 @@ int fc_cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((for
 void fc_cli_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /*
+ * fc_cli_summary() - the one line a successful write prints unless -q, as
+ * `cp -v` or git would: "fsdpconv: <command>: wrote <output> (<format>):
+ * <n> tensors[, <v> values], <size> in <f> <files_word>, <s> s", on stderr
+ * (stdout carries --dry-run plans and --json results).  start is when the
+ * command began (CLOCK_MONOTONIC).
+ */
+void fc_cli_summary(const char *output, const char *format, size_t ntensors, size_t nvalues,
+                    uint64_t bytes, size_t nfiles, const char *files_word,
+                    const struct timespec *start);
+
+/*
  * Multi-process jobs.  fc_cli_mp_start() forks `--nproc` workers (nproc > 1)
  * or joins a launcher job (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT).  In a
  * worker it serves rank 0 until the job ends and sets *worker_exit to the

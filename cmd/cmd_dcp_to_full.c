@@ -2,7 +2,6 @@
  * cmd_dcp_to_full.c - `fsdpconv dcp-to-full`: export a DCP checkpoint to
  * safetensors or torch.save.
  */
-#include <inttypes.h>
 #include <stdio.h>
 #include <time.h>
 #include <unistd.h>
@@ -12,7 +11,7 @@
 #include "fc_convert.h"
 #include "opt.h"
 
-enum { OPT_FORMAT = 256, OPT_SHARD, OPT_FORCE, OPT_MAXMEM };
+enum { OPT_FORMAT = 256, OPT_SHARD, OPT_FORCE, OPT_MAXMEM, OPT_CONFIG_FROM };
 
 /* clang-format off */
 static const struct fc_opt dcp_to_full_opts[] = {
@@ -22,8 +21,13 @@ static const struct fc_opt dcp_to_full_opts[] = {
      "safetensors or torch (default: from the output name;\n"
      ".pt/.pth/.bin mean torch, anything else safetensors)"},
     {OPT_SHARD, 0, "max-shard-size", "<size>", 0, NULL, NULL,
-     "write safetensors shards of at most <size> bytes plus\n"
+     "write safetensors files of at most <size> bytes, header\n"
+     "included (a bigger tensor gets a file of its own), plus\n"
      "model.safetensors.index.json into the <output> directory"},
+    {OPT_CONFIG_FROM, 0, "config-from", "<hf-dir>", 0, NULL, NULL,
+     "<output> becomes a directory from_pretrained loads: the\n"
+     "weights plus <hf-dir>'s config.json, generation config and\n"
+     "tokenizer files (optimizer state is refused)"},
     {0, 0, "select", "<key>", FC_OPT_RULE | FC_OPT_REPEAT, "select", NULL,
      "export one subtree (e.g. model)"},
     {0, 0, "strip-prefix", "<p>", FC_OPT_RULE | FC_OPT_REPEAT, "strip-prefix", NULL,
@@ -63,6 +67,7 @@ static int dcp_to_full_option(void *ctx, int id, const char *value)
     case OPT_SHARD:
         return fc_opt_size("dcp-to-full", "--max-shard-size", value, 1, &o->max_shard_size);
     case OPT_FORCE: o->force = 1; return 0;
+    case OPT_CONFIG_FROM: o->config_from = value; return 0;
     case OPT_MAXMEM: return fc_opt_size("dcp-to-full", "--max-memory", value, 4096, &o->max_memory);
     default: return fc_cli_verify_option(id) == 0 ? 0 : -1;
     }
@@ -84,8 +89,8 @@ int cmd_dcp_to_full(int argc, char **argv)
     o.rules = cl.rules;
     o.nrules = cl.nrules;
     struct fc_cli_progress prog = {.active = 0};
+    clock_gettime(CLOCK_MONOTONIC, &prog.start);
     if (fc_cli_verbosity >= 0 && isatty(STDERR_FILENO)) {
-        clock_gettime(CLOCK_MONOTONIC, &prog.start);
         o.progress = fc_cli_progress_draw;
         o.progress_ctx = &prog;
     }
@@ -97,8 +102,11 @@ int cmd_dcp_to_full(int argc, char **argv)
         fc_cli_note("%zu non-tensor values are not stored (safetensors holds "
                     "tensors only; use a .pt output to keep them)",
                     res.nvalues_dropped);
-    if (fc_cli_verbosity > 0)
-        fc_cli_note("wrote %s: %zu tensors in %zu files, %" PRIu64 " bytes", o.output, res.ntensors,
-                    res.nfiles, res.bytes_written);
+    if (res.noptim > 0)
+        fc_cli_note("%s holds %zu optimizer state tensors (e.g. '%s') beside the model; --select "
+                    "model exports the model alone",
+                    o.output, res.noptim, res.optim_key);
+    fc_cli_summary(o.output, res.format, res.ntensors, 0, res.bytes_written, res.nfiles, "file",
+                   &prog.start);
     return FC_EXIT_OK;
 }

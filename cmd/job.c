@@ -3,7 +3,6 @@
  * mesh/threads checks, the progress bar, the multi-process start and end, and
  * printing the result.
  */
-#include <inttypes.h>
 #include <stdio.h>
 #include <time.h>
 #include <unistd.h>
@@ -68,7 +67,8 @@ const struct fc_opt fc_cli_pipeline_opts[] = {
      "remove _fsdp_wrapped_module., _checkpoint_wrapped_module.,\n"
      "_orig_mod. anywhere in a key and a leading module."},
     {0, 0, "dtype", "<dtype>", FC_OPT_RULE | FC_OPT_REPEAT, "dtype", fc_opt_check_float_dtype,
-     "cast floating tensors: float32, bfloat16, float16, float64"},
+     "cast floating tensors: float32 (fp32, f32, float), bfloat16\n"
+     "(bf16), float16 (fp16, f16, half), float64 (fp64, f64, double)"},
     {0, 0, NULL, NULL, 0, NULL, NULL, NULL},
 };
 
@@ -163,8 +163,8 @@ int fc_cli_run_convert(const char *cmd, struct fc_cli_job *job)
     if (o->output == NULL)
         o->output = "(dry-run)";
     struct fc_cli_progress prog = {.active = 0};
+    clock_gettime(CLOCK_MONOTONIC, &prog.start);
     if (!o->dry_run && fc_cli_verbosity >= 0 && isatty(STDERR_FILENO)) {
-        clock_gettime(CLOCK_MONOTONIC, &prog.start);
         o->progress = fc_cli_progress_draw;
         o->progress_ctx = &prog;
     }
@@ -186,9 +186,10 @@ int fc_cli_run_convert(const char *cmd, struct fc_cli_job *job)
         fc_cli_note("%s", res.notes[i]);
     if (o->dry_run)
         fputs(res.plan_text, stdout);
-    else if (fc_cli_verbosity > 0)
-        fc_cli_note("wrote %s: %zu tensors, %zu values, %zu files, %" PRIu64 " bytes", o->output,
-                    res.ntensors, res.nvalues, res.nfiles, res.bytes_written);
+    else
+        fc_cli_summary(o->output, o->format == FC_OUT_SAFETENSORS ? "safetensors" : "DCP",
+                       res.ntensors, res.nvalues, res.bytes_written, res.nfiles, "rank file",
+                       &prog.start);
     fc_full_to_dcp_result_release(&res);
     return fc_cli_mp_end(comm, fflush(stdout) == 0 ? FC_EXIT_OK : FC_EXIT_FAILURE);
 }

@@ -18,8 +18,9 @@
 
 /* Every command takes these; main.c takes them before the command name too. */
 static const struct fc_opt fc_opt_common[] = {
-    {'q', 'q', "quiet", NULL, 0, NULL, NULL, "print nothing but errors and results"},
-    {'v', 'v', "verbose", NULL, 0, NULL, NULL, "report what was written; repeat for more"},
+    {'q', 'q', "quiet", NULL, 0, NULL, NULL,
+     "print nothing but errors and results: no summary line"},
+    {'v', 'v', "verbose", NULL, 0, NULL, NULL, "more diagnostics; repeat for more"},
     {'h', 'h', "help", NULL, 0, NULL, NULL, "show this help"},
     {0, 0, NULL, NULL, 0, NULL, NULL, NULL},
 };

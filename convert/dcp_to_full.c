@@ -13,6 +13,7 @@
 #include "fc_buf.h"
 #include "fc_convert.h"
 #include "fc_error.h"
+#include "fc_hf.h"
 #include "fc_io.h"
 #include "fc_pickle.h"
 #include "fc_safetensors.h"
@@ -31,6 +32,7 @@ struct fc_out {
     fc_progress_fn progress;
     void *progress_ctx;
     uint64_t done, total;
+    uint64_t written; /* bytes of the files closed so far */
 };
 
 static int fc_out_put(void *ctx, const void *p, size_t n)
@@ -80,6 +82,9 @@ static int fc_close_synced(int fd, const char *path)
     return FC_OK;
 }
 
+/* The __metadata__ of every safetensors file we write, as transformers writes it. */
+static const char *const fc_st_meta[] = {"format", "pt"};
+
 /* Stream every tensor of specs[first..last) into one safetensors file at path. */
 static int fc_write_safetensors(const struct fc_source *src, const struct fc_xform_result *xr,
                                 const size_t *idx, size_t n, const char *path, uint64_t budget,
@@ -87,7 +92,6 @@ static int fc_write_safetensors(const struct fc_source *src, const struct fc_xfo
 {
     struct fc_st_tensor *ts = fc_calloc(n + 1, sizeof(*ts));
     struct fc_buf hdr = FC_BUF_INIT((size_t)1 << 30);
-    static const char *const meta[] = {"format", "pt"};
     int rc = FC_OK;
     o->fd = -1;
     if (ts == NULL)
@@ -100,7 +104,7 @@ static int fc_write_safetensors(const struct fc_source *src, const struct fc_xfo
         memcpy(ts[i].shape, s->shape, sizeof(ts[i].shape));
         ts[i].nbytes = fc_spec_nbytes(s);
     }
-    FC_TRY_GOTO(fc_safetensors_write_header(&hdr, ts, n, meta, 1, 8), rc, done);
+    FC_TRY_GOTO(fc_safetensors_write_header(&hdr, ts, n, fc_st_meta, 1, 8), rc, done);
     FC_TRY_GOTO(fc_open_new(path, &o->fd), rc, done);
     o->path = path;
     o->pos = 0;
@@ -113,6 +117,7 @@ static int fc_write_safetensors(const struct fc_source *src, const struct fc_xfo
     }
     rc = fc_close_synced(o->fd, path);
     o->fd = -1;
+    o->written += o->pos;
 done:
     if (o->fd >= 0)
         close(o->fd);
@@ -444,6 +449,7 @@ static int fc_write_torchsave(const struct fc_source *src, const struct fc_xform
     }
     rc = fc_close_synced(o->fd, path);
     o->fd = -1;
+    o->written += total;
     *ntensors_out = nst;
 done:
     if (o->fd >= 0)
@@ -457,6 +463,99 @@ done:
     fc_buf_release(&pkl);
     fc_buf_release(&tail);
     return rc;
+}
+
+/* Decimal digits of v. */
+static uint64_t fc_digits(uint64_t v)
+{
+    uint64_t n = 1;
+    while (v >= 10) {
+        v /= 10;
+        n++;
+    }
+    return n;
+}
+
+/*
+ * At most the bytes that tensor s adds to a safetensors header when its data
+ * starts at `off`: ,"NAME":{"dtype":"DT","shape":[..],"data_offsets":[off,end]}.
+ * Exact but for the name: JSON_ENSURE_ASCII writes a byte as 1, 2 (\" \\) or
+ * 6 (\u00XX) characters, and a UTF-8 sequence of k bytes as 6 or 12 <= 6k.
+ */
+static uint64_t fc_st_entry_bound(const struct fc_xspec *s, uint64_t off)
+{
+    const struct fc_dtype_info *info = fc_dtype_info(s->dtype);
+    uint64_t n = strlen(",\"\":{\"dtype\":\"\",\"shape\":[],\"data_offsets\":[,]}");
+    for (const unsigned char *c = (const unsigned char *)s->key; *c != '\0'; c++)
+        n += *c == '"' || *c == '\\' ? 2 : *c < 0x20 || *c >= 0x7f ? 6 : 1;
+    n += info != NULL && info->safetensors_name != NULL ? strlen(info->safetensors_name) : 0;
+    for (int d = 0; d < s->ndim; d++)
+        n += fc_digits((uint64_t)s->shape[d]) + (d > 0);
+    return n + fc_digits(off) + fc_digits(off + fc_spec_nbytes(s));
+}
+
+/*
+ * Greedy shards in key order, like transformers' save_pretrained, but with
+ * the limit on whole files: the 8-byte length, the header (bounded above by
+ * base plus each entry's fc_st_entry_bound, plus up to 7 bytes of padding) and
+ * the data.  A tensor that does not fit even alone gets a file of its own.
+ * shard_of[i] gets the shard of idx[i]; returns the number of shards.
+ */
+static size_t fc_plan_shards(const struct fc_xform_result *xr, const size_t *idx, size_t n,
+                             uint64_t limit, uint64_t base, size_t *shard_of)
+{
+    size_t nshards = 0;
+    uint64_t data = 0, head = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct fc_xspec *s = &xr->specs[idx[i]];
+        const uint64_t b = fc_spec_nbytes(s);
+        if (i == 0 ||
+            (data > 0 && 8 + base + 7 + head + fc_st_entry_bound(s, data) + data + b > limit)) {
+            nshards++;
+            data = 0;
+            head = 0;
+        }
+        shard_of[i] = nshards - 1;
+        head += fc_st_entry_bound(s, data);
+        data += b;
+    }
+    return nshards;
+}
+
+/* Optimizer state as get_state_dict or torchtitan name it: [app.]optim.state.* or optimizer.state.*
+ */
+static int fc_is_optim_key(const char *key)
+{
+    static const char *const marks[] = {"optim.state.", "optimizer.state."};
+    for (size_t m = 0; m < sizeof(marks) / sizeof(marks[0]); m++) {
+        const char *at = strstr(key, marks[m]);
+        if (at != NULL && (at == key || at[-1] == '.'))
+            return 1;
+    }
+    return 0;
+}
+
+/*
+ * A directory output is a model for from_pretrained: optimizer tensors there
+ * are refused with --config-from, and counted (for a note) otherwise.
+ */
+static int fc_check_optim(const struct fc_dcp_to_full_opts *opts, const struct fc_xform_result *xr,
+                          struct fc_dcp_to_full_result *res)
+{
+    for (size_t i = 0; i < xr->n; i++) {
+        const struct fc_xspec *s = &xr->specs[i];
+        if (s->kind != FC_ENTRY_TENSOR || !fc_is_optim_key(s->key))
+            continue;
+        if (opts->config_from != NULL)
+            return fc_error_set(FC_EINVAL,
+                                "%s: '%s' is optimizer state, which a Hugging Face model "
+                                "directory does not hold; export the model alone with --select "
+                                "model (or the key that holds it)",
+                                opts->input, s->key);
+        if (res->noptim++ == 0)
+            snprintf(res->optim_key, sizeof(res->optim_key), "%s", s->key);
+    }
+    return FC_OK;
 }
 
 static int fc_write_index(const char *path, const struct fc_xform_result *xr, const size_t *idx,
@@ -493,7 +592,7 @@ int fc_dcp_to_full(const struct fc_dcp_to_full_opts *opts, struct fc_dcp_to_full
     struct fc_xform_rules rules;
     struct fc_xform_result xr;
     struct fc_slabs slabs;
-    struct fc_out o = {-1, NULL, 0, 0, opts->progress, opts->progress_ctx, 0, 0};
+    struct fc_out o = {-1, NULL, 0, 0, opts->progress, opts->progress_ctx, 0, 0, 0};
     size_t *idx = NULL, *shard_of = NULL;
     struct fc_stage out;
     const char *tmp;
@@ -510,9 +609,13 @@ int fc_dcp_to_full(const struct fc_dcp_to_full_opts *opts, struct fc_dcp_to_full
         else
             fmt = FC_EXPORT_SAFETENSORS;
     }
-    is_dir_out = fmt == FC_EXPORT_SAFETENSORS && opts->max_shard_size > 0;
+    is_dir_out =
+        fmt == FC_EXPORT_SAFETENSORS && (opts->max_shard_size > 0 || opts->config_from != NULL);
     if (fmt == FC_EXPORT_TORCH && opts->max_shard_size > 0)
         return fc_error_set(FC_EINVAL, "--max-shard-size applies to safetensors output only");
+    if (fmt == FC_EXPORT_TORCH && opts->config_from != NULL)
+        return fc_error_set(FC_EINVAL, "--config-from writes a Hugging Face directory of "
+                                       "safetensors; drop --format torch and the .pt/.bin name");
     FC_TRY(fc_stage_begin(&out, opts->output, is_dir_out, opts->force, fc_cancel_requested));
     tmp = out.path;
     fc_cancel_staged(is_dir_out ? out.path : NULL);
@@ -524,6 +627,8 @@ int fc_dcp_to_full(const struct fc_dcp_to_full_opts *opts, struct fc_dcp_to_full
                     done);
     }
     FC_TRY_GOTO(fc_xform_apply(src, &rules, &xr), rc, done);
+    if (is_dir_out)
+        FC_TRY_GOTO(fc_check_optim(opts, &xr, res), rc, done);
     FC_TRY_GOTO(fc_stream_fill_means(&xr, opts->max_memory, &slabs), rc, done);
     idx = fc_calloc(xr.n + 1, sizeof(*idx));
     shard_of = fc_calloc(xr.n + 1, sizeof(*shard_of));
@@ -541,29 +646,36 @@ int fc_dcp_to_full(const struct fc_dcp_to_full_opts *opts, struct fc_dcp_to_full
         }
     }
     fc_cancel_polled(); /* the output file (or shard files) appear from here on */
+    /* The small files first: a bad --config-from fails before any tensor is written. */
+    if (opts->config_from != NULL)
+        FC_TRY_GOTO(fc_hf_copy_files(opts->config_from, tmp), rc, done);
     if (fmt == FC_EXPORT_TORCH) {
         FC_TRY_GOTO(fc_write_torchsave(src, &xr, tmp, opts->output, opts->max_memory, &slabs, &o,
                                        &res->ntensors),
                     rc, done);
         res->nfiles = 1;
-    } else if (!is_dir_out) {
-        FC_TRY_GOTO(fc_write_safetensors(src, &xr, idx, n, tmp, opts->max_memory, &slabs, &o), rc,
-                    done);
+    } else if (opts->max_shard_size == 0) {
+        /* One file: the output itself, or model.safetensors in the --config-from directory. */
+        char *p = is_dir_out ? fc_path_join(tmp, "model.safetensors") : NULL;
+        if (is_dir_out && p == NULL) {
+            rc = fc_error_set(FC_ENOMEM, "out of memory");
+            goto done;
+        }
+        rc = fc_write_safetensors(src, &xr, idx, n, is_dir_out ? p : tmp, opts->max_memory, &slabs,
+                                  &o);
+        fc_free(p);
+        if (rc < 0)
+            goto done;
         res->ntensors = n;
         res->nfiles = 1;
     } else {
-        /* Greedy shards in key order, like transformers' save_pretrained. */
-        size_t nshards = 0;
-        uint64_t cur = 0;
-        for (size_t i = 0; i < n; i++) {
-            const uint64_t b = fc_spec_nbytes(&xr.specs[idx[i]]);
-            if (i == 0 || (cur > 0 && cur + b > opts->max_shard_size)) {
-                nshards++;
-                cur = 0;
-            }
-            shard_of[i] = nshards - 1;
-            cur += b;
-        }
+        struct fc_buf empty = FC_BUF_INIT(4096);
+        rc = fc_safetensors_write_header(&empty, NULL, 0, fc_st_meta, 1, 1);
+        const uint64_t base = empty.len - 8;
+        fc_buf_release(&empty);
+        if (rc < 0)
+            goto done;
+        const size_t nshards = fc_plan_shards(&xr, idx, n, opts->max_shard_size, base, shard_of);
         for (size_t s = 0, first = 0; s < nshards; s++) {
             size_t last = first;
             while (last < n && shard_of[last] == s)
@@ -595,7 +707,8 @@ int fc_dcp_to_full(const struct fc_dcp_to_full_opts *opts, struct fc_dcp_to_full
         res->nfiles = nshards;
     }
     FC_TRY_GOTO(fc_stage_commit(&out), rc, done);
-    res->bytes_written = o.total;
+    res->format = fmt == FC_EXPORT_TORCH ? "torch.save" : "safetensors";
+    res->bytes_written = o.written;
 done:
     fc_cancel_staged(NULL);
     fc_stage_release(&out);

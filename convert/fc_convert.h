@@ -214,6 +214,7 @@ struct fc_dcp_to_full_opts {
     const char *output;           /* file (.safetensors, .pt/.bin/.pth) or directory (sharded) */
     enum fc_export_format format; /* AUTO: from the output name; a directory means safetensors */
     uint64_t max_shard_size; /* safetensors: > 0 writes shards + model.safetensors.index.json */
+    const char *config_from; /* an HF model directory: output is a directory with its config */
     const struct fc_rule_arg *rules; /* select, strip-prefix, rename, drop, dtype, ... */
     size_t nrules;
     uint64_t max_memory;
@@ -223,10 +224,13 @@ struct fc_dcp_to_full_opts {
 };
 
 struct fc_dcp_to_full_result {
+    const char *format; /* "safetensors" or "torch.save" (static) */
     size_t ntensors;
     size_t nvalues_dropped; /* safetensors holds tensors only */
     size_t nfiles;
-    uint64_t bytes_written;
+    uint64_t bytes_written; /* the tensor files' sizes */
+    size_t noptim;       /* optimizer state tensors written (a directory output without --select) */
+    char optim_key[128]; /* the first of them */
 };
 
 /*
@@ -235,6 +239,10 @@ struct fc_dcp_to_full_result {
  * tensor by tensor in row slabs under max_memory: the model is never held.
  * torch.save output nests keys by the checkpoint's planner_data (as
  * dcp_to_torch_save does) and keeps non-tensor values and tied storages.
+ * With config_from the output is a directory that from_pretrained loads:
+ * model.safetensors (or the shards), plus config.json and the tokenizer files
+ * of that directory (fc_hf_copy_files); optimizer state is refused there
+ * (FC_EINVAL naming --select).
  * Output is written beside the target and renamed into place when complete.
  * Returns FC_OK, FC_EINVAL (bad options, existing output without force),
  * FC_EFORMAT, FC_ECORRUPT, FC_EIO, FC_ENOMEM.

@@ -17,6 +17,7 @@
 #include "fc_io.h"
 #include "fc_strmap.h"
 #include "fc_torchsave.h"
+#include "hf.h"
 #include "plan.h"
 #include "st_sink.h"
 #include "stream.h"
@@ -445,6 +446,8 @@ int fc_full_to_dcp(const struct fc_full_to_dcp_opts *o, struct fc_full_to_dcp_re
     }
     FC_TRY_GOTO(fc_plan_job(o, &j), rc, done);
     FC_TRY_GOTO(fc_copy_notes(&j.xr, res), rc, done);
+    if (!o->require_dcp)
+        FC_TRY_GOTO(fc_hf_tie_note(o, &j.xr, res), rc, done);
     res->nfiles = j.plan->nfiles;
     res->ntensors = j.plan->ntensors;
     res->nvalues = j.plan->nvalues;

@@ -174,6 +174,39 @@ static size_t fc_select_depth(const struct fc_entry *e, const char *select)
     return len == sl ? k : SIZE_MAX;
 }
 
+/*
+ * The first few distinct first path elements of osrc's entries, quoted and
+ * comma-separated into buf (", ..." when there are more): what a message
+ * offers as --select / --optim-select KEY.
+ */
+static void fc_top_keys(const struct fc_source *osrc, char *buf, size_t cap)
+{
+    enum { FC_TOP_SHOWN = 8 };
+    char tmp[32], seen[FC_TOP_SHOWN][64];
+    size_t nseen = 0, used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < osrc->nentries; i++) {
+        const struct fc_entry *e = &osrc->entries[i];
+        const char *top = e->path_len > 0 ? fc_elem_str(&e->path[0], tmp, sizeof(tmp)) : e->key;
+        size_t j = 0;
+        while (j < nseen && strncmp(seen[j], top, sizeof(seen[j]) - 1) != 0)
+            j++;
+        if (j < nseen)
+            continue;
+        if (nseen == FC_TOP_SHOWN) {
+            snprintf(buf + used, cap - used, ", ...");
+            return;
+        }
+        snprintf(seen[nseen], sizeof(seen[nseen]), "%s", top);
+        const int w =
+            snprintf(buf + used, cap - used, "%s'%s'", nseen > 0 ? ", " : "", seen[nseen]);
+        nseen++;
+        if (w < 0 || (size_t)w >= cap - used)
+            return;
+        used += (size_t)w;
+    }
+}
+
 static int fc_optim_collect(struct fc_optim *o, const char *select)
 {
     const struct fc_source *osrc = o->osrc;
@@ -212,11 +245,32 @@ static int fc_optim_collect(struct fc_optim *o, const char *select)
         grp->hps = h;
         h[grp->nhps++] = e;
     }
-    if (nseen == 0 || o->ngroups == 0)
+    if (nseen == 0 || o->ngroups == 0) {
+        char keys[512];
+        fc_top_keys(osrc, keys, sizeof(keys));
         return fc_error_set(FC_EINVAL,
-                            "%s: no optimizer state dict%s%s (expected 'state' and "
-                            "'param_groups')",
-                            osrc->path, select ? " under " : "", select ? select : "");
+                            "%s: no optimizer state dict %s%s (expected 'state' and "
+                            "'param_groups'); its top-level keys are %s: name the optimizer's "
+                            "with --optim-select KEY",
+                            osrc->path, select ? "under " : "at the top level",
+                            select ? select : "", keys);
+    }
+    /*
+     * The optimizer inside the input itself: model keys taken from the same
+     * file must not include it (a missing --select would make every optimizer
+     * tensor a model parameter, and the id mapping blame frozen parameters).
+     */
+    for (size_t i = 0; i < o->nmodel; i++) {
+        const struct fc_xspec *s = &o->xr->specs[i];
+        if (s->src != osrc || fc_select_depth(&osrc->entries[s->entry], select) == SIZE_MAX)
+            continue;
+        char keys[512];
+        fc_top_keys(osrc, keys, sizeof(keys));
+        return fc_error_set(FC_EINVAL,
+                            "%s: the model keys include the optimizer's own entries (e.g. '%s'); "
+                            "take the model's subtree with --select KEY (top-level keys: %s)",
+                            osrc->path, osrc->entries[s->entry].key, keys);
+    }
     for (size_t g = 0; g < o->ngroups; g++) {
         const struct fc_pv *p = o->groups[g].params != NULL ? o->groups[g].params->value : NULL;
         if (p == NULL || p->kind != FC_PV_LIST)
