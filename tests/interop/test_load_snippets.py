@@ -3,7 +3,8 @@ output into FSDP2 models that then compute what the original model computes.
 
 The snippets are README.md's ```python blocks after "<!-- recipe: NAME -->" lines
 (common.readme_recipes): load-model (build_sharded, load_model), load-optim (load_training,
---optim's default torchtitan layout) and load-app (the DCP tutorial's AppState, --layout app).
+--optim's default torchtitan layout), load-app (the DCP tutorial's AppState, --layout app) and
+load-safetensors (load_model_st, --format safetensors).
 Every rank exec()s their text, unchanged and in README order, into one namespace and calls the
 functions they define.
 
@@ -12,7 +13,7 @@ buffer, in no checkpoint) built from a config, one AdamW step taken, then saved 
 have it: save_pretrained (an HF dir) and torch.save({"model", "optimizer"}) (integer-keyed
 optimizer state).  fsdpconv converts them for --world-size 2: the HF dir alone, and the
 training file with --select model --optim-select optimizer, once in the default layout and once
-with --layout app.
+with --layout app; and the HF dir again with --format safetensors.
 
 The whole test runs with torch.use_deterministic_algorithms(True), which makes torch.empty (and
 so to_empty) fill new tensors with NaN: whatever the snippets do not overwrite shows up, and
@@ -21,7 +22,8 @@ never holds a right value by chance.
 Checks, on 2 gloo ranks, each model built by the snippets from Qwen2ForCausalLM(config) on CPU:
   model        load_model of the HF-dir conversion: the logits of a fixed batch bit-exact with
                the original model's (same ops on the same all-gathered fp32 values, one thread)
-  no-fix       the same with the snippet's buffer restore line replaced by `pass`: the logits
+  safetensors  load_model_st of the --format safetensors conversion: the same logits
+  no-fix       load_model with the snippet's buffer restore line replaced by `pass`: the logits
                must differ (the check above can fail; inv_freq is left as to_empty made it)
   optim        build_sharded + AdamW with wrong hyper-parameters, load_training of the default
                layout: every parameter (full_tensor()), every optimizer state tensor
@@ -58,7 +60,7 @@ try:
 except ImportError:
     Qwen2ForCausalLM = None
 
-SNIPPETS = ("load-model", "load-optim", "load-app")
+SNIPPETS = ("load-model", "load-optim", "load-app", "load-safetensors")
 HP = dict(lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.01)
 WRONG_HP = dict(lr=0.5, betas=(0.5, 0.5), eps=1e-3, weight_decay=0.5)
 WORLD = 2
@@ -126,7 +128,7 @@ def logits_of(model):
 
 
 def check_model(ns, case, want):
-    got = logits_of(ns["load_model"](qwen2, case["ckpt"], "cpu"))
+    got = logits_of(ns[case["load"]](qwen2, case["ckpt"], "cpu"))
     d = ref.diff(got, want["logits"])
     if case["expect_equal"]:
         return ["logits: %s" % d] if d else []
@@ -223,7 +225,8 @@ def main():
         ckpts = {"model": ["qwen2"],
                  "tt": ["--select", "model", "--optim-select", "optimizer", "train.pt"],
                  "app": ["--select", "model", "--optim-select", "optimizer", "--layout", "app",
-                         "train.pt"]}
+                         "train.pt"],
+                 "st": ["--format", "safetensors", "qwen2"]}
         for name, args in ckpts.items():
             rc, _, err = common.run_fsdpconv("full-to-dcp", "--world-size", WORLD, "-o",
                                              os.path.join(tmp, name),
@@ -239,9 +242,14 @@ def main():
         path = lambda n: os.path.join(tmp, n)  # noqa: E731
         cases = [
             dict(name="model: load_model gives the original's logits bit-exact",
-                 check="model", codes=codes, ckpt=path("model"), expect_equal=True),
+                 check="model", codes=codes, ckpt=path("model"), load="load_model",
+                 expect_equal=True),
+            dict(name="safetensors: load_model_st gives the original's logits bit-exact",
+                 check="model", codes=codes, ckpt=path("st"), load="load_model_st",
+                 expect_equal=True),
             dict(name="no-fix: without the buffer restore the logits differ",
-                 check="model", codes=no_fix, ckpt=path("model"), expect_equal=False),
+                 check="model", codes=no_fix, ckpt=path("model"), load="load_model",
+                 expect_equal=False),
             dict(name="optim: load_training (default layout) restores parameters and AdamW "
                  "state bit-exact", check="optim", codes=codes, ckpt=path("tt"),
                  load="load_training"),
