@@ -39,6 +39,7 @@ Exits 0 when every check passes, 1 otherwise.  SNIPPETS_KEEP=1 keeps the temp di
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -222,17 +223,16 @@ def main():
                  ["README.md lacks recipe %s" % n for n in SNIPPETS if n not in found])
         codes = [(n, found.get(n, "")) for n in SNIPPETS]
         expected = write_inputs(tmp)
-        ckpts = {"model": ["qwen2"],
-                 "tt": ["--select", "model", "--optim-select", "optimizer", "train.pt"],
-                 "app": ["--select", "model", "--optim-select", "optimizer", "--layout", "app",
-                         "train.pt"],
-                 "st": ["--format", "safetensors", "qwen2"]}
-        for name, args in ckpts.items():
-            rc, _, err = common.run_fsdpconv("full-to-dcp", "--world-size", WORLD, "-o",
-                                             os.path.join(tmp, name),
-                                             *[os.path.join(tmp, a) if a.endswith(("qwen2", ".pt"))
-                                               else a for a in args])
-            rep.case("fsdpconv full-to-dcp %s" % " ".join(args), [err] if rc else [])
+        optim = ["--select", "model", "--optim-select", "optimizer"]
+        convert = {"model": ["qwen2"], "tt": optim + ["train.pt"],
+                   "app": optim + ["--layout", "app", "train.pt"],
+                   "st": ["--format", "safetensors", "qwen2"]}
+        for name, args in convert.items():   # run in tmp, where the inputs are
+            r = subprocess.run([common.fsdpconv_path(), "full-to-dcp", "--world-size",
+                                str(WORLD), "-o", name] + args, cwd=tmp, capture_output=True,
+                               timeout=300)
+            rep.case("fsdpconv full-to-dcp -o %s %s" % (name, " ".join(args)),
+                     [r.stderr.decode()] if r.returncode else [])
         try:
             no_fix = [(n, without_buffer_fix(c) if n == "load-model" else c) for n, c in codes]
             probs = []
