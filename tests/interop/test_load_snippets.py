@@ -9,7 +9,7 @@ Every rank exec()s their text, unchanged and in README order, into one namespace
 functions they define.
 
 Input: a transformers Qwen2ForCausalLM (rotary embeddings: its inv_freq is a non-persistent
-buffer, in no checkpoint) built from a config, one AdamW step taken, then saved the ways users
+buffer, in no checkpoint) built from a config, two AdamW steps taken, then saved the ways users
 have it: save_pretrained (an HF dir) and torch.save({"model", "optimizer"}) (integer-keyed
 optimizer state).  fsdpconv converts them for --world-size 2: the HF dir alone, and the
 training file with --select model --optim-select optimizer, once in the default layout and once
@@ -82,8 +82,10 @@ def write_inputs(tmp):
     torch.manual_seed(1234)
     m = qwen2()
     opt = torch.optim.AdamW(m.parameters(), **HP)
-    m(input_ids=batch(0)).logits.pow(2).mean().backward()
-    opt.step()
+    for i in (0, 2):   # two steps: get_state_dict's own state init leaves step == 1
+        m(input_ids=batch(i)).logits.pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad()
     m.eval()
     with torch.no_grad():
         logits = m(input_ids=batch(1)).logits
