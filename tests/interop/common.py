@@ -13,6 +13,10 @@ Paths and the binary
   fsdpconv_path()              the binary under test (env FSDPCONV, else ROOT/fsdpconv)
   run_fsdpconv(*args)          -> (rc, stdout, stderr) as text
   run_python(script, *args)    run a script with this interpreter, raise on failure
+  readme_recipes(lang)         {name: code} of README.md's ```lang blocks that follow a
+                               "<!-- recipe: NAME -->" line (the blocks the tests run as
+                               printed: sh in test_recipes.py, python in
+                               test_load_snippets.py)
 
 Reporting
   Report                       per-case "ok"/"FAIL" lines and the exit status
@@ -57,6 +61,7 @@ Measuring (tests/bench/measure.py is the command-line front end)
 import json
 import math
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -94,6 +99,13 @@ def run_python(script, *args, timeout=600):
             os.path.basename(script), " ".join(map(str, args)), r.returncode,
             (r.stdout + r.stderr).decode("utf-8", "replace")[-4000:]))
     return r.stdout.decode("utf-8", "replace")
+
+
+def readme_recipes(lang):
+    with open(os.path.join(ROOT, "README.md")) as f:
+        text = f.read()
+    return dict(re.findall(r"<!-- recipe: (\S+) -->\n```%s\n(.*?)```" % re.escape(lang), text,
+                           re.S))
 
 
 class Report:

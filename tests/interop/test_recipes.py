@@ -190,12 +190,6 @@ def bagel_reference(tmp):
 
 # ------------------------------------------------------------------------------ recipes
 
-def read_recipes():
-    with open(os.path.join(common.ROOT, "README.md")) as f:
-        text = f.read()
-    return dict(re.findall(r"<!-- recipe: (\S+) -->\n```sh\n(.*?)```", text, re.S))
-
-
 def check_man(recipes):
     with open(os.path.join(common.ROOT, "man", "fsdpconv-full-to-dcp.1")) as f:
         man = f.read().replace("\\e", "\\")
@@ -371,7 +365,7 @@ def main():
     bindir = tempfile.mkdtemp(dir=tmp, prefix="bin_")
     os.symlink(common.fsdpconv_path(), os.path.join(bindir, "fsdpconv"))
     try:
-        recipes = read_recipes()
+        recipes = common.readme_recipes("sh")
         rep.case("README has recipes bagel, fsdp1, pad-vocab, also in the man page",
                  (["README.md lacks recipe %s" % n for n in ("bagel", "fsdp1", "pad-vocab")
                    if n not in recipes] + check_man(recipes)))
