@@ -832,6 +832,17 @@ void fc_st_index_release(struct fc_st_index *idx)
     memset(idx, 0, sizeof(*idx));
 }
 
+/* Every safetensors writer's check of a tensor name: the format reserves "__metadata__". */
+static int fc_st_check_name(const char *name)
+{
+    if (strcmp(name, FC_ST_META_KEY) == 0)
+        return fc_error_set(FC_EINVAL,
+                            "tensor name '%s' cannot be written to a safetensors header: the "
+                            "format reserves it (rename it with --rename)",
+                            name);
+    return FC_OK;
+}
+
 int fc_safetensors_write_header(struct fc_buf *out, const struct fc_st_tensor *t, size_t n,
                                 const char *const *meta, size_t nmeta, size_t align)
 {
@@ -850,6 +861,7 @@ int fc_safetensors_write_header(struct fc_buf *out, const struct fc_st_tensor *t
         json_object_set(root, "__metadata__", md);
     for (size_t i = 0; i < n; i++) {
         const struct fc_dtype_info *info = fc_dtype_info(t[i].dtype);
+        FC_TRY_GOTO(fc_st_check_name(t[i].name), rc, done);
         if (info == NULL || info->safetensors_name == NULL) {
             rc = fc_error_set(FC_EFORMAT, "tensor '%s': safetensors has no dtype for %s", t[i].name,
                               fc_dtype_name(t[i].dtype));
@@ -897,12 +909,12 @@ int fc_safetensors_write_sharded_header(struct fc_buf *out, const struct fc_st_t
     if (info == NULL)
         return fc_error_set(FC_ENOMEM, "out of memory");
     for (size_t i = 0; i < n; i++) {
+        FC_TRY_GOTO(fc_st_check_name(t[i].name), rc, done);
         json_t *e = json_object(), *offs = json_array();
         for (int d = 0; d < t[i].ndim; d++)
             json_array_append_new(offs, json_integer(t[i].saved_offsets[d]));
         json_object_set_new(e, "saved_offsets", offs);
-        if (strcmp(t[i].name, FC_ST_META_KEY) == 0 ||
-            json_object_set_new(info, t[i].name, e) != 0) {
+        if (json_object_set_new(info, t[i].name, e) != 0) {
             rc = fc_error_set(FC_EINVAL,
                               "tensor name '%s' cannot be written to a safetensors "
                               "header",
