@@ -19,6 +19,7 @@
 #include "fc_strmap.h"
 #include "fc_torchsave.h"
 #include "fc_zip.h"
+#include "keys.h"
 #include "stream.h"
 #include "xform.h"
 
@@ -515,6 +516,8 @@ int fc_dcp_to_full(const struct fc_dcp_to_full_opts *opts, struct fc_dcp_to_full
                     done);
     }
     FC_TRY_GOTO(fc_xform_apply(src, &rules, &xr), rc, done);
+    const struct fc_xform_input in = {src, NULL};
+    FC_TRY_GOTO(fc_keys_check(&xr, &in, 1, &rules), rc, done);
     FC_TRY_GOTO(fc_stream_fill_means(&xr, opts->max_memory, &slabs), rc, done);
     idx = fc_calloc(xr.n + 1, sizeof(*idx));
     shard_of = fc_calloc(xr.n + 1, sizeof(*shard_of));

@@ -16,6 +16,7 @@
 #include "fc_error.h"
 #include "fc_io.h"
 #include "fc_torchsave.h"
+#include "keys.h"
 #include "plan.h"
 #include "st_sink.h"
 #include "stream.h"
@@ -181,6 +182,8 @@ static int fc_open_inputs(const struct fc_full_to_dcp_opts *o, struct fc_job *j)
     j->src = j->srcs[0];
     if (rc == FC_OK)
         rc = fc_xform_apply_inputs(in, n, &j->rules, &j->xr);
+    if (rc == FC_OK)
+        rc = fc_keys_check(&j->xr, in, n, &j->rules);
     fc_free(in);
     return rc;
 }

@@ -2,7 +2,7 @@
  * test_io.c - output creation and staging (lib/fc_io.c): nothing planted at
  * an output's name is followed, staging names cannot be guessed, and a
  * --force commit settles (new output in place, old one gone) even when the
- * final directory fsync fails.
+ * final directory fsync fails; and error messages stay one printable line.
  */
 #include "fc_test.h"
 
@@ -183,6 +183,20 @@ static void test_force_settles_when_dir_fsync_fails(void **state)
     replace_with_failing_dir_fsync(1); /* old output renamed aside first */
 }
 
+/* Messages name files and keys from inputs: control and non-UTF-8 bytes become \\xNN. */
+static void test_error_message_is_one_line(void **state)
+{
+    (void)state;
+    fc_error_set(FC_EIO, "%s: shard '%s' is missing", "é/index.json",
+                 "a\nb\xff\xed\xa0\x80"
+                 "c");
+    assert_string_equal(fc_error_last(),
+                        "é/index.json: shard 'a\\x0ab\\xff\\xed\\xa0\\x80c' is missing");
+    assert_int_equal(fc_utf8_invalid_at((const unsigned char *)"ok\xed\xa0\x80", 5, 1), 5);
+    assert_int_equal(fc_utf8_invalid_at((const unsigned char *)"ok\xed\xa0\x80", 5, 0), 2);
+    assert_int_equal(fc_utf8_invalid_at((const unsigned char *)"\xc3", 1, 0), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -191,6 +205,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_stage_names_cannot_be_planted, setup, teardown),
         cmocka_unit_test_setup_teardown(test_force_settles_when_dir_fsync_fails, setup, teardown),
+        cmocka_unit_test(test_error_message_is_one_line),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
