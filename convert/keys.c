@@ -66,7 +66,8 @@ static int fc_keys_blame(const struct fc_xspec *s, const struct fc_xform_input *
     const struct fc_rule *rule = NULL;
     if (start == NULL)
         return fc_error_set(FC_ENOMEM, "out of memory");
-    memcpy(start, prefix, pl);
+    if (pl > 0)
+        memcpy(start, prefix, pl);
     memcpy(start + pl, orig, kl + 1);
     const int rc = fc_keys_culprit(r, start, &rule);
     fc_free(start);
