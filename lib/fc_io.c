@@ -149,8 +149,7 @@ int fc_pwrite_full(int fd, const void *p, size_t n, uint64_t off, const char *pa
 
 int fc_file_create(const char *path, int *fd_out)
 {
-    /* O_EXCL fails on any existing name, a symlink included, so nothing planted is written through.
-     */
+    /* O_EXCL fails on any name that exists, a symlink included: nothing planted is written. */
     *fd_out = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (*fd_out < 0)
         return fc_error_set(FC_EIO, "%s: cannot create: %s", path, strerror(errno));
