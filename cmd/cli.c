@@ -152,6 +152,13 @@ int fc_cli_mp_start(long nproc, int engine, struct fc_comm **comm, int *worker_e
     return FC_EXIT_OK;
 }
 
+int fc_cli_flush_stdout(void)
+{
+    if (fflush(stdout) != 0 || ferror(stdout))
+        return fc_error_set(FC_EIO, "writing to stdout failed");
+    return FC_OK;
+}
+
 int fc_cli_mp_end(struct fc_comm *comm, int status)
 {
     if (comm == NULL)

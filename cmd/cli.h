@@ -27,6 +27,13 @@ extern const char *fc_cli_command; /* the running command's name, for messages; 
 /* Print "fsdpconv: <command>: <fc_error_last()>" and return the exit status for rc. */
 int fc_cli_report(int rc);
 
+/*
+ * fc_cli_flush_stdout() - flush stdout; FC_EIO "writing to stdout failed" when
+ * that or any earlier write to it failed (a full disk, /dev/full, a closed
+ * pipe), which stdio only remembers in ferror().  Else FC_OK.
+ */
+int fc_cli_flush_stdout(void);
+
 /* Print "fsdpconv: <cmd>: <msg>" and "see 'fsdpconv help <cmd>'" to stderr; return 2. */
 int fc_cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

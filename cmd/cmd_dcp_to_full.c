@@ -58,7 +58,7 @@ static int dcp_to_full_option(void *ctx, int id, const char *value)
     struct fc_dcp_to_full_opts *o = ctx;
     int f;
     switch (id) {
-    case 'o': o->output = value; return 0;
+    case 'o': return fc_opt_output("dcp-to-full", value, &o->output);
     case OPT_FORMAT:
         if (fc_opt_choice("dcp-to-full", "--format", value, formats, 2, &f) < 0)
             return -1;

@@ -135,7 +135,7 @@ int cmd_diff(int argc, char **argv)
         print_table(&r);
     const int equal = r.nitems == 0;
     fc_diff_result_release(&r);
-    if (fflush(stdout) != 0)
-        return diff_failure(fc_error_set(FC_EIO, "writing to stdout failed"));
+    if (fc_cli_flush_stdout() < 0)
+        return diff_failure(FC_EIO);
     return equal ? FC_EXIT_OK : FC_EXIT_FAILURE;
 }

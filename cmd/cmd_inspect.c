@@ -470,7 +470,7 @@ int cmd_inspect(int argc, char **argv)
                           c.o.path, r.coverage_problems);
     inspect_rows_release(&rows);
     fc_inspect_result_release(&r);
-    if (rc == FC_OK && fflush(stdout) != 0)
-        rc = fc_error_set(FC_EIO, "writing to stdout failed");
+    if (rc == FC_OK)
+        rc = fc_cli_flush_stdout();
     return fc_cli_report(rc);
 }

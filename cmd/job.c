@@ -110,7 +110,7 @@ int fc_cli_job_option(void *ctx, int id, const char *value)
     struct fc_cli_job *j = ctx;
     const char *cmd = fc_cli_command;
     switch (id) {
-    case 'o': j->o->output = value; return 0;
+    case 'o': return fc_opt_output(cmd, value, &j->o->output);
     case OPT_WORLD: return fc_opt_int(cmd, "--world-size", value, 1, 1 << 20, &j->world);
     case OPT_MESH:
         return fc_opt_mesh(cmd, "--mesh", value, &j->o->replicate, &j->o->shard, &j->o->tp);
@@ -191,5 +191,5 @@ int fc_cli_run_convert(const char *cmd, struct fc_cli_job *job)
                        res.ntensors, res.nvalues, res.bytes_written, res.nfiles, "rank file",
                        &prog.start);
     fc_full_to_dcp_result_release(&res);
-    return fc_cli_mp_end(comm, fflush(stdout) == 0 ? FC_EXIT_OK : FC_EXIT_FAILURE);
+    return fc_cli_mp_end(comm, fc_cli_report(fc_cli_flush_stdout()));
 }

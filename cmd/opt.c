@@ -465,6 +465,14 @@ int fc_opt_engine(const char *cmd, const char *opt, const char *s, int *engine)
     return 0;
 }
 
+int fc_opt_output(const char *cmd, const char *s, const char **out)
+{
+    if (s[0] == '\0')
+        return fc_opt_bad(cmd, "-o", s, "an empty name names no file");
+    *out = s;
+    return 0;
+}
+
 int fc_opt_choice(const char *cmd, const char *opt, const char *s, const char *const *names, int n,
                   int *out)
 {

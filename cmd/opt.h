@@ -104,6 +104,8 @@ int fc_opt_compress(const char *cmd, const char *opt, const char *s, int *level)
 /* "cpu", "cuda" or "auto" -> 1, 2, 0 (enum fc_engine). */
 int fc_opt_engine(const char *cmd, const char *opt, const char *s, int *engine);
 /* One of names[0..n) -> its index. */
+/* -o PATH: any name but the empty one, which names no file (a usage error before any work). */
+int fc_opt_output(const char *cmd, const char *s, const char **out);
 int fc_opt_choice(const char *cmd, const char *opt, const char *s, const char *const *names, int n,
                   int *out);
 

@@ -451,13 +451,10 @@ int fc_comm_serve(struct fc_comm *c)
             files = f;
             f[nfiles].id = file;
             f[nfiles].path = fc_strndup((const char *)buf, (size_t)n);
-            f[nfiles].fd =
-                f[nfiles].path == NULL
-                    ? -1
-                    : open(f[nfiles].path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-            if (f[nfiles].fd < 0)
-                step = fc_error_set(FC_EIO, "%s: cannot create: %s",
-                                    f[nfiles].path ? f[nfiles].path : "?", strerror(errno));
+            f[nfiles].fd = -1;
+            step = f[nfiles].path == NULL
+                       ? fc_error_set(FC_ENOMEM, "rank %d: out of memory", c->rank)
+                       : fc_file_create(f[nfiles].path, &f[nfiles].fd);
             nfiles++;
             break;
         }

@@ -20,6 +20,7 @@
 #include "fc_strmap.h"
 #include "fc_torchsave.h"
 #include "fc_zip.h"
+#include "keys.h"
 #include "stream.h"
 #include "xform.h"
 
@@ -60,14 +61,6 @@ static uint64_t fc_spec_nbytes(const struct fc_xspec *s)
     return fc_shape_nbytes(s->shape, s->ndim, s->dtype);
 }
 
-static int fc_open_new(const char *path, int *fd_out)
-{
-    *fd_out = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (*fd_out < 0)
-        return fc_error_set(FC_EIO, "%s: cannot create: %s", path, strerror(errno));
-    return FC_OK;
-}
-
 static int fc_close_synced(int fd, const char *path)
 {
     if (fc_cancel_requested()) { /* a slow fsync is worth a last look at the flag */
@@ -105,7 +98,7 @@ static int fc_write_safetensors(const struct fc_source *src, const struct fc_xfo
         ts[i].nbytes = fc_spec_nbytes(s);
     }
     FC_TRY_GOTO(fc_safetensors_write_header(&hdr, ts, n, fc_st_meta, 1, 8), rc, done);
-    FC_TRY_GOTO(fc_open_new(path, &o->fd), rc, done);
+    FC_TRY_GOTO(fc_file_create(path, &o->fd), rc, done);
     o->path = path;
     o->pos = 0;
     FC_TRY_GOTO(fc_pwrite_full(o->fd, hdr.data, hdr.len, 0, path), rc, done);
@@ -417,7 +410,7 @@ static int fc_write_torchsave(const struct fc_source *src, const struct fc_xform
     }
     recs[nrec++] = (struct fc_zipw_record){"version", 2, version, 0, 0, 0};
     FC_TRY_GOTO(fc_zipw_layout(recs, nrec, prefix, &total), rc, done);
-    FC_TRY_GOTO(fc_open_new(path, &o->fd), rc, done);
+    FC_TRY_GOTO(fc_file_create(path, &o->fd), rc, done);
     o->path = path;
     /* Payloads first (CRCs computed as they stream), then everything around them. */
     for (size_t k = 0; k < nst; k++) {
@@ -627,6 +620,8 @@ int fc_dcp_to_full(const struct fc_dcp_to_full_opts *opts, struct fc_dcp_to_full
                     done);
     }
     FC_TRY_GOTO(fc_xform_apply(src, &rules, &xr), rc, done);
+    const struct fc_xform_input in = {src, NULL};
+    FC_TRY_GOTO(fc_keys_check(&xr, &in, 1, &rules), rc, done);
     if (is_dir_out)
         FC_TRY_GOTO(fc_check_optim(opts, &xr, res), rc, done);
     FC_TRY_GOTO(fc_stream_fill_means(&xr, opts->max_memory, &slabs), rc, done);

@@ -283,9 +283,7 @@ static int fc_source_order_setup(struct fc_exec_shared *sh)
         sh->paths[f] = fc_path_join(ex->dir, ex->plan->files[f].name);
         if (sh->paths[f] == NULL)
             return fc_error_set(FC_ENOMEM, "out of memory");
-        sh->fds[f] = open(sh->paths[f], O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        if (sh->fds[f] < 0)
-            return fc_error_set(FC_EIO, "%s: cannot create: %s", sh->paths[f], strerror(errno));
+        FC_TRY(fc_file_create(sh->paths[f], &sh->fds[f]));
         if (ex->file_head != NULL)
             FC_TRY(fc_pwrite_full(sh->fds[f], ex->file_head[f].data, ex->file_head[f].len, 0,
                                   sh->paths[f]));
@@ -354,11 +352,7 @@ static int fc_write_file(struct fc_worker *w, size_t fi)
         locked = 1;
         FC_TRY_GOTO(fc_comm_open(ex->comm, owner, k.file, path), rc, done);
     } else {
-        k.fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        if (k.fd < 0) {
-            rc = fc_error_set(FC_EIO, "%s: cannot create: %s", path, strerror(errno));
-            goto done;
-        }
+        FC_TRY_GOTO(fc_file_create(path, &k.fd), rc, done);
     }
     if (ex->compress_level > 0) {
         k.zs = ZSTD_createCStream();

@@ -18,6 +18,7 @@
 #include "fc_strmap.h"
 #include "fc_torchsave.h"
 #include "hf.h"
+#include "keys.h"
 #include "plan.h"
 #include "st_sink.h"
 #include "stream.h"
@@ -183,6 +184,8 @@ static int fc_open_inputs(const struct fc_full_to_dcp_opts *o, struct fc_job *j)
     j->src = j->srcs[0];
     if (rc == FC_OK)
         rc = fc_xform_apply_inputs(in, n, &j->rules, &j->xr);
+    if (rc == FC_OK)
+        rc = fc_keys_check(&j->xr, in, n, &j->rules);
     fc_free(in);
     return rc;
 }

@@ -10,6 +10,8 @@
 #ifndef FC_ERROR_H
 #define FC_ERROR_H
 
+#include <stddef.h>
+
 enum fc_err {
     FC_OK = 0,
     FC_ERROR = -1,    /* generic failure */
@@ -32,6 +34,22 @@ typedef enum fc_err fc_err;
  * buffer.  Returns `code` unchanged so that `return fc_error_set(...)` works.
  */
 int fc_error_set(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/*
+ * fc_error_set() keeps every message on one line: control bytes and bytes
+ * that are not UTF-8 (from file names, keys and rules) appear as \xNN.
+ */
+
+/*
+ * fc_utf8_seq_len() - length (1..4) of the valid UTF-8 character at p[0, n),
+ * or 0 when none starts there (n >= 1).  The rules of Rust's str::from_utf8
+ * (no overlongs, <= U+10FFFF); lone surrogates (ED A0..BF) pass only with
+ * `surrogates`, as Python's pickle reads strings (surrogatepass).
+ */
+size_t fc_utf8_seq_len(const unsigned char *p, size_t n, int surrogates);
+
+/* fc_utf8_invalid_at() - offset of the first byte of p[0, n) that is not valid UTF-8, or n. */
+size_t fc_utf8_invalid_at(const unsigned char *p, size_t n, int surrogates);
 
 /* fc_error_last() - the last message set on this thread ("" if none). */
 const char *fc_error_last(void);

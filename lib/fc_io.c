@@ -147,21 +147,27 @@ int fc_pwrite_full(int fd, const void *p, size_t n, uint64_t off, const char *pa
     return FC_OK;
 }
 
+int fc_file_create(const char *path, int *fd_out)
+{
+    /* O_EXCL fails on any name that exists, a symlink included: nothing planted is written. */
+    *fd_out = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (*fd_out < 0)
+        return fc_error_set(FC_EIO, "%s: cannot create: %s", path, strerror(errno));
+    return FC_OK;
+}
+
 int fc_write_file_atomic(const char *path, const void *data, size_t n)
 {
     int rc = FC_OK;
-    int fd = -1;
+    int fd = -1, created = 0;
     const size_t len = strlen(path);
     char *tmp = fc_malloc(len + 5);
     if (tmp == NULL)
         return fc_error_set(FC_ENOMEM, "%s: out of memory", path);
     memcpy(tmp, path, len);
     memcpy(tmp + len, ".tmp", 5);
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        rc = fc_error_set(FC_EIO, "%s: cannot create: %s", tmp, strerror(errno));
-        goto done;
-    }
+    FC_TRY_GOTO(fc_file_create(tmp, &fd), rc, done);
+    created = 1;
     FC_TRY_GOTO(fc_pwrite_full(fd, data, n, 0, tmp), rc, done);
     if (fsync(fd) != 0) {
         rc = fc_error_set(FC_EIO, "%s: fsync failed: %s", tmp, strerror(errno));
@@ -180,21 +186,28 @@ int fc_write_file_atomic(const char *path, const void *data, size_t n)
 done:
     if (fd >= 0)
         close(fd);
-    if (rc < 0)
+    if (rc < 0 && created)
         unlink(tmp);
     fc_free(tmp);
     return rc;
 }
 
-int fc_fsync_dir(const char *dir)
+/* fsync a directory: 0 or the errno (EINVAL, a filesystem that cannot, is success). */
+static int fc_fsync_dir_errno(const char *dir)
 {
     const int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
-        return fc_error_set(FC_EIO, "%s: cannot open directory: %s", dir, strerror(errno));
+        return errno;
     const int r = fsync(fd);
     const int e = errno;
     close(fd);
-    if (r != 0 && e != EINVAL)
+    return r != 0 && e != EINVAL ? e : 0;
+}
+
+int fc_fsync_dir(const char *dir)
+{
+    const int e = fc_fsync_dir_errno(dir);
+    if (e != 0)
         return fc_error_set(FC_EIO, "%s: fsync failed: %s", dir, strerror(e));
     return FC_OK;
 }
@@ -382,14 +395,58 @@ static int fc_remove_stale_partials(const char *dir, const char *base)
     return rc;
 }
 
-/* "<target><tag>-<pid>-<time>" */
+/*
+ * 64 bits nobody can predict, for staging names: a name that cannot be guessed
+ * cannot be planted (as a symlink) before we create it.  O_EXCL and mkdir()
+ * refuse a planted name anyway; this keeps such a plant from stopping the run.
+ */
+static uint64_t fc_random64(void)
+{
+    static uint64_t counter;
+    uint64_t v = 0;
+#ifdef SYS_getrandom
+    if (syscall(SYS_getrandom, &v, sizeof(v), 0) == (long)sizeof(v))
+        return v;
+#endif
+    const int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        const ssize_t got = read(fd, &v, sizeof(v));
+        close(fd);
+        if (got == (ssize_t)sizeof(v))
+            return v;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return ((uint64_t)ts.tv_sec << 30 ^ (uint64_t)ts.tv_nsec) * 0x9e3779b97f4a7c15u ^
+           ++counter << 48 ^ (uint64_t)getpid();
+}
+
+/* "<target><tag>-<pid>-<16 random hex digits>"; the pid is what fc_remove_stale_partials reads. */
 static char *fc_stage_name(const char *target, const char *tag)
 {
     const size_t n = strlen(target) + strlen(tag) + 48;
     char *p = fc_malloc(n);
     if (p != NULL)
-        snprintf(p, n, "%s%s-%ld-%ld", target, tag, (long)getpid(), (long)time(NULL));
+        snprintf(p, n, "%s%s-%ld-%016" PRIx64, target, tag, (long)getpid(), fc_random64());
     return p;
+}
+
+/* A new staging directory: mkdir() never follows a symlink, and a name taken is tried anew. */
+static int fc_stage_mkdir(struct fc_stage *st)
+{
+    for (int tries = 0;; tries++) {
+        st->path = fc_stage_name(st->target, ".partial");
+        if (st->path == NULL)
+            return fc_error_set(FC_ENOMEM, "%s: out of memory", st->target);
+        if (mkdir(st->path, 0755) == 0)
+            return FC_OK;
+        const int e = errno;
+        const int rc = fc_error_set(FC_EIO, "%s: cannot create: %s", st->path, strerror(e));
+        fc_free(st->path);
+        st->path = NULL;
+        if (e != EEXIST || tries == 3)
+            return rc;
+    }
 }
 
 int fc_stage_begin(struct fc_stage *st, const char *target, int is_dir, int force,
@@ -419,15 +476,12 @@ int fc_stage_begin(struct fc_stage *st, const char *target, int is_dir, int forc
         return fc_error_set(FC_ENOMEM, "%s: out of memory", target);
     FC_TRY_GOTO(fc_split_path(target, &st->parent, &base), rc, done);
     FC_TRY_GOTO(fc_remove_stale_partials(st->parent, base), rc, done);
-    st->path = fc_stage_name(target, ".partial");
-    if (st->path == NULL) {
-        rc = fc_error_set(FC_ENOMEM, "%s: out of memory", target);
-        goto done;
-    }
-    if (is_dir && mkdir(st->path, 0755) != 0) {
-        rc = fc_error_set(FC_EIO, "%s: cannot create: %s", st->path, strerror(errno));
-        fc_free(st->path);
-        st->path = NULL;
+    if (is_dir) {
+        rc = fc_stage_mkdir(st);
+    } else {
+        st->path = fc_stage_name(target, ".partial");
+        if (st->path == NULL)
+            rc = fc_error_set(FC_ENOMEM, "%s: out of memory", target);
     }
 done:
     fc_free(base);
@@ -515,6 +569,29 @@ static int fc_stage_rename(struct fc_stage *st, char **old_out)
     return FC_OK;
 }
 
+/*
+ * After the rename the target holds the new output, whatever fails next: make
+ * the rename durable, remove the replaced output (old, or NULL) in any case, and
+ * say in the message what state the target is in.
+ */
+static int fc_stage_settle(const struct fc_stage *st, const char *old)
+{
+    /* Tests only: FSDPCONV_TEST_FAIL_DIR_FSYNC makes this fsync fail with EIO. */
+    const int sync_err =
+        getenv("FSDPCONV_TEST_FAIL_DIR_FSYNC") != NULL ? EIO : fc_fsync_dir_errno(st->parent);
+    const int old_rc = old != NULL ? fc_remove_tree(old) : FC_OK;
+    if (sync_err == 0)
+        return old_rc;
+    return fc_error_set(FC_EIO,
+                        "%s: the new output is in place%s%s, but syncing its directory %s "
+                        "failed (%s): a crash now may lose the change",
+                        st->target,
+                        old == NULL       ? ""
+                        : old_rc == FC_OK ? " and the old one removed"
+                                          : "; the old one is left as ",
+                        old != NULL && old_rc != FC_OK ? old : "", st->parent, strerror(sync_err));
+}
+
 int fc_stage_commit(struct fc_stage *st)
 {
     sigset_t hold, saved;
@@ -537,9 +614,7 @@ int fc_stage_commit(struct fc_stage *st)
         st->committed = 1;
     pthread_sigmask(SIG_SETMASK, &saved, NULL);
     if (rc == FC_OK)
-        rc = fc_fsync_dir(st->parent);
-    if (rc == FC_OK && old != NULL)
-        rc = fc_remove_tree(old);
+        rc = fc_stage_settle(st, old);
     fc_free(old);
     return rc;
 }

@@ -72,20 +72,32 @@ void fc_file_advise_sequential(const struct fc_file *f, uint64_t off, uint64_t n
 int fc_pwrite_full(int fd, const void *p, size_t n, uint64_t off, const char *path);
 
 /*
- * fc_write_file_atomic() - write data to "<path>.tmp", fsync, rename to path.
- * On failure the temporary is removed and path is untouched.
+ * fc_file_create() - create a new output file for writing (mode 0644 less the
+ * umask) and set *fd_out.  Every output file is created here: O_EXCL and
+ * O_NOFOLLOW, so a name that exists (a symlink planted there included) is
+ * FC_EIO naming path, never opened or written through.
+ */
+int fc_file_create(const char *path, int *fd_out);
+
+/*
+ * fc_write_file_atomic() - write data to "<path>.tmp" (created with
+ * fc_file_create()), fsync, rename to path.  On failure the temporary is
+ * removed and path is untouched.
  */
 int fc_write_file_atomic(const char *path, const void *data, size_t n);
 
 /*
  * Staged output: every command writes its output under a partial name beside
- * the target, then commits it (one rename) or aborts (removes it).
+ * the target, then commits it (one rename) or aborts (removes it).  Staging
+ * names end in 64 random bits ("<target>.partial-<pid>-<16 hex digits>"), so
+ * nobody can plant a symlink where we will write: the directory of an output
+ * may be shared (/tmp), and a planted name is refused rather than followed.
  *
  *   fc_stage_begin()  refuses a target that exists (unless force) or is a
  *                     dangling symlink; removes the partials that killed runs
- *                     left beside it ("<target>.partial-<pid>-<n>" whose pid is
+ *                     left beside it ("<target>.partial-<pid>-*" whose pid is
  *                     gone); makes ->path (a new directory when is_dir, else a
- *                     name for the caller to create).
+ *                     name for the caller to create with fc_file_create()).
  *   fc_stage_commit() the caller has written and fsynced everything under
  *                     ->path; fsyncs ->path itself (directories), then, with
  *                     SIGINT/SIGTERM held back, asks cancelled() one last time
@@ -93,10 +105,13 @@ int fc_write_file_atomic(const char *path, const void *data, size_t n);
  *                     appeared meanwhile (FC_EINVAL) and, with force, never
  *                     losing both checkpoints: the old one is swapped out
  *                     atomically (RENAME_EXCHANGE) or, where the filesystem
- *                     cannot, first renamed to "<target>.old-<pid>-<n>", which
+ *                     cannot, first renamed to "<target>.old-<pid>-<random>", which
  *                     no cleaner removes; it is deleted once the new target and
  *                     its directory entry are durable.  A signal that arrives
- *                     after the rename no longer stops the command.
+ *                     after the rename no longer stops the command.  Once the
+ *                     rename is done the new output stays and the old one is
+ *                     removed even if syncing the directory fails (FC_EIO,
+ *                     whose message says so).
  *   fc_stage_release() removes ->path when it was not committed; frees.
  *
  * cancelled (may be NULL) returns nonzero when the user asked to stop.

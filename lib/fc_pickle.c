@@ -836,45 +836,6 @@ static int fc_vm_decode_arg(struct fc_vm *vm)
     }
 }
 
-/* UTF-8 validity; surrogates (ED A0..BF) are allowed as Python's surrogatepass does. */
-static int fc_utf8_valid(const unsigned char *s, size_t n, int surrogates)
-{
-    size_t i = 0;
-    while (i < n) {
-        const unsigned c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        size_t len;
-        unsigned lo = 0x80, hi = 0xbf;
-        if (c >= 0xc2 && c <= 0xdf) {
-            len = 2;
-        } else if (c >= 0xe0 && c <= 0xef) {
-            len = 3;
-            if (c == 0xe0)
-                lo = 0xa0;
-            else if (c == 0xed && !surrogates)
-                hi = 0x9f;
-        } else if (c >= 0xf0 && c <= 0xf4) {
-            len = 4;
-            if (c == 0xf0)
-                lo = 0x90;
-            else if (c == 0xf4)
-                hi = 0x8f;
-        } else {
-            return 0;
-        }
-        if (n - i < len || s[i + 1] < lo || s[i + 1] > hi)
-            return 0;
-        for (size_t k = 2; k < len; k++)
-            if ((s[i + k] & 0xc0) != 0x80)
-                return 0;
-        i += len;
-    }
-    return 1;
-}
-
 /* Decimal integer (optional sign) into int64; 0 on success. */
 static int fc_parse_dec(const unsigned char *s, size_t n, int64_t *out)
 {
@@ -1219,17 +1180,6 @@ static enum fc_sym fc_sym_of(const struct fc_pv *g, const struct fc_sym_entry **
     return fc_sym_lookup(full, entry);
 }
 
-/* A printable copy of a name for messages (control bytes become '?'). */
-static void fc_printable(char *dst, size_t cap, const char *src)
-{
-    size_t i = 0;
-    for (; src[i] != '\0' && i + 1 < cap; i++) {
-        const unsigned char c = (unsigned char)src[i];
-        dst[i] = (char)(c < 0x20 || c == 0x7f ? '?' : c);
-    }
-    dst[i] = '\0';
-}
-
 const char *fc_pv_kind_name(enum fc_pv_kind k)
 {
     switch (k) {
@@ -1284,7 +1234,7 @@ static int fc_vm_codecs_encode(struct fc_vm *vm, const struct fc_pv *args, struc
     if (!latin1 && !utf8 && !ascii)
         return FC_OK;
     if (utf8 || ascii) {
-        if (!fc_utf8_valid(s, len, 0))
+        if (fc_utf8_invalid_at(s, len, 0) != len)
             return FC_OK; /* lone surrogates: Python raises, leave symbolic */
         for (size_t i = 0; ascii && i < len; i++)
             if (s[i] >= 0x80)
@@ -1447,9 +1397,8 @@ static int fc_vm_dtype_arg(struct fc_vm *vm, const char *fn, const struct fc_pv 
         return fc_vm_bad_args(vm, fn, "dtype argument is not a torch dtype");
     const fc_dtype dt = fc_dtype_from_torch_name(v->u.global.name);
     if (dt == FC_DTYPE_INVALID) {
-        char name[128];
-        fc_printable(name, sizeof(name), v->u.global.name);
-        return fc_vm_err(vm, FC_EFORMAT, "tensor of dtype torch.%s is not supported", name);
+        return fc_vm_err(vm, FC_EFORMAT, "tensor of dtype torch.%.128s is not supported",
+                         v->u.global.name);
     }
     *out = dt;
     return FC_OK;
@@ -1611,7 +1560,6 @@ static int fc_vm_rebuild(struct fc_vm *vm, enum fc_sym sym, const char *fn,
             char name[256] = "?";
             if (type->kind == FC_PV_GLOBAL)
                 fc_global_full(type, name, sizeof(name));
-            fc_printable(name, sizeof(name), name);
             return fc_vm_err(vm, FC_EFORMAT, "tensor subclass '%s' is not supported", name);
         }
         if (inner->kind != FC_PV_TUPLE)
@@ -1684,7 +1632,6 @@ static int fc_vm_call_torch(struct fc_vm *vm, struct fc_pv *callable, enum fc_sy
 {
     char fn[256];
     fc_global_full(callable, fn, sizeof(fn));
-    fc_printable(fn, sizeof(fn), fn);
     *out = NULL;
     switch (sym) {
     case SYM_ORDEREDDICT:
@@ -1804,10 +1751,8 @@ static int fc_op_newobj(struct fc_vm *vm, struct fc_pv *cls, struct fc_pv *args)
     const struct fc_sym_entry *e;
     const enum fc_sym sym = fc_sym_of(cls, &e);
     char fn[256] = "?";
-    if (cls->kind == FC_PV_GLOBAL) {
+    if (cls->kind == FC_PV_GLOBAL)
         fc_global_full(cls, fn, sizeof(fn));
-        fc_printable(fn, sizeof(fn), fn);
-    }
     switch (sym) {
     case SYM_PARAMETER_TYPE: {
         struct fc_pv *res = NULL;
@@ -1899,7 +1844,6 @@ static int fc_op_binpersid(struct fc_vm *vm)
         if (st->storage_dtype == FC_DTYPE_INVALID) {
             char name[256];
             fc_global_full(type, name, sizeof(name));
-            fc_printable(name, sizeof(name), name);
             return fc_vm_err(vm, FC_EFORMAT, "storage of type %s (quantized) cannot be converted",
                              name);
         }
@@ -1949,7 +1893,7 @@ static int fc_op_global(struct fc_vm *vm, const unsigned char *mod, size_t mlen,
                         const unsigned char *name, size_t nlen)
 {
     if (mlen == 0 || nlen == 0 || memchr(mod, 0, mlen) != NULL || memchr(name, 0, nlen) != NULL ||
-        !fc_utf8_valid(mod, mlen, 0) || !fc_utf8_valid(name, nlen, 0))
+        fc_utf8_invalid_at(mod, mlen, 0) != mlen || fc_utf8_invalid_at(name, nlen, 0) != nlen)
         return fc_vm_err(vm, FC_ECORRUPT, "%s with an empty or invalid name", fc_vm_opname(vm));
     char *m = fc_vm_strdup(vm, mod, mlen);
     if (m == NULL)
@@ -1971,7 +1915,6 @@ static int fc_op_global(struct fc_vm *vm, const unsigned char *mod, size_t mlen,
         if (sym == SYM_NOT_ALLOWED || sym == SYM_FROZENSET || sym == SYM_BYTES) {
             char full[256];
             fc_global_full(g, full, sizeof(full));
-            fc_printable(full, sizeof(full), full);
             if (strncmp(full, "torch.distributed.", 18) == 0)
                 return fc_vm_err(vm, FC_EFORMAT,
                                  "unsupported global '%s' (DTensor/DeviceMesh objects cannot be "
@@ -1993,7 +1936,8 @@ static int fc_op_string(struct fc_vm *vm, enum fc_pv_kind kind, int strict_utf8)
 {
     const unsigned char *s = vm->arg.s;
     const size_t n = vm->arg.n;
-    if (kind == FC_PV_STR && !fc_utf8_valid(s, n, !strict_utf8))
+    /* surrogates (ED A0..BF) pass except in BINSTRING, as Python's surrogatepass reads them */
+    if (kind == FC_PV_STR && fc_utf8_invalid_at(s, n, !strict_utf8) != n)
         return fc_vm_err(vm, FC_ECORRUPT, "%s is not valid UTF-8", fc_vm_opname(vm));
     return fc_vm_push(vm, fc_vm_strnode(vm, kind, s, n));
 }

@@ -77,53 +77,6 @@ static int fc_st_dtype_lookup(const char *name)
     return -1;
 }
 
-/*
- * Offset of the first byte that does not start a valid UTF-8 sequence (the
- * rules of Rust's str::from_utf8: no overlongs, no surrogates, <= U+10FFFF),
- * or n when all of p[0, n) is valid.
- */
-static size_t fc_st_utf8_invalid_at(const unsigned char *p, size_t n)
-{
-    size_t i = 0;
-    while (i < n) {
-        const unsigned c = p[i];
-        unsigned lo = 0x80, hi = 0xBF;
-        size_t len;
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        if (c >= 0xC2 && c <= 0xDF) {
-            len = 2;
-        } else if (c == 0xE0) {
-            len = 3;
-            lo = 0xA0;
-        } else if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) {
-            len = 3;
-        } else if (c == 0xED) {
-            len = 3;
-            hi = 0x9F;
-        } else if (c == 0xF0) {
-            len = 4;
-            lo = 0x90;
-        } else if (c >= 0xF1 && c <= 0xF3) {
-            len = 4;
-        } else if (c == 0xF4) {
-            len = 4;
-            hi = 0x8F;
-        } else {
-            return i;
-        }
-        if (n - i < len || p[i + 1] < lo || p[i + 1] > hi)
-            return i;
-        for (size_t k = 2; k < len; k++)
-            if ((p[i + k] & 0xC0) != 0x80)
-                return i;
-        i += len;
-    }
-    return n;
-}
-
 static const char *fc_st_json_type(const json_t *v)
 {
     switch (json_typeof(v)) {
@@ -535,7 +488,7 @@ int fc_safetensors_open(struct fc_safetensors **out, const struct fc_file *f)
                             path, n, f->size);
     FC_TRY_GOTO(fc_file_read_alloc(f, 8, (size_t)n, FC_ST_MAX_HEADER, &hdr), rc, done);
 
-    const size_t bad = fc_st_utf8_invalid_at(hdr, (size_t)n);
+    const size_t bad = fc_utf8_invalid_at(hdr, (size_t)n, 0);
     if (bad != (size_t)n) {
         rc = fc_error_set(FC_ECORRUPT,
                           "%s: safetensors header: invalid UTF-8 (byte 0x%02x) at file offset "
@@ -832,6 +785,17 @@ void fc_st_index_release(struct fc_st_index *idx)
     memset(idx, 0, sizeof(*idx));
 }
 
+/* Every safetensors writer's check of a tensor name: the format reserves "__metadata__". */
+static int fc_st_check_name(const char *name)
+{
+    if (strcmp(name, FC_ST_META_KEY) == 0)
+        return fc_error_set(FC_EINVAL,
+                            "tensor name '%s' cannot be written to a safetensors header: the "
+                            "format reserves it (rename it with --rename)",
+                            name);
+    return FC_OK;
+}
+
 int fc_safetensors_write_header(struct fc_buf *out, const struct fc_st_tensor *t, size_t n,
                                 const char *const *meta, size_t nmeta, size_t align)
 {
@@ -850,6 +814,7 @@ int fc_safetensors_write_header(struct fc_buf *out, const struct fc_st_tensor *t
         json_object_set(root, "__metadata__", md);
     for (size_t i = 0; i < n; i++) {
         const struct fc_dtype_info *info = fc_dtype_info(t[i].dtype);
+        FC_TRY_GOTO(fc_st_check_name(t[i].name), rc, done);
         if (info == NULL || info->safetensors_name == NULL) {
             rc = fc_error_set(FC_EFORMAT, "tensor '%s': safetensors has no dtype for %s", t[i].name,
                               fc_dtype_name(t[i].dtype));
@@ -897,12 +862,12 @@ int fc_safetensors_write_sharded_header(struct fc_buf *out, const struct fc_st_t
     if (info == NULL)
         return fc_error_set(FC_ENOMEM, "out of memory");
     for (size_t i = 0; i < n; i++) {
+        FC_TRY_GOTO(fc_st_check_name(t[i].name), rc, done);
         json_t *e = json_object(), *offs = json_array();
         for (int d = 0; d < t[i].ndim; d++)
             json_array_append_new(offs, json_integer(t[i].saved_offsets[d]));
         json_object_set_new(e, "saved_offsets", offs);
-        if (strcmp(t[i].name, FC_ST_META_KEY) == 0 ||
-            json_object_set_new(info, t[i].name, e) != 0) {
+        if (json_object_set_new(info, t[i].name, e) != 0) {
             rc = fc_error_set(FC_EINVAL,
                               "tensor name '%s' cannot be written to a safetensors "
                               "header",

@@ -122,7 +122,8 @@ void fc_st_index_release(struct fc_st_index *idx); /* leaves *idx empty */
  * power of two >= 8; 8 is the reference writer's layout).  meta holds nmeta
  * key/value pairs for __metadata__ (meta[2i], meta[2i+1]).  The data of t[0]
  * starts right after what this appends.
- * Returns FC_OK, FC_EFORMAT (a dtype safetensors cannot spell), FC_ENOMEM.
+ * Returns FC_OK, FC_EFORMAT (a dtype safetensors cannot spell), FC_EINVAL (a
+ * tensor named __metadata__, which the format reserves), FC_ENOMEM.
  */
 struct fc_buf;
 int fc_safetensors_write_header(struct fc_buf *out, const struct fc_st_tensor *t, size_t n,

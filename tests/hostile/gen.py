@@ -189,6 +189,34 @@ def get_info(info, key):
 
 # --------------------------------------------------------------------------
 
+def output_safety_cases(case, write, fixtures):
+    """Inputs whose names or offsets no output may carry (issue 20 items 9 and 12)."""
+    # A key holding a lone surrogate, which pickle carries (surrogatepass) but no UTF-8 text can:
+    # full-to-dcp refuses it as invalid input (exit 3) before writing anything.
+    src = zipfile.ZipFile(os.path.join(fixtures, "full", "tiny_vitlm.pt"))
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as z:
+        for name in src.namelist():
+            data = src.read(name)
+            if name.endswith("/data.pkl"):
+                old = short_str("logit_scale")
+                assert data.count(old) == 1
+                data = data.replace(old, b"X" + struct.pack("<I", 11) + b"logit_s\xed\xb3\xbf_")
+            z.writestr(name, data)
+    write(case("key_surrogate_pt", readers="inspect\nverify\ndiff\n"), buf.getvalue())
+
+    # data_offsets past 2**64 and up to 2**63-1: exit 3 naming the file, never a usage error.
+    def st(entries, data):
+        hdr = ("{" + ",".join('"%s":%s' % kv for kv in entries.items()) + "}").encode()
+        return struct.pack("<Q", len(hdr)) + hdr + data
+
+    t = '{"dtype":"U8","shape":[4],"data_offsets":[%d,%d]}'
+    write(case("st_offsets_past_u64_safetensors"),
+          st({"a": t % (0, 4), "b": t % (4, 2**64 + 3)}, b"abcdefgh"))
+    write(case("st_offsets_int64_max_safetensors"),
+          st({"a": t % (2**63 - 5, 2**63 - 1)}, b"abcd"))
+
+
 def main():
     fixtures, out = sys.argv[1], sys.argv[2]
     dcp = os.path.join(fixtures, "dcp", "model_optim_ws2")
@@ -338,6 +366,8 @@ def main():
             f.seek(at)
             f.write(bytes([b[0] ^ 0x10]))
         break
+
+    output_safety_cases(case, write, fixtures)
 
     with open(os.path.join(out, "CASES"), "w") as f:
         f.write("\n".join(cases) + "\n")

@@ -12,6 +12,6 @@ while [ -z "$(ls -d out.partial-* 2>/dev/null)" ] && [ $i -lt 500 ]; do sleep 0.
 kill -TERM $pid
 wait $pid
 rc=$?
-sed 's/out\.partial-[0-9]*-[0-9]*/out.partial-PID-T/' err
+sed 's/out\.partial-[0-9]*-[0-9a-f]*/out.partial-PID-R/' err
 ls -A | grep -v -e big.safetensors -e err
 exit $rc
