@@ -85,10 +85,16 @@ static int fc_path_copy(struct fc_path_elem **dst, const struct fc_path_elem *sr
 
 int fc_xform_push(struct fc_xform_result *xr, size_t *out)
 {
-    struct fc_xspec *a = fc_reallocarray(xr->specs, xr->n + 1, sizeof(*a));
-    if (a == NULL)
-        return fc_error_set(FC_ENOMEM, "out of memory");
-    xr->specs = a;
+    if (xr->n == xr->cap) {
+        /* Doubling: one spec at a time would copy the array once per key. */
+        const size_t cap = xr->cap < 64 ? 64 : xr->cap * 2;
+        struct fc_xspec *a = fc_reallocarray(xr->specs, cap, sizeof(*a));
+        if (a == NULL)
+            return fc_error_set(FC_ENOMEM, "out of memory");
+        xr->specs = a;
+        xr->cap = cap;
+    }
+    struct fc_xspec *a = xr->specs;
     memset(&a[xr->n], 0, sizeof(a[xr->n]));
     a[xr->n].alias_of = -1;
     a[xr->n].copy_of = -1;

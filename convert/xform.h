@@ -132,6 +132,7 @@ struct fc_xspec {
 struct fc_xform_result {
     struct fc_xspec *specs;
     size_t n;
+    size_t cap;           /* specs allocated: fc_xform_push() grows it geometrically */
     struct fc_pv **owned; /* values built by transforms, freed with the result */
     size_t nowned;
     char **notes; /* informational lines for the user (e.g. conv2d left alone) */
