@@ -84,9 +84,13 @@ for c in $(cat "$work/cases/CASES"); do
     run verify "$c" inspect --verify "$d/in"
     run checksum "$c" inspect --checksum "$d/in"
     run full-to-dcp "$c" full-to-dcp --world-size 2 -o "$d/out/dcp" "$d/in"
-    run full-to-dcp-st "$c" full-to-dcp --format safetensors --world-size 2 -o "$d/out/st" "$d/in"
     run reshard "$c" reshard --world-size 3 -o "$d/out/dcp" "$d/in"
-    run reshard-st "$c" reshard --format safetensors --world-size 3 -o "$d/out/st" "$d/in"
+    # --format safetensors refuses non-tensor values before reading data, so only cases that
+    # name their exit status (chunked inputs of tensors only) run it.
+    if [ -f "$d/exit" ]; then
+        run full-to-dcp-st "$c" full-to-dcp --format safetensors --world-size 2 -o "$d/out/st" "$d/in"
+        run reshard-st "$c" reshard --format safetensors --world-size 3 -o "$d/out/st" "$d/in"
+    fi
     run dcp-to-full "$c" dcp-to-full -o "$d/out/model.safetensors" "$d/in"
     run diff "$c" diff "$d/in" "$d/in"
 done
