@@ -176,10 +176,10 @@ static int fc_tiling__push(struct fc_tiling *t, size_t begin, size_t end, const 
     const size_t nd = (size_t)t->ord.ndim, rec = 2 + 2 * nd;
     if (t->nstack == t->capstack) {
         const size_t cap = t->capstack == 0 ? 16 : 2 * t->capstack;
-        size_t bytes;
-        if (fc_mul_size(cap, rec, &bytes) < 0)
+        size_t nvals;
+        if (fc_mul_size(cap, rec, &nvals) < 0)
             return fc_error_set(FC_ENOMEM, "chunks: too many groups");
-        int64_t *s = fc_reallocarray(t->stack, bytes, sizeof(*s));
+        int64_t *s = fc_reallocarray(t->stack, nvals, sizeof(*s));
         if (s == NULL)
             return fc_error_set(FC_ENOMEM, "chunks: out of memory for %zu groups", cap);
         t->stack = s;
