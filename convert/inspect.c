@@ -266,7 +266,8 @@ static int fc_inspect_dcp(const struct fc_inspect_opts *opts, struct fc_inspect_
         if (wanted == 0)
             continue;
         if (r->src != NULL && e->kind == FC_DCP_TENSOR) {
-            /* Reading every element also proves the chunks tile the tensor. */
+            /* Every element read as a load reads it (CRC-32s, stored shapes); the chunks'
+             * tiling was proven by fc_dcp_check() and again when the source opened. */
             char scratch[65];
             FC_TRY_GOTO(fc_tensor_sha256(r->src, &r->src->entries[i],
                                          opts->checksum ? r->sha256[r->nselected] : scratch),

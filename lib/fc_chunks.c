@@ -1,6 +1,6 @@
 /*
- * fc_chunks.c - boxes, the coverage checker and the intersection index of
- * fc_chunks.h.
+ * fc_chunks.c - boxes, replicas, the exact tiling check and the intersection
+ * index of fc_chunks.h.
  */
 #include "fc_chunks.h"
 
@@ -13,17 +13,6 @@
 #include "fc_checked.h"
 #include "fc_error.h"
 #include "fc_sort.h"
-
-/* Work bounds of the coverage checker (documented in fc_chunks.h). */
-#define FC_COVERAGE_MAX_PAIR_TESTS ((uint64_t)1 << 26)
-#define FC_COVERAGE_MAX_CELLS      ((uint64_t)1 << 24)
-#define FC_COVERAGE_MAX_MARKS      ((uint64_t)1 << 26)
-
-static int fc_cmp_i64(const void *a, const void *b)
-{
-    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
 
 int fc_dims_format(struct fc_buf *out, int ndim, const int64_t *v)
 {
@@ -46,347 +35,46 @@ int fc_box_format(struct fc_buf *out, int ndim, const int64_t *offsets, const in
 }
 
 /* ------------------------------------------------------------------------ */
-/* Coverage checker                                                         */
+/* Box orders                                                               */
 
-enum { FC_CHUNK_FULL = 0, FC_CHUNK_EMPTY = 1, FC_CHUNK_OOB = 2 };
-
-struct fc_cov_ctx {
+/* What the box comparators sort by: boxes[] of ndim dims, keyed on dim `dim`. */
+struct fc_box_order {
     int ndim;
-    const int64_t *shape;
-    const struct fc_box *chunks;
-    int dim; /* sweep dim */
-    struct fc_buf *report;
-    const size_t *first_of; /* FC_COVERAGE_REPLICAS: fc_chunks_replicas(), else NULL */
+    const struct fc_box *boxes;
+    int dim;
 };
 
-/* 1 when chunk i is a replica of an earlier chunk (and replicas were asked for). */
-static int fc_cov__is_replica(const struct fc_cov_ctx *ctx, size_t i)
+/* Start on dim `dim`, then index (a total order, so sorts are deterministic). */
+static int fc_box__cmp_start(const void *ctxp, size_t a, size_t b)
 {
-    return ctx->first_of != NULL && ctx->first_of[i] != i;
+    const struct fc_box_order *o = ctxp;
+    const int64_t x = o->boxes[a].offsets[o->dim], y = o->boxes[b].offsets[o->dim];
+    if (x != y)
+        return x < y ? -1 : 1;
+    return (a > b) - (a < b);
 }
 
-/* Lexicographic order of offset tuples, then index (stable and total). */
-static int fc_cov__cmp_offsets(const void *ctxp, size_t a, size_t b)
+/* Lexicographic order of offset tuples, then index. */
+static int fc_box__cmp_offsets(const void *ctxp, size_t a, size_t b)
 {
-    const struct fc_cov_ctx *ctx = ctxp;
-    for (int d = 0; d < ctx->ndim; d++) {
-        const int64_t x = ctx->chunks[a].offsets[d], y = ctx->chunks[b].offsets[d];
+    const struct fc_box_order *o = ctxp;
+    for (int d = 0; d < o->ndim; d++) {
+        const int64_t x = o->boxes[a].offsets[d], y = o->boxes[b].offsets[d];
         if (x != y)
             return x < y ? -1 : 1;
     }
     return (a > b) - (a < b);
 }
 
-static int fc_cov__cmp_start(const void *ctxp, size_t a, size_t b)
+static int fc_same_offsets(int ndim, const struct fc_box *a, const struct fc_box *b)
 {
-    const struct fc_cov_ctx *ctx = ctxp;
-    const int64_t x = ctx->chunks[a].offsets[ctx->dim], y = ctx->chunks[b].offsets[ctx->dim];
-    if (x != y)
-        return x < y ? -1 : 1;
-    return (a > b) - (a < b);
-}
-
-static int fc_cov__classify(const struct fc_cov_ctx *ctx, size_t i)
-{
-    const struct fc_box *b = &ctx->chunks[i];
-    int empty = 0;
-    for (int d = 0; d < ctx->ndim; d++) {
-        const int64_t off = b->offsets[d], size = b->sizes[d], dim = ctx->shape[d];
-        if (off < 0 || size < 0 || size > dim || off > dim - size)
-            return FC_CHUNK_OOB;
-        empty |= size == 0;
-    }
-    return empty ? FC_CHUNK_EMPTY : FC_CHUNK_FULL;
-}
-
-static int fc_cov__more(struct fc_buf *report, uint64_t n, const char *what)
-{
-    if (report == NULL || n <= FC_COVERAGE_REPORT_MAX)
-        return FC_OK;
-    return fc_buf_printf(report, "... and %" PRIu64 " more %s\n", n - FC_COVERAGE_REPORT_MAX, what);
-}
-
-static int fc_cov__report_overlap(const struct fc_cov_ctx *ctx, uint64_t nth, size_t a, size_t b)
-{
-    if (ctx->report == NULL || nth > FC_COVERAGE_REPORT_MAX)
-        return FC_OK;
-    if (a > b) {
-        const size_t t = a;
-        a = b;
-        b = t;
-    }
-    FC_TRY(fc_buf_printf(ctx->report, "overlap: chunk %zu ", a));
-    FC_TRY(fc_box_format(ctx->report, ctx->ndim, ctx->chunks[a].offsets, ctx->chunks[a].sizes));
-    FC_TRY(fc_buf_printf(ctx->report, " and chunk %zu ", b));
-    FC_TRY(fc_box_format(ctx->report, ctx->ndim, ctx->chunks[b].offsets, ctx->chunks[b].sizes));
-    return fc_buf_putc(ctx->report, '\n');
-}
-
-/* Pairwise overlaps of the non-empty in-bounds chunks full[0..m): the sweep of plan.h. */
-static int fc_cov__overlaps(struct fc_cov_ctx *ctx, size_t *full, size_t m, struct fc_coverage *cov)
-{
-    FC_TRY(fc_sort_idx(full, m, fc_cov__cmp_start, ctx));
-    uint64_t tests = 0;
-    const int sd = ctx->dim;
-    for (size_t i = 0; i < m; i++) {
-        const struct fc_box *a = &ctx->chunks[full[i]];
-        const int64_t end = a->offsets[sd] + a->sizes[sd];
-        for (size_t j = i + 1; j < m; j++) {
-            const struct fc_box *b = &ctx->chunks[full[j]];
-            if (b->offsets[sd] >= end)
-                break;
-            if (++tests > FC_COVERAGE_MAX_PAIR_TESTS) {
-                cov->exact = 0;
-                return FC_OK;
-            }
-            int hit = 1;
-            for (int d = 0; hit && d < ctx->ndim; d++)
-                hit = a->offsets[d] < b->offsets[d] + b->sizes[d] &&
-                      b->offsets[d] < a->offsets[d] + a->sizes[d];
-            if (hit) {
-                cov->overlaps++;
-                FC_TRY(fc_cov__report_overlap(ctx, cov->overlaps, full[i], full[j]));
-            }
-        }
-    }
-    return FC_OK;
-}
-
-/* Index of v in the sorted unique array e[0..n) (v is known to be there). */
-static size_t fc_cov__find(const int64_t *e, size_t n, int64_t v)
-{
-    size_t lo = 0, hi = n;
-    while (lo < hi) {
-        const size_t mid = lo + (hi - lo) / 2;
-        if (e[mid] < v)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
-/*
- * Per-dim sorted unique chunk edges (plus 0 and the shape) into
- * edges[d * stride ..], counts into nedges[d].
- */
-static void fc_cov__edges(const struct fc_cov_ctx *ctx, const size_t *full, size_t m,
-                          int64_t *edges, size_t stride, size_t *nedges)
-{
-    for (int d = 0; d < ctx->ndim; d++) {
-        int64_t *e = edges + (size_t)d * stride;
-        size_t k = 0;
-        e[k++] = 0;
-        e[k++] = ctx->shape[d];
-        for (size_t i = 0; i < m; i++) {
-            const struct fc_box *b = &ctx->chunks[full[i]];
-            e[k++] = b->offsets[d];
-            e[k++] = b->offsets[d] + b->sizes[d];
-        }
-        qsort(e, k, sizeof(*e), fc_cmp_i64);
-        size_t u = 0;
-        for (size_t i = 0; i < k; i++) {
-            if (u == 0 || e[i] != e[u - 1])
-                e[u++] = e[i];
-        }
-        nedges[d] = u;
-    }
-}
-
-struct fc_cov_grid {
-    const int64_t *edges;
-    size_t stride;
-    const size_t *nedges;
-    size_t cstride[FC_MAX_DIMS]; /* row-major strides over cells */
-    unsigned char *mark;         /* 0 uncovered, 1 covered, 2 covered more than once */
-    uint64_t ncells;
-};
-
-/* Marks the cells of every full chunk; returns 0 when the work bound is hit. */
-static int fc_cov__mark(const struct fc_cov_ctx *ctx, struct fc_cov_grid *g, const size_t *full,
-                        size_t m)
-{
-    uint64_t work = 0;
-    for (size_t i = 0; i < m; i++) {
-        const struct fc_box *b = &ctx->chunks[full[i]];
-        size_t lo[FC_MAX_DIMS], hi[FC_MAX_DIMS], cur[FC_MAX_DIMS];
-        for (int d = 0; d < ctx->ndim; d++) {
-            const int64_t *e = g->edges + (size_t)d * g->stride;
-            lo[d] = fc_cov__find(e, g->nedges[d], b->offsets[d]);
-            hi[d] = fc_cov__find(e, g->nedges[d], b->offsets[d] + b->sizes[d]);
-            cur[d] = lo[d];
-        }
-        for (;;) {
-            if (++work > FC_COVERAGE_MAX_MARKS)
-                return 0;
-            size_t cell = 0;
-            for (int d = 0; d < ctx->ndim; d++)
-                cell += cur[d] * g->cstride[d];
-            if (g->mark[cell] < 2)
-                g->mark[cell]++;
-            int d = ctx->ndim - 1;
-            while (d >= 0 && ++cur[d] == hi[d]) {
-                cur[d] = lo[d];
-                d--;
-            }
-            if (d < 0)
-                break;
-        }
-    }
-    return 1;
-}
-
-/* Counts uncovered cells and their elements; reports the first few. */
-static int fc_cov__scan(const struct fc_cov_ctx *ctx, const struct fc_cov_grid *g,
-                        struct fc_coverage *cov)
-{
-    for (uint64_t cell = 0; cell < g->ncells; cell++) {
-        if (g->mark[cell] != 0)
-            continue;
-        int64_t off[FC_MAX_DIMS], size[FC_MAX_DIMS];
-        uint64_t rest = cell, vol = 1;
-        for (int d = ctx->ndim - 1; d >= 0; d--) {
-            const size_t ncell = g->nedges[d] - 1;
-            const size_t c = (size_t)(rest % ncell);
-            const int64_t *e = g->edges + (size_t)d * g->stride;
-            rest /= ncell;
-            off[d] = e[c];
-            size[d] = e[c + 1] - e[c];
-            vol *= (uint64_t)size[d]; /* <= the tensor's numel */
-        }
-        cov->gaps++;
-        cov->missing_elems += vol;
-        if (ctx->report != NULL && cov->gaps <= FC_COVERAGE_REPORT_MAX) {
-            FC_TRY(fc_buf_puts(ctx->report, "gap: "));
-            FC_TRY(fc_box_format(ctx->report, ctx->ndim, off, size));
-            FC_TRY(fc_buf_printf(ctx->report, " (%" PRIu64 " elements) is covered by no chunk\n",
-                                 vol));
-        }
-    }
-    return fc_cov__more(ctx->report, cov->gaps, "gaps");
-}
-
-/* Gaps and missing elements of the full chunks (ndim >= 1). */
-static int fc_cov__gaps(struct fc_cov_ctx *ctx, const size_t *full, size_t m, int64_t *edges,
-                        size_t stride, const size_t *nedges, int64_t numel, struct fc_coverage *cov)
-{
-    struct fc_cov_grid g;
-    memset(&g, 0, sizeof(g));
-    g.edges = edges;
-    g.stride = stride;
-    g.nedges = nedges;
-    g.ncells = 1;
-    int fits = 1;
-    for (int d = ctx->ndim - 1; d >= 0; d--) {
-        g.cstride[d] = (size_t)g.ncells;
-        if (fits && fc_mul_u64(g.ncells, nedges[d] - 1, &g.ncells) < 0)
-            fits = 0;
-        if (g.ncells > FC_COVERAGE_MAX_CELLS)
-            fits = 0;
-    }
-    int rc = FC_OK;
-    if (fits && g.ncells > 0) {
-        g.mark = fc_calloc((size_t)g.ncells, 1);
-        if (g.mark == NULL)
-            return fc_error_set(FC_ENOMEM, "coverage: out of memory for %" PRIu64 " cells",
-                                g.ncells);
-        if (fc_cov__mark(ctx, &g, full, m))
-            rc = fc_cov__scan(ctx, &g, cov);
-        else
-            fits = 0;
-        fc_free(g.mark);
-        if (fits || rc < 0)
-            return rc;
-    } else if (fits) {
-        return FC_OK; /* zero cells: the tensor has no elements */
-    }
-    /* Too many cells: fall back on the volume deficit. */
-    uint64_t sum = 0;
-    for (size_t i = 0; i < m; i++) {
-        int64_t v = 0;
-        (void)fc_shape_numel(ctx->chunks[full[i]].sizes, ctx->ndim, &v); /* <= numel */
-        if (fc_add_u64(sum, (uint64_t)v, &sum) < 0)
-            sum = UINT64_MAX;
-    }
-    cov->missing_elems = sum < (uint64_t)numel ? (uint64_t)numel - sum : 0;
-    cov->gaps = cov->missing_elems > 0;
-    if (cov->missing_elems > 0 || cov->overlaps > 0)
-        cov->exact = 0;
-    if (ctx->report != NULL && cov->missing_elems > 0)
-        FC_TRY(fc_buf_printf(ctx->report,
-                             "gap: at least %" PRIu64 " elements are covered by no chunk "
-                             "(too many chunk edges to list the gaps)\n",
-                             cov->missing_elems));
-    return FC_OK;
-}
-
-static int fc_cov__same_offsets(const struct fc_cov_ctx *ctx, size_t a, size_t b)
-{
-    for (int d = 0; d < ctx->ndim; d++) {
-        if (ctx->chunks[a].offsets[d] != ctx->chunks[b].offsets[d])
+    for (int d = 0; d < ndim; d++) {
+        if (a->offsets[d] != b->offsets[d])
             return 0;
     }
     return 1;
 }
 
-/* Chunks whose offset tuple equals an earlier chunk's. */
-static int fc_cov__duplicates(struct fc_cov_ctx *ctx, size_t n, struct fc_coverage *cov)
-{
-    if (n < 2)
-        return FC_OK;
-    size_t *idx = fc_calloc(n, sizeof(*idx));
-    if (idx == NULL)
-        return fc_error_set(FC_ENOMEM, "coverage: out of memory for %zu chunks", n);
-    for (size_t i = 0; i < n; i++)
-        idx[i] = i;
-    /* Equal tuples end up adjacent, the lowest chunk index first. */
-    int rc = fc_sort_idx(idx, n, fc_cov__cmp_offsets, ctx);
-    size_t first = 0; /* position of the first chunk of the current run */
-    for (size_t i = 1; rc == FC_OK && i < n; i++) {
-        if (!fc_cov__same_offsets(ctx, idx[first], idx[i])) {
-            first = i;
-            continue;
-        }
-        if (fc_cov__is_replica(ctx, idx[i]))
-            continue;
-        cov->duplicate_offsets++;
-        if (ctx->report != NULL && cov->duplicate_offsets <= FC_COVERAGE_REPORT_MAX) {
-            rc = fc_buf_printf(ctx->report,
-                               "duplicate offsets: chunk %zu has the offsets of chunk %zu ", idx[i],
-                               idx[first]);
-            if (rc == FC_OK)
-                rc = fc_dims_format(ctx->report, ctx->ndim, ctx->chunks[idx[i]].offsets);
-            if (rc == FC_OK)
-                rc = fc_buf_putc(ctx->report, '\n');
-        }
-    }
-    if (rc == FC_OK)
-        rc = fc_cov__more(ctx->report, cov->duplicate_offsets, "duplicate offsets");
-    fc_free(idx);
-    return rc;
-}
-
-/* 0-d tensors: every 0-d chunk covers the one element, so every pair overlaps. */
-static int fc_cov__scalar(struct fc_cov_ctx *ctx, size_t n, struct fc_coverage *cov)
-{
-    n -= cov->replicas; /* every 0-d chunk has the same (empty) box: one of them counts */
-    cov->overlaps = n < 2 ? 0 : (uint64_t)n * (uint64_t)(n - 1) / 2;
-    cov->missing_elems = n == 0;
-    cov->gaps = n == 0;
-    if (ctx->report == NULL)
-        return FC_OK;
-    uint64_t listed = 0;
-    for (size_t b = 1; b < n && listed < FC_COVERAGE_REPORT_MAX; b++) {
-        for (size_t a = 0; a < b && listed < FC_COVERAGE_REPORT_MAX; a++)
-            FC_TRY(fc_cov__report_overlap(ctx, ++listed, a, b));
-    }
-    FC_TRY(fc_cov__more(ctx->report, cov->overlaps, "overlaps"));
-    if (n == 0)
-        FC_TRY(fc_buf_puts(ctx->report, "gap: [] (1 elements) is covered by no chunk\n"));
-    return FC_OK;
-}
-
-/* Same box: offsets (already known equal when called from a sorted run) and sizes. */
 static int fc_same_box(int ndim, const struct fc_box *a, const struct fc_box *b)
 {
     for (int d = 0; d < ndim; d++) {
@@ -403,14 +91,14 @@ int fc_chunks_replicas(int ndim, const struct fc_box *chunks, size_t n, size_t *
     int rc = FC_OK;
     *nreplicas = 0;
     if (idx == NULL)
-        return fc_error_set(FC_ENOMEM, "coverage: out of memory for %zu chunks", n);
+        return fc_error_set(FC_ENOMEM, "chunks: out of memory for %zu chunks", n);
     for (size_t i = 0; i < n; i++)
         idx[i] = first_of[i] = i;
-    const struct fc_cov_ctx ctx = {ndim, NULL, chunks, 0, NULL, NULL};
+    const struct fc_box_order ord = {ndim, chunks, 0};
     /* Equal offset tuples end up adjacent, lowest index first; compare sizes within a run. */
-    FC_TRY_GOTO(fc_sort_idx(idx, n, fc_cov__cmp_offsets, &ctx), rc, done);
+    FC_TRY_GOTO(fc_sort_idx(idx, n, fc_box__cmp_offsets, &ord), rc, done);
     for (size_t i = 1, run = 0; i < n; i++) {
-        if (!fc_cov__same_offsets(&ctx, idx[run], idx[i])) {
+        if (!fc_same_offsets(ndim, &chunks[idx[run]], &chunks[idx[i]])) {
             run = i;
             continue;
         }
@@ -427,100 +115,373 @@ done:
     return rc;
 }
 
-int fc_chunks_check_coverage(int ndim, const int64_t *shape, const struct fc_box *chunks, size_t n,
-                             unsigned flags, struct fc_coverage *out, struct fc_buf *report)
-{
-    assert(out != NULL && (n == 0 || chunks != NULL));
-    memset(out, 0, sizeof(*out));
-    out->nchunks = n;
-    out->exact = 1;
-    if (ndim < 0 || ndim > FC_MAX_DIMS)
-        return fc_error_set(FC_EINVAL, "coverage: %d dims is outside [0, %d]", ndim, FC_MAX_DIMS);
-    int64_t numel;
-    if (fc_shape_numel(shape, ndim, &numel) < 0)
-        return fc_error_set(FC_EINVAL, "coverage: shape has a negative dim or too many elements");
+/* ------------------------------------------------------------------------ */
+/* Exact tiling                                                             */
 
-    struct fc_cov_ctx ctx = {ndim, shape, chunks, 0, report, NULL};
-    int rc = FC_OK;
-    size_t *full = NULL, *nedges = NULL, *first_of = NULL;
-    int64_t *edges = NULL;
-    size_t m = 0;
-    if (flags & FC_COVERAGE_REPLICAS) {
-        first_of = fc_calloc(n + 1, sizeof(*first_of));
-        if (first_of == NULL)
-            return fc_error_set(FC_ENOMEM, "coverage: out of memory for %zu chunks", n);
-        FC_TRY_GOTO(fc_chunks_replicas(ndim, chunks, n, first_of, &out->replicas), rc, done);
-        ctx.first_of = first_of;
+/* Work bound of fc_chunks_check_tiling(): this many steps per chunk, and at least the floor. */
+#define FC_TILING_WORK_PER_CHUNK 64u
+#define FC_TILING_WORK_FLOOR     ((uint64_t)1 << 26)
+
+/*
+ * State of one fc_chunks_check_tiling() call.  The non-empty boxes are the
+ * index array idx[]; a group is a run idx[begin..end) that must tile its
+ * region [lo, hi) exactly.  Groups still to check sit on a stack of int64
+ * records {begin, end, lo[ndim], hi[ndim]}.
+ */
+struct fc_tiling {
+    struct fc_box_order ord;
+    const int64_t *shape;
+    size_t *idx;
+    int64_t *stack;
+    size_t nstack, capstack;
+    uint64_t work, budget;
+    int over_budget;
+    /* The first overlap and the first gap found. */
+    int has_overlap, has_gap;
+    size_t ov_a, ov_b;                                /* chunk indices */
+    int64_t gap_lo[FC_MAX_DIMS], gap_hi[FC_MAX_DIMS]; /* wholly uncovered, or ... */
+    uint64_t gap_missing; /* ... > 0: this many elements of [gap_lo, gap_hi) are uncovered */
+};
+
+static int64_t fc_box__end(const struct fc_box *b, int d)
+{
+    return b->offsets[d] + b->sizes[d]; /* boxes are checked in bounds first */
+}
+
+/* Spends n steps; 0 once the budget is gone (the check then stops). */
+static int fc_tiling__spend(struct fc_tiling *t, uint64_t n)
+{
+    t->work += n;
+    if (t->work > t->budget)
+        t->over_budget = 1;
+    return !t->over_budget;
+}
+
+/* Records the uncovered box: region [lo, hi) with dim k narrowed to [a, b). */
+static void fc_tiling__gap(struct fc_tiling *t, const int64_t *lo, const int64_t *hi, int k,
+                           int64_t a, int64_t b)
+{
+    if (t->has_gap)
+        return;
+    t->has_gap = 1;
+    for (int d = 0; d < t->ord.ndim; d++) {
+        t->gap_lo[d] = d == k ? a : lo[d];
+        t->gap_hi[d] = d == k ? b : hi[d];
     }
-    if (ndim == 0) {
-        FC_TRY_GOTO(fc_cov__duplicates(&ctx, n, out), rc, done);
-        rc = fc_cov__scalar(&ctx, n, out);
-        goto done;
+}
+
+static int fc_tiling__push(struct fc_tiling *t, size_t begin, size_t end, const int64_t *lo,
+                           const int64_t *hi)
+{
+    const size_t nd = (size_t)t->ord.ndim, rec = 2 + 2 * nd;
+    if (t->nstack == t->capstack) {
+        const size_t cap = t->capstack == 0 ? 16 : 2 * t->capstack;
+        size_t nvals;
+        if (fc_mul_size(cap, rec, &nvals) < 0)
+            return fc_error_set(FC_ENOMEM, "chunks: too many groups");
+        int64_t *s = fc_reallocarray(t->stack, nvals, sizeof(*s));
+        if (s == NULL)
+            return fc_error_set(FC_ENOMEM, "chunks: out of memory for %zu groups", cap);
+        t->stack = s;
+        t->capstack = cap;
     }
-    full = fc_calloc(n + 1, sizeof(*full));
-    if (full == NULL) {
-        rc = fc_error_set(FC_ENOMEM, "coverage: out of memory for %zu chunks", n);
-        goto done;
+    int64_t *r = t->stack + t->nstack++ * rec;
+    r[0] = (int64_t)begin;
+    r[1] = (int64_t)end;
+    memcpy(r + 2, lo, nd * sizeof(*lo));
+    memcpy(r + 2 + nd, hi, nd * sizeof(*hi));
+    return FC_OK;
+}
+
+/* A group of one box tiles its region only by being it; else part of the region is a gap. */
+static void fc_tiling__single(struct fc_tiling *t, size_t i, const int64_t *lo, const int64_t *hi)
+{
+    const struct fc_box *b = &t->ord.boxes[i];
+    for (int d = 0; d < t->ord.ndim; d++) {
+        if (b->offsets[d] > lo[d]) {
+            fc_tiling__gap(t, lo, hi, d, lo[d], b->offsets[d]);
+            return;
+        }
+        if (fc_box__end(b, d) < hi[d]) {
+            fc_tiling__gap(t, lo, hi, d, fc_box__end(b, d), hi[d]);
+            return;
+        }
     }
-    for (size_t i = 0; i < n; i++) {
-        const int kind = fc_cov__classify(&ctx, i);
-        if (kind == FC_CHUNK_FULL) {
-            if (!fc_cov__is_replica(&ctx, i))
-                full[m++] = i;
-        } else if (kind == FC_CHUNK_EMPTY) {
-            out->empty++;
-        } else {
-            out->out_of_bounds++;
-            if (report != NULL && out->out_of_bounds <= FC_COVERAGE_REPORT_MAX) {
-                FC_TRY_GOTO(fc_buf_printf(report, "out of bounds: chunk %zu offsets ", i), rc,
-                            done);
-                FC_TRY_GOTO(fc_dims_format(report, ndim, chunks[i].offsets), rc, done);
-                FC_TRY_GOTO(fc_buf_puts(report, " sizes "), rc, done);
-                FC_TRY_GOTO(fc_dims_format(report, ndim, chunks[i].sizes), rc, done);
-                FC_TRY_GOTO(fc_buf_puts(report, " do not fit shape "), rc, done);
-                FC_TRY_GOTO(fc_dims_format(report, ndim, shape), rc, done);
-                FC_TRY_GOTO(fc_buf_putc(report, '\n'), rc, done);
+}
+
+/*
+ * Every overlapping pair of a group, up to the first: sort by start on dim 0 and
+ * test each box against those starting before it ends there.  Quadratic on
+ * boxes that share dim-0 ranges; only groups with no guillotine cut get here.
+ */
+static int fc_tiling__pairs(struct fc_tiling *t, size_t begin, size_t end)
+{
+    const int nd = t->ord.ndim;
+    const struct fc_box *bx = t->ord.boxes;
+    size_t *v = t->idx + begin;
+    const size_t m = end - begin;
+    t->ord.dim = 0;
+    if (nd > 0) {
+        if (!fc_tiling__spend(t, m))
+            return FC_OK;
+        FC_TRY(fc_sort_idx(v, m, fc_box__cmp_start, &t->ord));
+    }
+    for (size_t i = 0; i < m; i++) {
+        for (size_t j = i + 1; j < m; j++) {
+            if (nd > 0 && bx[v[j]].offsets[0] >= fc_box__end(&bx[v[i]], 0))
+                break;
+            if (!fc_tiling__spend(t, 1))
+                return FC_OK;
+            int hit = 1;
+            for (int d = 1; hit && d < nd; d++)
+                hit = bx[v[i]].offsets[d] < fc_box__end(&bx[v[j]], d) &&
+                      bx[v[j]].offsets[d] < fc_box__end(&bx[v[i]], d);
+            if (hit) {
+                t->has_overlap = 1;
+                t->ov_a = v[i] < v[j] ? v[i] : v[j];
+                t->ov_b = v[i] < v[j] ? v[j] : v[i];
+                return FC_OK;
             }
         }
     }
-    FC_TRY_GOTO(fc_cov__more(report, out->out_of_bounds, "out of bounds"), rc, done);
-    FC_TRY_GOTO(fc_cov__duplicates(&ctx, n, out), rc, done);
-
-    /* Edges: 2 per full chunk plus 0 and the shape, per dim. */
-    size_t stride, nall;
-    if (fc_mul_size(m, 2, &stride) < 0 || fc_add_size(stride, 2, &stride) < 0 ||
-        fc_mul_size(stride, (size_t)ndim, &nall) < 0) {
-        rc = fc_error_set(FC_ENOMEM, "coverage: too many chunks (%zu)", n);
-        goto done;
-    }
-    edges = fc_calloc(nall, sizeof(*edges));
-    nedges = fc_calloc((size_t)ndim, sizeof(*nedges));
-    if (edges == NULL || nedges == NULL) {
-        rc = fc_error_set(FC_ENOMEM, "coverage: out of memory for %zu chunk edges", nall);
-        goto done;
-    }
-    fc_cov__edges(&ctx, full, m, edges, stride, nedges);
-    /* Sweep along the dim with the most distinct edges: fewest candidate pairs. */
-    for (int d = 1; d < ndim; d++) {
-        if (nedges[d] > nedges[ctx.dim])
-            ctx.dim = d;
-    }
-    FC_TRY_GOTO(fc_cov__overlaps(&ctx, full, m, out), rc, done);
-    FC_TRY_GOTO(fc_cov__more(report, out->overlaps, "overlaps"), rc, done);
-    FC_TRY_GOTO(fc_cov__gaps(&ctx, full, m, edges, stride, nedges, numel, out), rc, done);
-
-done:
-    fc_free(first_of);
-    fc_free(full);
-    fc_free(edges);
-    fc_free(nedges);
-    return rc;
+    return FC_OK;
 }
 
-int fc_coverage_ok(const struct fc_coverage *cov)
+/* A group with no cut and no overlap tiles its region iff its volumes add up to the region's. */
+static void fc_tiling__volume(struct fc_tiling *t, size_t begin, size_t end, const int64_t *lo,
+                              const int64_t *hi)
 {
-    return cov->out_of_bounds == 0 && cov->duplicate_offsets == 0 && cov->overlaps == 0 &&
-           cov->gaps == 0 && cov->missing_elems == 0;
+    const int nd = t->ord.ndim;
+    uint64_t want = 1, have = 0;
+    for (int d = 0; d < nd; d++)
+        want *= (uint64_t)(hi[d] - lo[d]); /* <= the tensor's numel */
+    for (size_t j = begin; j < end; j++) {
+        int64_t v = 0;
+        (void)fc_shape_numel(t->ord.boxes[t->idx[j]].sizes, nd, &v); /* disjoint, inside */
+        have += (uint64_t)v;
+    }
+    if (have < want && !t->has_gap) {
+        fc_tiling__gap(t, lo, hi, -1, 0, 0);
+        t->gap_missing = want - have;
+    }
+}
+
+/*
+ * Splits group [begin, end) of region [lo, hi) along dim k where no box
+ * crosses (a guillotine cut), or finds a slab of the region no box reaches.
+ * Returns FC_CUT_SPLIT (the parts are checked or pushed), FC_CUT_GAP,
+ * FC_CUT_NONE (dim k has neither), FC_CUT_STOP (out of budget) or <0.
+ */
+enum { FC_CUT_NONE = 0, FC_CUT_SPLIT = 1, FC_CUT_GAP = 2, FC_CUT_STOP = 3 };
+
+static int fc_tiling__cut(struct fc_tiling *t, size_t begin, size_t end, const int64_t *lo,
+                          const int64_t *hi, int k)
+{
+    const struct fc_box *bx = t->ord.boxes;
+    size_t *v = t->idx;
+    size_t j = begin;
+    /* Every box spanning the region on dim k: nothing to cut, nothing missing. */
+    while (j < end && bx[v[j]].offsets[k] == lo[k] && fc_box__end(&bx[v[j]], k) == hi[k])
+        j++;
+    if (j == end)
+        return FC_CUT_NONE;
+    if (!fc_tiling__spend(t, end - begin))
+        return FC_CUT_STOP;
+    t->ord.dim = k;
+    FC_TRY(fc_sort_idx(v + begin, end - begin, fc_box__cmp_start, &t->ord));
+    int64_t reach = lo[k]; /* furthest end on dim k of the boxes so far */
+    size_t first = begin;  /* first box of the current part */
+    int cuts = 0;
+    for (j = begin; j <= end; j++) {
+        const int64_t start = j < end ? bx[v[j]].offsets[k] : hi[k];
+        if (start > reach) {
+            fc_tiling__gap(t, lo, hi, k, reach, start);
+            return FC_CUT_GAP;
+        }
+        if (j > begin && start == reach && (cuts > 0 || j < end)) {
+            /* Boxes [first, j) fill [lo_k, reach) of dim k: one part. */
+            int64_t plo[FC_MAX_DIMS], phi[FC_MAX_DIMS];
+            memcpy(plo, lo, sizeof(*lo) * (size_t)t->ord.ndim);
+            memcpy(phi, hi, sizeof(*hi) * (size_t)t->ord.ndim);
+            plo[k] = bx[v[first]].offsets[k];
+            phi[k] = reach;
+            if (j - first == 1)
+                fc_tiling__single(t, v[first], plo, phi);
+            else
+                FC_TRY(fc_tiling__push(t, first, j, plo, phi));
+            first = j;
+            cuts++;
+        }
+        if (j < end && fc_box__end(&bx[v[j]], k) > reach)
+            reach = fc_box__end(&bx[v[j]], k);
+    }
+    return cuts > 0 ? FC_CUT_SPLIT : FC_CUT_NONE;
+}
+
+/*
+ * One group: cut it on the first dim that has a cut; else, or when a dim shows
+ * a gap and no overlap is known yet (the message names both), test its pairs
+ * and, with no overlap, its volume.
+ */
+static int fc_tiling__group(struct fc_tiling *t, size_t begin, size_t end, const int64_t *lo,
+                            const int64_t *hi)
+{
+    if (end - begin == 1) {
+        fc_tiling__single(t, t->idx[begin], lo, hi);
+        return FC_OK;
+    }
+    for (int k = 0; k < t->ord.ndim; k++) {
+        const int rc = fc_tiling__cut(t, begin, end, lo, hi, k);
+        if (rc < 0)
+            return rc;
+        if (rc == FC_CUT_SPLIT || rc == FC_CUT_STOP || (rc == FC_CUT_GAP && t->has_overlap))
+            return FC_OK;
+        if (rc == FC_CUT_GAP)
+            break;
+    }
+    FC_TRY(fc_tiling__pairs(t, begin, end));
+    if (!t->has_overlap && !t->over_budget)
+        fc_tiling__volume(t, begin, end, lo, hi);
+    return FC_OK;
+}
+
+/* The error message: what overlaps, what is uncovered. */
+static int fc_tiling__describe(const struct fc_tiling *t, struct fc_buf *m)
+{
+    const int nd = t->ord.ndim;
+    const struct fc_box *bx = t->ord.boxes;
+    if (t->has_overlap) {
+        const struct fc_box *a = &bx[t->ov_a], *b = &bx[t->ov_b];
+        int64_t off[FC_MAX_DIMS], size[FC_MAX_DIMS];
+        for (int d = 0; d < nd; d++) {
+            const int64_t ea = fc_box__end(a, d), eb = fc_box__end(b, d);
+            off[d] = a->offsets[d] > b->offsets[d] ? a->offsets[d] : b->offsets[d];
+            size[d] = (ea < eb ? ea : eb) - off[d];
+        }
+        FC_TRY(fc_buf_puts(m, " overlap at "));
+        FC_TRY(fc_box_format(m, nd, off, size));
+        FC_TRY(fc_buf_puts(m, " (chunks "));
+        FC_TRY(fc_box_format(m, nd, a->offsets, a->sizes));
+        FC_TRY(fc_buf_puts(m, " and "));
+        FC_TRY(fc_box_format(m, nd, b->offsets, b->sizes));
+        FC_TRY(fc_buf_puts(m, t->has_gap ? ") and" : ")"));
+    }
+    if (t->has_gap) {
+        int64_t size[FC_MAX_DIMS];
+        for (int d = 0; d < nd; d++)
+            size[d] = t->gap_hi[d] - t->gap_lo[d];
+        FC_TRY(fc_buf_puts(m, " leave "));
+        if (t->gap_missing > 0)
+            FC_TRY(fc_buf_printf(m, "%" PRIu64 " elements of ", t->gap_missing));
+        FC_TRY(fc_box_format(m, nd, t->gap_lo, size));
+        FC_TRY(fc_buf_puts(m, " uncovered"));
+    }
+    if (!t->has_overlap && !t->has_gap)
+        FC_TRY(fc_buf_printf(m,
+                             " are laid out too irregularly to prove that they tile the tensor "
+                             "(more than %" PRIu64 " steps)",
+                             t->budget));
+    return FC_OK;
+}
+
+/* "<where>: chunks of '<key>'" then `what`, as the FC_ECORRUPT message. */
+static int fc_tiling__fail(const char *where, const char *key, const struct fc_buf *what)
+{
+    return fc_error_set(FC_ECORRUPT, "%s%schunks of '%s'%.*s", where != NULL ? where : "",
+                        where != NULL ? ": " : "", key, (int)what->len, (const char *)what->data);
+}
+
+/* Every box inside the shape (checked arithmetic); the non-empty ones into t->idx. */
+static int fc_tiling__bounds(struct fc_tiling *t, size_t n, size_t *m, struct fc_buf *msg)
+{
+    const int nd = t->ord.ndim;
+    *m = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct fc_box *b = &t->ord.boxes[i];
+        int inside = 1, empty = 0;
+        for (int d = 0; d < nd; d++) {
+            const int64_t off = b->offsets[d], size = b->sizes[d], dim = t->shape[d];
+            inside &= off >= 0 && size >= 0 && off <= dim - size;
+            empty |= size == 0;
+        }
+        if (!inside) {
+            FC_TRY(fc_buf_puts(msg, ": "));
+            FC_TRY(fc_box_format(msg, nd, b->offsets, b->sizes));
+            FC_TRY(fc_buf_puts(msg, " lies outside the shape "));
+            FC_TRY(fc_dims_format(msg, nd, t->shape));
+            return 0;
+        }
+        if (!empty)
+            t->idx[(*m)++] = i;
+    }
+    return 1;
+}
+
+int fc_chunks_check_tiling(int ndim, const int64_t *shape, const struct fc_box *chunks, size_t n,
+                           const char *where, const char *key)
+{
+    assert(n == 0 || chunks != NULL);
+    if (ndim < 0 || ndim > FC_MAX_DIMS)
+        return fc_error_set(FC_EINVAL, "chunks: %d dims is outside [0, %d]", ndim, FC_MAX_DIMS);
+    struct fc_buf msg = FC_BUF_INIT(4096);
+    int64_t numel;
+    if (fc_shape_numel(shape, ndim, &numel) < 0) {
+        int rc = fc_buf_puts(&msg, ": the shape ");
+        if (rc == FC_OK)
+            rc = fc_dims_format(&msg, ndim, shape);
+        if (rc == FC_OK)
+            rc = fc_buf_puts(&msg, " has a negative dim or more than 2^63 elements");
+        if (rc == FC_OK)
+            rc = fc_tiling__fail(where, key, &msg);
+        fc_buf_release(&msg);
+        return rc;
+    }
+    struct fc_tiling t;
+    memset(&t, 0, sizeof(t));
+    t.ord = (struct fc_box_order){ndim, chunks, 0};
+    t.shape = shape;
+    t.budget = n > UINT64_MAX / FC_TILING_WORK_PER_CHUNK ? UINT64_MAX
+                                                         : (uint64_t)n * FC_TILING_WORK_PER_CHUNK;
+    if (t.budget < FC_TILING_WORK_FLOOR)
+        t.budget = FC_TILING_WORK_FLOOR;
+    t.idx = fc_calloc(n + 1, sizeof(*t.idx));
+    int rc = FC_OK;
+    if (t.idx == NULL) {
+        rc = fc_error_set(FC_ENOMEM, "chunks: out of memory for %zu chunks", n);
+        goto done;
+    }
+    size_t m;
+    rc = fc_tiling__bounds(&t, n, &m, &msg);
+    if (rc <= 0) {
+        if (rc == 0)
+            rc = fc_tiling__fail(where, key, &msg);
+        goto done;
+    }
+    rc = FC_OK;
+    int64_t lo[FC_MAX_DIMS] = {0};
+    if (m == 0) {
+        if (numel > 0)
+            fc_tiling__gap(&t, lo, shape, -1, 0, 0);
+    } else {
+        FC_TRY_GOTO(fc_tiling__group(&t, 0, m, lo, shape), rc, done);
+    }
+    const size_t rec = 2 + 2 * (size_t)ndim;
+    while (t.nstack > 0 && !t.over_budget && !(t.has_gap && t.has_overlap)) {
+        /* The record is copied out: the group may push onto the stack it came from. */
+        int64_t r[2 + 2 * FC_MAX_DIMS];
+        memcpy(r, t.stack + --t.nstack * rec, rec * sizeof(*r));
+        FC_TRY_GOTO(fc_tiling__group(&t, (size_t)r[0], (size_t)r[1], r + 2, r + 2 + ndim), rc,
+                    done);
+    }
+    if (t.has_gap || t.has_overlap || t.over_budget) {
+        FC_TRY_GOTO(fc_tiling__describe(&t, &msg), rc, done);
+        rc = fc_tiling__fail(where, key, &msg);
+    }
+done:
+    fc_buf_release(&msg);
+    fc_free(t.idx);
+    fc_free(t.stack);
+    return rc;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -576,8 +537,8 @@ int fc_chunk_index_new(struct fc_chunk_index **out, int ndim, const struct fc_bo
     for (size_t i = 0; i < n; i++)
         idx->order[i] = i;
     if (ndim > 0) {
-        struct fc_cov_ctx ctx = {ndim, NULL, chunks, 0, NULL, NULL};
-        const int rc = fc_sort_idx(idx->order, n, fc_cov__cmp_start, &ctx);
+        const struct fc_box_order ord = {ndim, chunks, 0};
+        const int rc = fc_sort_idx(idx->order, n, fc_box__cmp_start, &ord);
         if (rc < 0) {
             fc_chunk_index_free(idx);
             return rc;

@@ -1,9 +1,9 @@
 /*
- * fc_chunks.h - boxes of a chunked tensor, and two helpers on arbitrary chunk
- * lists (the planner's own and those of a DCP checkpoint written by PyTorch):
- * the coverage checker that inspect (through fc_dcp_check()) and the
- * planner's tests use, and the intersection index the DCP source reads
- * boxes through.  Pure: no I/O.
+ * fc_chunks.h - boxes of a chunked tensor, and helpers on arbitrary chunk
+ * lists (the planner's own and those of checkpoints written by PyTorch):
+ * replicas, the exact tiling check every chunked source runs when it opens,
+ * and the intersection index the chunked sources read boxes through.
+ * Pure: no I/O.
  */
 #ifndef FC_CHUNKS_H
 #define FC_CHUNKS_H
@@ -33,82 +33,58 @@ int fc_dims_format(struct fc_buf *out, int ndim, const int64_t *v);
 int fc_box_format(struct fc_buf *out, int ndim, const int64_t *offsets, const int64_t *sizes);
 
 /* ------------------------------------------------------------------------ */
-/* Coverage of an arbitrary chunk list (inspect, DCP readers).               */
-
-/* Each kind of problem is listed at most this many times in the report. */
-#define FC_COVERAGE_REPORT_MAX 8
-
-struct fc_coverage {
-    size_t nchunks;
-    size_t empty;             /* in-bounds chunks with zero elements */
-    size_t out_of_bounds;     /* chunks with an offset or size < 0, or past the shape */
-    size_t duplicate_offsets; /* chunks whose offsets equal those of an earlier chunk
-                                 (DCP keys storage by (fqn, offsets): one of them is lost) */
-    uint64_t overlaps;        /* pairs of non-empty in-bounds chunks that intersect */
-    uint64_t gaps;            /* uncovered boxes of the grid cut by all chunk edges */
-    uint64_t missing_elems;   /* elements covered by no in-bounds chunk */
-    size_t replicas;          /* FC_COVERAGE_REPLICAS: chunks whose box equals an earlier
-                                 chunk's (0 without the flag) */
-    int exact;                /* 1: every count is exact; 0: a work bound was hit on a
-                                 pathological list and overlaps/gaps/missing_elems are
-                                 lower bounds */
-};
-
-/*
- * Flags of fc_chunks_check_coverage().  FC_COVERAGE_REPLICAS: a chunk whose
- * box (offsets and sizes) equals an earlier chunk's is a replica of it, the
- * same elements saved again (DCP rank-local metadata lists a replicated item
- * once per rank): counted in ->replicas and otherwise ignored, never a
- * duplicate offset or an overlap.  Without it (the planner) identical boxes
- * are problems like any other.
- */
-#define FC_COVERAGE_REPLICAS 1u
+/* Replicas and exact tiling of an arbitrary chunk list (every chunked source) */
 
 /*
  * fc_chunks_replicas() - first_of[i] = the lowest index of a chunk with the
  * same box as chunk i (i itself when none), for the n chunks; *nreplicas =
- * how many chunks have first_of[i] != i.  Sorts by offsets: O(n d log n)
- * plus the pairs of chunks with equal offsets.  Returns FC_OK or FC_ENOMEM.
+ * how many chunks have first_of[i] != i.  Rank-local DCP metadata lists a
+ * replicated item once per rank, the same elements saved again: callers read
+ * the first copy and give only the distinct boxes to fc_chunks_check_tiling(),
+ * where identical non-empty boxes would be an overlap.  Sorts by offsets:
+ * O(n d log n) plus the pairs of chunks with equal offsets.  Returns FC_OK or
+ * FC_ENOMEM.
  */
 int fc_chunks_replicas(int ndim, const struct fc_box *chunks, size_t n, size_t *first_of,
                        size_t *nreplicas);
 
 /*
- * fc_chunks_check_coverage() - do chunks[0..n) tile a tensor of `shape`
- * exactly once?  Works on any list (PyTorch-written included); empty chunks
- * never count as overlaps; out-of-bounds chunks are counted and otherwise
- * ignored.  A perfect tiling has out_of_bounds, duplicate_offsets, overlaps,
- * gaps and missing_elems all 0 (fc_coverage_ok()).
+ * fc_chunks_check_tiling() - prove that chunks[0..n) tile a tensor of `shape`
+ * exactly: every element in exactly one chunk.  The one coverage check of
+ * every chunked source (DCP, rank-local DCP, sharded safetensors), of inspect
+ * (fc_dcp_check()) and of the planner's tests; a source that passes it can
+ * fill any box of the tensor from its chunks, every byte written once.
  *
- * Algorithm and cost (n chunks, d dims):
- *   - bounds and emptiness: O(n d);
- *   - duplicate offsets: sort by offset tuple, O(n d log n);
- *   - overlaps: sweep along the dim with the most distinct chunk edges; each
- *     chunk is tested only against chunks starting before it ends on that
- *     dim: O(n d log n + d K), K = pairs overlapping on the sweep dim.  K = 0
- *     for any valid 1-D sharding (on any dim), about n * (t-1) / 2 for a valid
- *     t-wide 2-D grid; bounded by 2^26 tests, beyond which exact = 0;
- *   - gaps / missing elements: the per-dim sorted edges (incl. 0 and the
- *     shape) cut the tensor into a grid of cells; each chunk marks its cells;
- *     uncovered cells are the gaps.  O(C + covered cells), C = cell count,
- *     which is n for a 1-D sharding and about n for a 2-D grid; when C
- *     exceeds 2^24 only the volume deficit is used (exact if no overlaps,
- *     else a lower bound, exact = 0).  0-d tensors: every pair of 0-d chunks
- *     overlaps, counted arithmetically.
+ * Exact, never a count: element counts that add up (an overlap in one place
+ * cancelling a gap in another) do not pass.
+ *   1. Every chunk lies inside the shape: offsets and sizes >= 0 and
+ *      offset <= dim - size (no overflow near 2^63).  Chunks with a zero
+ *      size cover nothing and take no further part.
+ *   2. Guillotine cuts: the chunks must tile the region (first the tensor).
+ *      On the first dim where sorting by start shows a coordinate no chunk
+ *      crosses, the region splits there into parts, each holding the chunks
+ *      on its side; a slab of the region that no chunk reaches is a gap; a
+ *      part with one chunk tiles it iff the chunk is the part.  FSDP
+ *      Shard(0) rows split into single chunks on dim 0; TP x FSDP grids on
+ *      dim 0, then each row on dim 1; any DTensor layout is such a grid.
+ *      Cost O(d n log n) for them, n chunks, d dims.
+ *   3. A region with no cut on any dim (an overlap, or a pinwheel that torch
+ *      never writes): every pair of its chunks whose dim-0 ranges intersect
+ *      is tested; with no overlap, it is tiled iff the volumes add up.
+ * Work (sorted elements plus pair tests) is bounded by max(64 n, 2^26):
+ * past it the chunks are refused as too irregular to prove, never passed.
  *
- * If report is not NULL, one line per problem ("out of bounds: ...",
- * "duplicate offsets: ...", "overlap: ...", "gap: ...") is appended, at most
- * FC_COVERAGE_REPORT_MAX per kind, then "... and N more <kind>".
+ * Identical boxes overlap: deduplicate replicas first (fc_chunks_replicas()).
  *
- * Returns FC_OK (whatever the coverage; results in *out), FC_EINVAL when
- * ndim is outside [0, FC_MAX_DIMS], a dim of shape is negative or the shape's
- * element count overflows int64, or FC_ENOMEM.
+ * Returns FC_OK when they tile; FC_ECORRUPT with one line "<where>: chunks
+ * of '<key>' overlap at [..] (chunks [..] and [..]) and leave [..]
+ * uncovered" (the parts that apply: the first overlap and the first gap
+ * found; a box outside the shape; a shape with too many elements), where
+ * `where` (a file or directory; may be NULL) and `key` only name things in
+ * it; FC_EINVAL when ndim is outside [0, FC_MAX_DIMS]; FC_ENOMEM.
  */
-int fc_chunks_check_coverage(int ndim, const int64_t *shape, const struct fc_box *chunks, size_t n,
-                             unsigned flags, struct fc_coverage *out, struct fc_buf *report);
-
-/* fc_coverage_ok() - 1 when the list tiles the tensor exactly once. */
-int fc_coverage_ok(const struct fc_coverage *cov);
+int fc_chunks_check_tiling(int ndim, const int64_t *shape, const struct fc_box *chunks, size_t n,
+                           const char *where, const char *key);
 
 /* ------------------------------------------------------------------------ */
 /* Intersections with a target box (reshard).                               */

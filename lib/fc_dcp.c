@@ -1,6 +1,6 @@
 /*
  * fc_dcp.c - DCP .metadata model, pickle writer and reader, coverage check (the
- * geometry through fc_chunks_check_coverage()).
+ * geometry through fc_chunks_check_tiling()).
  *
  * The reader walks the symbolic tree that fc_pickle_load(FC_PICKLE_SYMBOLIC)
  * builds and only ever looks at fixed, known positions of it; it never
@@ -1743,14 +1743,13 @@ static void ck_problem(struct ck *k, const char *fmt, ...)
     k->nproblems++;
 }
 
-/* The geometry of one tensor's chunks, by fc_chunks_check_coverage(). */
+/*
+ * The geometry of one tensor's chunks: replicas (rank-local metadata lists a
+ * replicated item once per rank) counted and set aside, the distinct boxes
+ * proven to tile the tensor by fc_chunks_check_tiling().
+ */
 static int check_tensor(struct ck *k, const struct fc_dcp_entry *e)
 {
-    int64_t numel;
-    if (fc_shape_numel(e->size, e->ndim, &numel) < 0) {
-        ck_problem(k, "tensor '%s': element count overflows int64", e->fqn);
-        return FC_OK;
-    }
     for (size_t c = 0; c < e->nchunks; c++) {
         if (e->chunks[c].storage.relative_path == NULL) {
             char dims[256];
@@ -1759,35 +1758,28 @@ static int check_tensor(struct ck *k, const struct fc_dcp_entry *e)
         }
     }
     struct fc_box *boxes = fc_calloc(e->nchunks + 1, sizeof(*boxes));
-    struct fc_buf rep = FC_BUF_INIT((size_t)1 << 20);
-    struct fc_coverage cov;
+    size_t *first_of = fc_calloc(e->nchunks + 1, sizeof(*first_of));
+    size_t nrep = 0, m = 0;
     int rc = FC_OK;
-    if (boxes == NULL) {
+    if (boxes == NULL || first_of == NULL) {
         rc = fc_error_set(FC_ENOMEM, "dcp metadata: out of memory checking '%s'", e->fqn);
         goto done;
     }
     for (size_t c = 0; c < e->nchunks; c++)
         boxes[c] = (struct fc_box){e->chunks[c].offsets, e->chunks[c].sizes};
-    FC_TRY_GOTO(fc_chunks_check_coverage(e->ndim, e->size, boxes, e->nchunks, FC_COVERAGE_REPLICAS,
-                                         &cov, &rep),
-                rc, done);
-    k->replicas += cov.replicas;
-    if (fc_coverage_ok(&cov))
-        goto done;
-    /* Each report line, named by tensor; the first one leads the error message. */
-    for (size_t i = 0; i < rep.len;) {
-        const char *line = (const char *)rep.data + i;
-        const char *nl = memchr(line, '\n', rep.len - i);
-        const size_t len = nl != NULL ? (size_t)(nl - line) : rep.len - i;
-        char buf[768];
-        snprintf(buf, sizeof(buf), "tensor '%s': %.*s", e->fqn, (int)len, line);
-        ck_line(k, buf);
-        i += len + 1;
+    FC_TRY_GOTO(fc_chunks_replicas(e->ndim, boxes, e->nchunks, first_of, &nrep), rc, done);
+    k->replicas += nrep;
+    for (size_t c = 0; c < e->nchunks; c++) {
+        if (first_of[c] == c)
+            boxes[m++] = boxes[c];
     }
-    /* The count covers problems past the report's per-kind limit too. */
-    k->nproblems += (size_t)(cov.out_of_bounds + cov.duplicate_offsets + cov.overlaps + cov.gaps);
+    rc = fc_chunks_check_tiling(e->ndim, e->size, boxes, m, NULL, e->fqn);
+    if (rc == FC_ECORRUPT) {
+        ck_problem(k, "%s", fc_error_last());
+        rc = FC_OK;
+    }
 done:
-    fc_buf_release(&rep);
+    fc_free(first_of);
     fc_free(boxes);
     return rc;
 }

@@ -240,11 +240,11 @@ int fc_dcp_meta_load(struct fc_dcp_meta **out, const char *path);
 /*
  * fc_dcp_check() - verify coverage (dcp-format.md 4.3): every chunk and
  * bytes entry has storage, and each tensor's chunks tile it exactly once
- * (fc_chunks_check_coverage(): in bounds, distinct offsets, no overlap, no
- * gap).  The checker's report lines, each prefixed "tensor '<fqn>': ", are
+ * (fc_chunks_check_tiling(): in bounds, no overlap, no gap).  One report line
+ * per problem (a tensor's first overlap and gap, or storage missing) is
  * appended to report (may be NULL; at most 100 lines, then "... and N more
  * lines").  Chunks with identical boxes are replicas (rank-local metadata
- * lists a replicated item once per rank; FC_COVERAGE_REPLICAS), not
+ * lists a replicated item once per rank; fc_chunks_replicas()), not
  * problems: *replicas (may be NULL) receives their count.  Returns FC_OK when
  * everything holds, FC_ECORRUPT (message names the first problem and the
  * total), FC_ENOMEM.

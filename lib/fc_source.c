@@ -448,9 +448,14 @@ static int fc_cmp_chunk_offsets(const void *ctx, size_t a, size_t b)
     return c->refs[a].file < c->refs[b].file ? -1 : c->refs[a].file > c->refs[b].file;
 }
 
-/* Sort c's chunks by offsets, keep the last file's of equal offsets, and index them. */
-static int fc_st_chunks_finish(struct fc_st_chunks *c, int ndim)
+/*
+ * Sort c's chunks by offsets, keep the last file's of equal offsets, prove that the kept
+ * boxes tile tensor e (so every box read fills its whole buffer), and index them.
+ */
+static int fc_st_chunks_finish(const struct fc_source *src, struct fc_st_chunks *c,
+                               const struct fc_entry *e)
 {
+    const int ndim = e->t.ndim;
     size_t *order = fc_calloc(c->n + 1, sizeof(*order));
     struct fc_chunk_ref *refs = fc_calloc(c->n + 1, sizeof(*refs));
     struct fc_box *boxes = fc_calloc(c->n + 1, sizeof(*boxes));
@@ -477,6 +482,8 @@ static int fc_st_chunks_finish(struct fc_st_chunks *c, int ndim)
     c->n = k;
     refs = NULL;
     boxes = NULL;
+    FC_TRY_GOTO(fc_chunks_check_tiling(ndim, e->t.shape, c->boxes, c->n, src->path, e->key), rc,
+                done);
     rc = fc_chunk_index_new(&c->index, ndim, c->boxes, c->n);
 done:
     fc_free(order);
@@ -501,7 +508,7 @@ static int fc_source_finish_chunked(struct fc_source *src)
         struct fc_entry *e = &src->entries[i];
         struct fc_st_chunks *c = &impl->chunked[i];
         fc_tensor_set_contiguous(&e->t);
-        FC_TRY(fc_st_chunks_finish(c, e->t.ndim));
+        FC_TRY(fc_st_chunks_finish(src, c, e));
     }
     src->read_box = fc_st_chunked_read_box;
     src->format = "safetensors-sharded";

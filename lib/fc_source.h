@@ -233,9 +233,10 @@ struct fc_chunk_ref {
 /*
  * fc_chunks_read_box() - fc_source_read_box() for tensor entry e stored as
  * chunks refs[i] holding boxes[i], indexed by fc_chunk_index_new(): every
- * overlapping chunk is read into place; FC_ECORRUPT when they do not cover
- * the box exactly once, or when a chunk's CRC-32 does not match (refs are
- * written only to mark a chunk's CRC-32 checked).
+ * overlapping chunk is read into place.  The boxes must have passed
+ * fc_chunks_check_tiling() (asserted: every byte of dst is written once).
+ * FC_ECORRUPT when a chunk's CRC-32 does not match (refs are written only to
+ * mark a chunk's CRC-32 checked).
  */
 struct fc_box;
 struct fc_chunk_index;

@@ -15,6 +15,7 @@ part (e.g. `inspect` without --verify on a flipped data bit).
 """
 import copyreg
 import io
+import json
 import os
 import pickle
 import shutil
@@ -185,6 +186,91 @@ def get_info(info, key):
     if isinstance(st, tuple):
         return (st[0] or st[1])[key]
     return st[key]
+
+
+# --------------------------------------------------------------------------
+# Chunks whose element counts add up but that do not tile their tensor: an
+# overlap in one place cancels a gap in another.  A reader that only counts
+# would leave the gap's bytes uninitialised in its output.
+
+def safetensors_rank(path, tensors):
+    """A per-rank file as torch's HuggingFaceStorageWriter(save_distributed=True) writes it:
+    tensors is [(name, local shape, global offsets)], float32 values 1, 2, ..."""
+    header, data, info = {}, b"", {}
+    for name, shape, offsets in tensors:
+        n = 1
+        for d in shape:
+            n *= d
+        blob = struct.pack("<%df" % n, *range(1, n + 1))
+        header[name] = {"dtype": "F32", "shape": shape,
+                        "data_offsets": [len(data), len(data) + len(blob)]}
+        data += blob
+        info[name] = {"saved_offsets": offsets}
+    header["__metadata__"] = {"DCP_SHARDING_INFO": json.dumps(info)}
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + data)
+
+
+def move_chunk(m, fqn, old, new, size=None):
+    """Chunk `old` of tensor fqn (and its storage key) to offsets `new`; optionally a new global size."""
+    t = sdm(m)[fqn]
+    if size is not None:
+        t._state["size"] = size_stub(size)
+    for c in t._state["chunks"]:
+        if tuple(c._state["offsets"]._args[0]) == tuple(old):
+            c._state["offsets"] = size_stub(new)
+    for idx, _ in storage_infos(m, fqn):
+        if tuple(idx._state["offset"]._args[0]) == tuple(old):
+            idx._state["offset"] = size_stub(new)
+
+
+def overlap_gap_cases(fixtures, case):
+    """Per-rank safetensors, DCP and rank-local DCP checkpoints with cancelling overlaps and gaps:
+    every command refuses them as invalid input (exit 3)."""
+
+    def case3(name):
+        p = case(name)
+        with open(os.path.join(os.path.dirname(p), "exit"), "w") as f:
+            f.write("3\n")
+        return p
+    # 1-D: [0:3] + [2:5] + [6:8] of 8: row 2 twice, row 5 never.
+    p = case3("st_ranks_overlap_gap_1d")
+    os.mkdir(p)
+    for r, (shape, off) in enumerate((([3], [0]), ([3], [2]), ([2], [6]))):
+        safetensors_rank(os.path.join(p, "shard-%05d.safetensors" % (r + 1)), [("w", shape, off)])
+    # 2-D: [0:2, 0:2] + [0:2, 1:3] + [2:4, 0:4] of [4, 4]: column 1 twice, column 3 never.
+    p = case3("st_ranks_overlap_gap_2d")
+    os.mkdir(p)
+    for r, (shape, off) in enumerate((([2, 2], [0, 0]), ([2, 2], [0, 1]), ([2, 4], [2, 0]))):
+        safetensors_rank(os.path.join(p, "shard-%05d.safetensors" % (r + 1)),
+                         [("w", shape, off), ("b", [1], [r])])
+
+    train = os.path.join(fixtures, "dcp_train", "plain")
+
+    def edit(name, base, meta, fn):
+        p = case3(name)
+        shutil.copytree(base, p)
+        m = load_meta(os.path.join(p, meta))
+        fn(m)
+        dump_meta(m, os.path.join(p, meta))
+
+    # torch's FSDP2 save of fc1.bias (7,): [0:2] [2:4] [4:6] [6:7]; the third moved to [3:5].
+    edit("dcp_overlap_gap_1d", train, ".metadata",
+         lambda m: move_chunk(m, "model.block.fc1.bias", (4,), (3,)))
+
+    # proj.weight (4, 5): four (1, 5) rows; as a (2, 10) tensor they would tile it as a 2 x 2
+    # grid, but the second box of row 0 sits at column 4: [0:1, 4:5] twice, [0:1, 9:10] never.
+    def columns(m):
+        fqn = "model.proj.weight"
+        for old, new in (((1, 0), (0, 4)), ((2, 0), (1, 0)), ((3, 0), (1, 5))):
+            move_chunk(m, fqn, old, new, size=[2, 10])
+    edit("dcp_overlap_gap_2d", train, ".metadata", columns)
+
+    # Rank-local metadata (a save without collectives): rank 1's w (5, 2) rows [3:5] claim [2:4].
+    edit("dcp_ranklocal_overlap_gap", os.path.join(fixtures, "dcp", "ranklocal_ws2"),
+         "__1.metadata", lambda m: move_chunk(m, "w", (3, 0), (2, 0)))
 
 
 # --------------------------------------------------------------------------
@@ -368,6 +454,7 @@ def main():
         break
 
     output_safety_cases(case, write, fixtures)
+    overlap_gap_cases(fixtures, case)
 
     with open(os.path.join(out, "CASES"), "w") as f:
         f.write("\n".join(cases) + "\n")

@@ -1,5 +1,5 @@
 /*
- * test_plan.c - the sharding planner, the coverage checker and the
+ * test_plan.c - the sharding planner, the exact tiling check and the
  * intersection index.  No file is touched: every check is on the plan.
  */
 #include "fc_test.h"
@@ -172,10 +172,7 @@ static void check_plan(const struct fc_plan *p)
             if (t->ndim > 0 && ch->box.sizes[0] == 0)
                 assert_int_equal(ch->box.offsets[0], t->shape[0]); /* empty at offset L */
         }
-        struct fc_coverage cov;
-        assert_fc_ok(fc_chunks_check_coverage(t->ndim, t->shape, boxes, t->nchunks, 0, &cov, NULL));
-        assert_true(fc_coverage_ok(&cov));
-        assert_true(cov.exact);
+        assert_fc_ok(fc_chunks_check_tiling(t->ndim, t->shape, boxes, t->nchunks, "plan", t->key));
 
         int64_t numel = 0;
         assert_int_equal(fc_shape_numel(t->shape, t->ndim, &numel), 0);
@@ -869,7 +866,17 @@ static void add1(struct boxes *bx, int64_t off, int64_t size, int64_t cols)
     add_box(bx, 2, o, s);
 }
 
-static void test_coverage_accepts_an_exact_tiling(void **state)
+/* fc_chunks_check_tiling() on bx: FC_OK, or the message it failed with ("" when OK). */
+static const char *tiling(int ndim, const int64_t *shape, const struct boxes *bx)
+{
+    const int rc = fc_chunks_check_tiling(ndim, shape, bx->b, bx->n, "d", "w");
+    if (rc == FC_OK)
+        return "";
+    assert_int_equal(rc, FC_ECORRUPT);
+    return fc_error_last();
+}
+
+static void test_tiling_accepts_rows_in_any_order_with_empty_shards(void **state)
 {
     (void)state;
     struct boxes bx = {.n = 0};
@@ -877,160 +884,32 @@ static void test_coverage_accepts_an_exact_tiling(void **state)
     add1(&bx, 4, 1, 3); /* order does not matter */
     add1(&bx, 0, 2, 3);
     add1(&bx, 2, 2, 3);
-    add1(&bx, 5, 0, 3); /* empty chunk at L */
-    struct fc_coverage cov;
-    struct fc_buf rep = FC_BUF_INIT(4096);
-    assert_fc_ok(fc_chunks_check_coverage(2, shape, bx.b, bx.n, 0, &cov, &rep));
-    assert_true(fc_coverage_ok(&cov));
-    assert_int_equal(cov.empty, 1);
-    assert_int_equal(cov.nchunks, 4);
-    assert_true(cov.exact);
-    assert_int_equal(rep.len, 0);
-    fc_buf_release(&rep);
-}
-
-static void test_coverage_finds_gaps(void **state)
-{
-    (void)state;
-    struct boxes bx = {.n = 0};
-    const int64_t shape[2] = {6, 3};
-    add1(&bx, 0, 2, 3);
-    add1(&bx, 3, 1, 3);
-    struct fc_coverage cov;
-    struct fc_buf rep = FC_BUF_INIT(4096);
-    assert_fc_ok(fc_chunks_check_coverage(2, shape, bx.b, bx.n, 0, &cov, &rep));
-    assert_false(fc_coverage_ok(&cov));
-    assert_int_equal(cov.gaps, 2);
-    assert_int_equal(cov.missing_elems, 9);
-    assert_int_equal(cov.overlaps, 0);
-    assert_fc_ok(fc_buf_putc(&rep, '\0'));
-    assert_string_equal((const char *)rep.data,
-                        "gap: [2:3, 0:3] (3 elements) is covered by no chunk\n"
-                        "gap: [4:6, 0:3] (6 elements) is covered by no chunk\n");
-    fc_buf_release(&rep);
-}
-
-static void test_coverage_finds_overlaps_but_not_with_empty_chunks(void **state)
-{
-    (void)state;
-    struct boxes bx = {.n = 0};
-    const int64_t shape[2] = {4, 4};
-    add1(&bx, 0, 3, 4);
-    add1(&bx, 2, 2, 4);
-    add1(&bx, 1, 0, 4); /* empty and strictly inside: not an overlap */
-    struct fc_coverage cov;
-    struct fc_buf rep = FC_BUF_INIT(4096);
-    assert_fc_ok(fc_chunks_check_coverage(2, shape, bx.b, bx.n, 0, &cov, &rep));
-    assert_int_equal(cov.overlaps, 1);
-    assert_int_equal(cov.gaps, 0);
-    assert_int_equal(cov.missing_elems, 0);
-    assert_int_equal(cov.empty, 1);
-    assert_fc_ok(fc_buf_putc(&rep, '\0'));
-    assert_string_equal((const char *)rep.data,
-                        "overlap: chunk 0 [0:3, 0:4] and chunk 1 [2:4, 0:4]\n");
-    fc_buf_release(&rep);
-}
-
-static void test_coverage_finds_out_of_bounds_chunks(void **state)
-{
-    (void)state;
-    struct boxes bx = {.n = 0};
-    const int64_t shape[2] = {4, 2};
-    add1(&bx, 0, 4, 2);
-    add1(&bx, 3, 2, 2);         /* past the end */
-    add1(&bx, -1, 1, 2);        /* negative offset */
-    add1(&bx, 1, -1, 2);        /* negative size */
-    add1(&bx, INT64_MAX, 1, 2); /* would overflow */
-    add1(&bx, 5, 0, 2);         /* empty but past the end */
-    struct fc_coverage cov;
-    struct fc_buf rep = FC_BUF_INIT(4096);
-    assert_fc_ok(fc_chunks_check_coverage(2, shape, bx.b, bx.n, 0, &cov, &rep));
-    assert_int_equal(cov.out_of_bounds, 5);
-    assert_int_equal(cov.overlaps, 0);
-    assert_int_equal(cov.missing_elems, 0);
-    assert_false(fc_coverage_ok(&cov));
-    assert_fc_ok(fc_buf_putc(&rep, '\0'));
-    assert_non_null(strstr((const char *)rep.data,
-                           "out of bounds: chunk 1 offsets [3, 0] sizes [2, 2] do not fit "
-                           "shape [4, 2]\n"));
-    fc_buf_release(&rep);
-}
-
-static void test_coverage_finds_duplicate_offsets_like_the_lost_hsdp_shard(void **state)
-{
-    (void)state;
-    /*
-     * pytorch#150862: before torch 2.8 an empty shard on a 2-D mesh could get
-     * offset 0, the key of a real shard; dedup kept one of them and the real
-     * rows vanished.  The stored list then has two chunks at offset 0.
-     */
-    struct boxes bx = {.n = 0};
-    const int64_t shape[2] = {2, 3};
-    add1(&bx, 0, 1, 3);
-    add1(&bx, 1, 1, 3);
-    add1(&bx, 0, 0, 3); /* the empty shard at offset 0 */
-    struct fc_coverage cov;
-    struct fc_buf rep = FC_BUF_INIT(4096);
-    assert_fc_ok(fc_chunks_check_coverage(2, shape, bx.b, bx.n, 0, &cov, &rep));
-    assert_int_equal(cov.duplicate_offsets, 1);
-    assert_int_equal(cov.overlaps, 0);
-    assert_false(fc_coverage_ok(&cov));
-    assert_fc_ok(fc_buf_putc(&rep, '\0'));
-    assert_string_equal((const char *)rep.data,
-                        "duplicate offsets: chunk 2 has the offsets of chunk 0 [0, 0]\n");
-    /* after dedup dropped the real chunk: a gap */
+    add1(&bx, 5, 0, 3); /* FSDP's empty shard at L */
+    add1(&bx, 2, 0, 3); /* an empty chunk strictly inside: covers nothing */
+    assert_string_equal(tiling(2, shape, &bx), "");
+    /* a zero-element tensor needs no chunk, and empty ones are fine */
+    const int64_t zero[2] = {0, 3};
     bx.n = 0;
+    assert_string_equal(tiling(2, zero, &bx), "");
     add1(&bx, 0, 0, 3);
-    add1(&bx, 1, 1, 3);
-    fc_buf_clear(&rep);
-    assert_fc_ok(fc_chunks_check_coverage(2, shape, bx.b, bx.n, 0, &cov, &rep));
-    assert_int_equal(cov.gaps, 1);
-    assert_int_equal(cov.missing_elems, 3);
-    fc_buf_release(&rep);
+    assert_string_equal(tiling(2, zero, &bx), "");
 }
 
-static void test_coverage_handles_scalars(void **state)
+static void test_tiling_accepts_grids_in_2d_and_3d_and_dim1_sharding(void **state)
 {
     (void)state;
-    struct fc_box b[3] = {{NULL, NULL}, {NULL, NULL}, {NULL, NULL}};
-    struct fc_coverage cov;
-    assert_fc_ok(fc_chunks_check_coverage(0, NULL, b, 1, 0, &cov, NULL));
-    assert_true(fc_coverage_ok(&cov));
-    assert_fc_ok(fc_chunks_check_coverage(0, NULL, b, 0, 0, &cov, NULL));
-    assert_int_equal(cov.gaps, 1);
-    assert_int_equal(cov.missing_elems, 1);
-    struct fc_buf rep = FC_BUF_INIT(4096);
-    assert_fc_ok(fc_chunks_check_coverage(0, NULL, b, 3, 0, &cov, &rep));
-    assert_int_equal(cov.overlaps, 3);
-    assert_int_equal(cov.duplicate_offsets, 2);
-    assert_int_equal(cov.missing_elems, 0);
-    fc_buf_release(&rep);
-}
-
-static void test_coverage_handles_grids_and_dim1_sharding(void **state)
-{
-    (void)state;
-    /* 2-D grid 3 x 2 over [7, 5] */
+    /* TP x FSDP: 4 x 2 grid over [3, 5], torch.chunk pieces, so some rows are empty */
     struct boxes bx = {.n = 0};
-    const int64_t shape[2] = {7, 5};
-    for (int i = 0; i < 3; i++) {
+    const int64_t shape[2] = {3, 5};
+    for (int i = 3; i >= 0; i--) {
         for (int j = 0; j < 2; j++) {
-            int64_t o0, s0, o1, s1;
-            fc_mesh_chunk(7, 3, i, &o0, &s0);
-            fc_mesh_chunk(5, 2, j, &o1, &s1);
-            const int64_t o[2] = {o0, o1}, s[2] = {s0, s1};
+            int64_t o[2], s[2];
+            fc_mesh_chunk(3, 4, i, &o[0], &s[0]);
+            fc_mesh_chunk(5, 2, j, &o[1], &s[1]);
             add_box(&bx, 2, o, s);
         }
     }
-    struct fc_coverage cov;
-    assert_fc_ok(fc_chunks_check_coverage(2, shape, bx.b, bx.n, 0, &cov, NULL));
-    assert_true(fc_coverage_ok(&cov));
-    /* drop one cell */
-    bx.n--;
-    assert_fc_ok(fc_chunks_check_coverage(2, shape, bx.b, bx.n, 0, &cov, NULL));
-    assert_int_equal(cov.missing_elems, 2); /* rows [6:7) x cols [3:5) */
-    assert_int_equal(cov.gaps, 1);
-
+    assert_string_equal(tiling(2, shape, &bx), "");
     /* Shard(1) of [3, 8] over 4 */
     bx.n = 0;
     const int64_t shape2[2] = {3, 8};
@@ -1038,61 +917,202 @@ static void test_coverage_handles_grids_and_dim1_sharding(void **state)
         const int64_t o[2] = {0, 2 * j}, s[2] = {3, 2};
         add_box(&bx, 2, o, s);
     }
-    assert_fc_ok(fc_chunks_check_coverage(2, shape2, bx.b, bx.n, 0, &cov, NULL));
-    assert_true(fc_coverage_ok(&cov));
+    assert_string_equal(tiling(2, shape2, &bx), "");
+    /* 3-D: 2 x 3 x 2 grid over [4, 7, 3], uneven pieces */
+    bx.n = 0;
+    const int64_t shape3[3] = {4, 7, 3};
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 3; j++)
+            for (int k = 0; k < 2; k++) {
+                int64_t o[3], s[3];
+                fc_mesh_chunk(4, 2, i, &o[0], &s[0]);
+                fc_mesh_chunk(7, 3, j, &o[1], &s[1]);
+                fc_mesh_chunk(3, 2, k, &o[2], &s[2]);
+                add_box(&bx, 3, o, s);
+            }
+    assert_string_equal(tiling(3, shape3, &bx), "");
+    /* dropping one box leaves exactly it uncovered */
+    bx.n--;
+    assert_string_equal(tiling(3, shape3, &bx), "d: chunks of 'w' leave [2:4, 6:7, 2:3] uncovered");
 }
 
-static void test_coverage_of_a_zero_element_tensor_needs_no_chunk(void **state)
+static void test_tiling_refuses_an_overlap_that_cancels_a_gap(void **state)
 {
     (void)state;
-    const int64_t shape[2] = {0, 3};
-    struct fc_coverage cov;
-    assert_fc_ok(fc_chunks_check_coverage(2, shape, NULL, 0, 0, &cov, NULL));
-    assert_true(fc_coverage_ok(&cov));
+    /* 1-D: 3 + 3 + 2 elements of 8, counts add up; row 2 twice, row 5 never */
     struct boxes bx = {.n = 0};
-    add1(&bx, 0, 0, 3);
-    assert_fc_ok(fc_chunks_check_coverage(2, shape, bx.b, bx.n, 0, &cov, NULL));
-    assert_true(fc_coverage_ok(&cov));
-    assert_int_equal(cov.empty, 1);
+    const int64_t shape1[1] = {8};
+    const int64_t o[3][1] = {{0}, {2}, {6}}, s[3][1] = {{3}, {3}, {2}};
+    for (int i = 0; i < 3; i++)
+        add_box(&bx, 1, o[i], s[i]);
+    assert_string_equal(tiling(1, shape1, &bx),
+                        "d: chunks of 'w' overlap at [2:3] (chunks [0:3] and [2:5]) and leave "
+                        "[5:6] uncovered");
+    /* 2-D: a column twice, another never (the second rank saved [0:2, 1:3], not [0:2, 2:4]) */
+    bx.n = 0;
+    const int64_t shape[2] = {4, 4};
+    const int64_t o2[3][2] = {{0, 0}, {0, 1}, {2, 0}}, s2[3][2] = {{2, 2}, {2, 2}, {2, 4}};
+    for (int i = 0; i < 3; i++)
+        add_box(&bx, 2, o2[i], s2[i]);
+    assert_string_equal(tiling(2, shape, &bx),
+                        "d: chunks of 'w' overlap at [0:2, 1:2] (chunks [0:2, 0:2] and [0:2, 1:3]) "
+                        "and leave [0:2, 3:4] uncovered");
+    /* the same in the second row band, after a band that tiles */
+    bx.n = 0;
+    const int64_t o3[4][2] = {{0, 0}, {0, 2}, {2, 0}, {2, 1}};
+    const int64_t s3[4][2] = {{2, 2}, {2, 2}, {2, 2}, {2, 2}};
+    for (int i = 0; i < 4; i++)
+        add_box(&bx, 2, o3[i], s3[i]);
+    assert_string_equal(tiling(2, shape, &bx),
+                        "d: chunks of 'w' overlap at [2:4, 1:2] (chunks [2:4, 0:2] and [2:4, 1:3]) "
+                        "and leave [2:4, 3:4] uncovered");
+    /* no guillotine cut at all: a column and a row cross at [0:1, 0:1], [1:2, 1:2] is empty */
+    bx.n = 0;
+    const int64_t shape4[2] = {2, 2};
+    const int64_t o4[2][2] = {{0, 0}, {0, 0}}, s4[2][2] = {{2, 1}, {1, 2}};
+    for (int i = 0; i < 2; i++)
+        add_box(&bx, 2, o4[i], s4[i]);
+    assert_string_equal(
+        tiling(2, shape4, &bx),
+        "d: chunks of 'w' overlap at [0:1, 0:1] (chunks [0:2, 0:1] and [0:1, 0:2])");
 }
 
-static void test_coverage_rejects_bad_shapes(void **state)
+static void test_tiling_refuses_boxes_outside_the_shape(void **state)
 {
     (void)state;
-    struct fc_coverage cov;
-    const int64_t neg[1] = {-1}, big[3] = {INT64_C(1) << 40, INT64_C(1) << 40, 4};
-    assert_fc_fails(fc_chunks_check_coverage(-1, neg, NULL, 0, 0, &cov, NULL), FC_EINVAL,
-                    "dims is outside");
-    assert_fc_fails(fc_chunks_check_coverage(1, neg, NULL, 0, 0, &cov, NULL), FC_EINVAL,
-                    "negative dim");
-    assert_fc_fails(fc_chunks_check_coverage(3, big, NULL, 0, 0, &cov, NULL), FC_EINVAL,
-                    "too many elements");
-}
-
-static void test_coverage_lists_at_most_the_report_limit(void **state)
-{
-    (void)state;
-    struct boxes bx = {.n = 0};
-    const int64_t shape[1] = {100};
-    for (int i = 0; i < 20; i++) {
-        const int64_t o[1] = {0}, s[1] = {1};
-        add_box(&bx, 1, o, s);
+    const int64_t shape[2] = {4, 2};
+    struct {
+        int64_t off, size;
+        const char *msg;
+    } cases[] = {
+        {3, 2, "d: chunks of 'w': [3:5, 0:2] lies outside the shape [4, 2]"},
+        {-1, 1, "d: chunks of 'w': [-1:0, 0:2] lies outside the shape [4, 2]"},
+        {1, -1, "d: chunks of 'w': [1:0, 0:2] lies outside the shape [4, 2]"},
+        {5, 0, "d: chunks of 'w': [5:5, 0:2] lies outside the shape [4, 2]"}, /* even empty */
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct boxes bx = {.n = 0};
+        add1(&bx, 0, 4, 2);
+        add1(&bx, cases[i].off, cases[i].size, 2);
+        assert_string_equal(tiling(2, shape, &bx), cases[i].msg);
     }
-    struct fc_coverage cov;
-    struct fc_buf rep = FC_BUF_INIT(1 << 16);
-    assert_fc_ok(fc_chunks_check_coverage(1, shape, bx.b, bx.n, 0, &cov, &rep));
-    assert_int_equal(cov.overlaps, 190);
-    assert_int_equal(cov.duplicate_offsets, 19);
-    assert_int_equal(cov.missing_elems, 99);
-    assert_fc_ok(fc_buf_putc(&rep, '\0'));
-    const char *s = (const char *)rep.data;
-    assert_non_null(strstr(s, "... and 182 more overlaps\n"));
-    assert_non_null(strstr(s, "... and 11 more duplicate offsets\n"));
-    size_t lines = 0;
-    for (const char *q = s; *q != '\0'; q++)
-        lines += *q == '\n';
-    assert_int_equal(lines, 8 + 1 + 8 + 1 + 1);
-    fc_buf_release(&rep);
+    const int64_t neg[1] = {-1}, big[3] = {INT64_C(1) << 40, INT64_C(1) << 40, 4};
+    struct boxes none = {.n = 0};
+    assert_string_equal(tiling(1, neg, &none),
+                        "d: chunks of 'w': the shape [-1] has a negative dim or more than 2^63 "
+                        "elements");
+    assert_non_null(strstr(tiling(3, big, &none), "more than 2^63 elements"));
+    assert_fc_fails(fc_chunks_check_tiling(-1, neg, NULL, 0, "d", "w"), FC_EINVAL,
+                    "dims is outside");
+}
+
+static void test_tiling_is_exact_for_offsets_near_2_63(void **state)
+{
+    (void)state;
+    const int64_t shape[1] = {INT64_MAX}, half = INT64_C(1) << 62;
+    struct boxes bx = {.n = 0};
+    const int64_t o0[1] = {0}, s0[1] = {half}, o1[1] = {half}, s1[1] = {INT64_MAX - half};
+    add_box(&bx, 1, o0, s0);
+    add_box(&bx, 1, o1, s1);
+    assert_string_equal(tiling(1, shape, &bx), "");
+    /* one element short of the end: the gap is named, nothing overflows */
+    bx.size[1][0]--;
+    assert_string_equal(tiling(1, shape, &bx),
+                        "d: chunks of 'w' leave [9223372036854775806:9223372036854775807] "
+                        "uncovered");
+    /* a box whose end would overflow int64 */
+    bx.n = 1;
+    const int64_t o2[1] = {INT64_MAX - 1}, s2[1] = {2};
+    add_box(&bx, 1, o2, s2);
+    assert_non_null(strstr(tiling(1, shape, &bx), "lies outside the shape [9223372036854775807]"));
+    /* an overlap at the top end */
+    bx.n = 0;
+    const int64_t all[1] = {INT64_MAX}, o3[1] = {INT64_MAX - 1}, s3[1] = {1};
+    add_box(&bx, 1, o0, all);
+    add_box(&bx, 1, o3, s3);
+    assert_string_equal(tiling(1, shape, &bx),
+                        "d: chunks of 'w' overlap at [9223372036854775806:9223372036854775807] "
+                        "(chunks [0:9223372036854775807] and "
+                        "[9223372036854775806:9223372036854775807])");
+}
+
+static void test_tiling_takes_identical_boxes_as_overlaps_until_deduplicated(void **state)
+{
+    (void)state;
+    /* HSDP replicas in a rank-local layout: the same box saved by two ranks */
+    struct boxes bx = {.n = 0};
+    const int64_t shape[2] = {4, 3};
+    add1(&bx, 0, 2, 3);
+    add1(&bx, 2, 2, 3);
+    add1(&bx, 0, 2, 3);
+    assert_string_equal(
+        tiling(2, shape, &bx),
+        "d: chunks of 'w' overlap at [0:2, 0:3] (chunks [0:2, 0:3] and [0:2, 0:3])");
+    size_t first_of[3], nrep = 0;
+    assert_fc_ok(fc_chunks_replicas(2, bx.b, bx.n, first_of, &nrep));
+    assert_int_equal(nrep, 1);
+    assert_int_equal(first_of[2], 0);
+    bx.n = 2; /* the distinct boxes */
+    assert_string_equal(tiling(2, shape, &bx), "");
+    /* replicas do not hide a gap */
+    bx.n = 1;
+    assert_string_equal(tiling(2, shape, &bx), "d: chunks of 'w' leave [2:4, 0:3] uncovered");
+}
+
+static void test_tiling_handles_scalars(void **state)
+{
+    (void)state;
+    struct boxes bx = {.n = 0};
+    add_box(&bx, 0, NULL, NULL);
+    assert_string_equal(tiling(0, NULL, &bx), "");
+    add_box(&bx, 0, NULL, NULL);
+    assert_string_equal(tiling(0, NULL, &bx), "d: chunks of 'w' overlap at [] (chunks [] and [])");
+    bx.n = 0;
+    assert_string_equal(tiling(0, NULL, &bx), "d: chunks of 'w' leave [] uncovered");
+}
+
+/* A pinwheel of [3L, 3L]: four arms round a centre, no cut on either dim. */
+static void pinwheel(struct boxes *bx, int64_t L, int centre)
+{
+    const int64_t o[5][2] = {{0, 0}, {0, L}, {L, 2 * L}, {2 * L, 0}, {L, L}};
+    const int64_t s[5][2] = {{2 * L, L}, {L, 2 * L}, {2 * L, L}, {L, 2 * L}, {L, L}};
+    bx->n = 0;
+    for (int i = 0; i < 4 + centre; i++)
+        add_box(bx, 2, o[i], s[i]);
+}
+
+static void test_tiling_accepts_a_pinwheel_and_finds_its_hole(void **state)
+{
+    (void)state;
+    struct boxes bx;
+    const int64_t shape[2] = {3, 3};
+    pinwheel(&bx, 1, 1);
+    assert_string_equal(tiling(2, shape, &bx), "");
+    pinwheel(&bx, 1, 0);
+    assert_string_equal(tiling(2, shape, &bx),
+                        "d: chunks of 'w' leave 1 elements of [0:3, 0:3] uncovered");
+}
+
+/* Exact tiling by brute force: every box inside, every element covered once. */
+static int brute_tiles(int ndim, const int64_t *shape, const struct boxes *bx)
+{
+    int64_t numel = 0;
+    assert_int_equal(fc_shape_numel(shape, ndim, &numel), 0);
+    unsigned counts[216];
+    memset(counts, 0, sizeof(counts));
+    for (size_t i = 0; i < bx->n; i++) {
+        for (int d = 0; d < ndim; d++) {
+            if (bx->off[i][d] < 0 || bx->size[i][d] < 0 ||
+                bx->off[i][d] + bx->size[i][d] > shape[d])
+                return 0;
+        }
+        mark_box(counts, ndim, shape, bx->off[i], bx->size[i]);
+    }
+    for (int64_t e = 0; e < numel; e++) {
+        if (counts[e] != 1)
+            return 0;
+    }
+    return 1;
 }
 
 /* Tiny xorshift for reproducible random lists. */
@@ -1104,142 +1124,189 @@ static uint64_t rng_next(uint64_t *s)
     return *s;
 }
 
-static void test_coverage_matches_brute_force_on_random_lists(void **state)
+/* A random grid tiling of shape (ndim <= 3), then maybe one box shifted or resized. */
+static void random_grid(uint64_t *seed, int ndim, const int64_t *shape, struct boxes *bx)
+{
+    int64_t parts[3];
+    for (int d = 0; d < ndim; d++)
+        parts[d] = 1 + (int64_t)(rng_next(seed) % 3);
+    bx->n = 0;
+    const int64_t total =
+        ndim == 0 ? 1 : parts[0] * (ndim > 1 ? parts[1] : 1) * (ndim > 2 ? parts[2] : 1);
+    for (int64_t c = 0; c < total; c++) {
+        int64_t o[3], s[3], rest = c;
+        for (int d = ndim - 1; d >= 0; d--) {
+            fc_mesh_chunk(shape[d], parts[d], rest % parts[d], &o[d], &s[d]);
+            rest /= parts[d];
+        }
+        add_box(bx, ndim, o, s);
+    }
+    if (bx->n == 0 || ndim == 0 || rng_next(seed) % 2 == 0)
+        return;
+    const size_t i = rng_next(seed) % bx->n;
+    const int d = (int)(rng_next(seed) % (uint64_t)ndim);
+    if (rng_next(seed) % 2 == 0)
+        bx->off[i][d] += (int64_t)(rng_next(seed) % 3) - 1; /* same volume, moved */
+    else
+        bx->size[i][d] += (int64_t)(rng_next(seed) % 3) - 1;
+}
+
+static void test_tiling_matches_brute_force_on_random_lists(void **state)
 {
     (void)state;
     uint64_t seed = 0x9e3779b97f4a7c15u;
-    for (int iter = 0; iter < 400; iter++) {
-        const int ndim = 1 + (int)(rng_next(&seed) % 3);
+    size_t tiled = 0, refused = 0;
+    for (int iter = 0; iter < 3000; iter++) {
+        const int ndim = (int)(rng_next(&seed) % 4);
         int64_t shape[3];
         for (int d = 0; d < ndim; d++)
             shape[d] = (int64_t)(rng_next(&seed) % 6);
         struct boxes bx = {.n = 0};
-        const size_t n = rng_next(&seed) % 10;
-        for (size_t i = 0; i < n; i++) {
-            int64_t o[3], s[3];
-            for (int d = 0; d < ndim; d++) {
-                o[d] = (int64_t)(rng_next(&seed) % (uint64_t)(shape[d] + 2)) - (iter % 7 == 0);
-                s[d] = (int64_t)(rng_next(&seed) % (uint64_t)(shape[d] + 2));
-            }
-            add_box(&bx, ndim, o, s);
-        }
-        struct fc_coverage cov;
-        assert_fc_ok(fc_chunks_check_coverage(ndim, shape, bx.b, bx.n, 0, &cov, NULL));
-        assert_true(cov.exact);
-
-        int64_t numel = 0;
-        assert_int_equal(fc_shape_numel(shape, ndim, &numel), 0);
-        unsigned counts[216];
-        memset(counts, 0, sizeof(counts));
-        size_t oob = 0, empty = 0, dups = 0;
-        uint64_t pairs = 0;
-        for (size_t i = 0; i < bx.n; i++) {
-            int bad = 0, emp = 0;
-            for (int d = 0; d < ndim; d++) {
-                bad |= bx.off[i][d] < 0 || bx.size[i][d] < 0 ||
-                       bx.off[i][d] + bx.size[i][d] > shape[d];
-                emp |= bx.size[i][d] == 0;
-            }
-            for (size_t j = 0; j < i; j++) {
-                if (memcmp(bx.off[i], bx.off[j], (size_t)ndim * sizeof(int64_t)) == 0) {
-                    dups++;
-                    break;
-                }
-            }
-            if (bad) {
-                oob++;
-                continue;
-            }
-            if (emp) {
-                empty++;
-                continue;
-            }
-            mark_box(counts, ndim, shape, bx.off[i], bx.size[i]);
-            for (size_t j = 0; j < i; j++) {
-                int hit = 1;
+        if (iter % 2 == 0) {
+            random_grid(&seed, ndim, shape, &bx);
+        } else {
+            const size_t n = rng_next(&seed) % 10;
+            for (size_t i = 0; i < n; i++) {
+                int64_t o[3], s[3];
                 for (int d = 0; d < ndim; d++) {
-                    int jbad = bx.off[j][d] < 0 || bx.size[j][d] <= 0 ||
-                               bx.off[j][d] + bx.size[j][d] > shape[d];
-                    hit &= !jbad;
+                    o[d] = (int64_t)(rng_next(&seed) % (uint64_t)(shape[d] + 2)) - (iter % 7 == 1);
+                    s[d] = (int64_t)(rng_next(&seed) % (uint64_t)(shape[d] + 2));
                 }
-                for (int d = 0; hit && d < ndim; d++)
-                    hit = bx.off[i][d] < bx.off[j][d] + bx.size[j][d] &&
-                          bx.off[j][d] < bx.off[i][d] + bx.size[i][d];
-                pairs += hit;
+                add_box(&bx, ndim, o, s);
             }
         }
-        uint64_t missing = 0;
-        for (int64_t e = 0; e < numel; e++)
-            missing += counts[e] == 0;
-        assert_int_equal(cov.out_of_bounds, oob);
-        assert_int_equal(cov.empty, empty);
-        assert_int_equal(cov.duplicate_offsets, dups);
-        assert_int_equal(cov.overlaps, pairs);
-        assert_int_equal(cov.missing_elems, missing);
-        assert_true((cov.gaps == 0) == (missing == 0));
+        const int want = brute_tiles(ndim, shape, &bx);
+        const int rc = fc_chunks_check_tiling(ndim, shape, bx.b, bx.n, "d", "w");
+        if (want != (rc == FC_OK))
+            print_error("iter %d: brute force says %d, check says %s\n", iter, want,
+                        rc == FC_OK ? "ok" : fc_error_last());
+        assert_int_equal(want, rc == FC_OK);
+        if (rc != FC_OK)
+            assert_int_equal(rc, FC_ECORRUPT);
+        tiled += want;
+        refused += !want;
     }
+    assert_true(tiled > 500 && refused > 500); /* both sides exercised */
 }
 
-static void test_coverage_is_fast_on_many_1d_chunks(void **state)
+/* n boxes with dynamically allocated arrays (the fixed struct boxes holds 64). */
+struct many {
+    int64_t *off, *size;
+    struct fc_box *b;
+};
+
+static void many_new(struct many *m, size_t n, int ndim)
+{
+    m->off = calloc(n * (size_t)ndim, sizeof(*m->off));
+    m->size = calloc(n * (size_t)ndim, sizeof(*m->size));
+    m->b = calloc(n, sizeof(*m->b));
+    assert_non_null(m->off);
+    assert_non_null(m->size);
+    assert_non_null(m->b);
+    for (size_t i = 0; i < n; i++)
+        m->b[i] = (struct fc_box){&m->off[i * (size_t)ndim], &m->size[i * (size_t)ndim]};
+}
+
+static void many_free(struct many *m)
+{
+    free(m->off);
+    free(m->size);
+    free(m->b);
+}
+
+static void test_tiling_is_fast_on_rows_columns_and_grids(void **state)
 {
     (void)state;
     const size_t n = 200000;
-    int64_t *off = calloc(n * 2, sizeof(*off));
-    int64_t *size = calloc(n * 2, sizeof(*size));
-    struct fc_box *b = calloc(n, sizeof(*b));
-    assert_non_null(off);
-    assert_non_null(size);
-    assert_non_null(b);
+    struct many m;
+    many_new(&m, n, 2);
     for (size_t i = 0; i < n; i++) {
         const size_t k = (i * 7919) % n; /* shuffled */
-        off[2 * i] = (int64_t)k * 3;
-        size[2 * i] = 3;
-        off[2 * i + 1] = 0;
-        size[2 * i + 1] = 16;
-        b[i].offsets = &off[2 * i];
-        b[i].sizes = &size[2 * i];
+        m.off[2 * i] = (int64_t)k * 3;
+        m.size[2 * i] = 3;
+        m.size[2 * i + 1] = 16;
     }
-    const int64_t shape[2] = {(int64_t)n * 3, 16};
-    struct fc_coverage cov;
-    assert_fc_ok(fc_chunks_check_coverage(2, shape, b, n, 0, &cov, NULL));
-    assert_true(fc_coverage_ok(&cov));
-    assert_true(cov.exact);
-
+    const int64_t rows[2] = {(int64_t)n * 3, 16};
+    assert_fc_ok(fc_chunks_check_tiling(2, rows, m.b, n, "d", "w"));
     /* the same boxes over dim 1 (Shard(1)) */
     for (size_t i = 0; i < n; i++) {
-        const int64_t t = off[2 * i];
-        off[2 * i] = 0;
-        off[2 * i + 1] = t;
-        size[2 * i] = 16;
-        size[2 * i + 1] = 3;
+        m.off[2 * i + 1] = m.off[2 * i];
+        m.off[2 * i] = 0;
+        m.size[2 * i] = 16;
+        m.size[2 * i + 1] = 3;
     }
-    const int64_t shape1[2] = {16, (int64_t)n * 3};
-    assert_fc_ok(fc_chunks_check_coverage(2, shape1, b, n, 0, &cov, NULL));
-    assert_true(fc_coverage_ok(&cov));
-    free(off);
-    free(size);
-    free(b);
+    const int64_t cols[2] = {16, (int64_t)n * 3};
+    assert_fc_ok(fc_chunks_check_tiling(2, cols, m.b, n, "d", "w"));
+    /* a 400 x 500 grid: every row band cut on dim 1 */
+    for (size_t i = 0; i < n; i++) {
+        const size_t k = (i * 7919) % n;
+        m.off[2 * i] = (int64_t)(k / 500) * 2;
+        m.off[2 * i + 1] = (int64_t)(k % 500) * 3;
+        m.size[2 * i] = 2;
+        m.size[2 * i + 1] = 3;
+    }
+    const int64_t grid[2] = {800, 1500};
+    assert_fc_ok(fc_chunks_check_tiling(2, grid, m.b, n, "d", "w"));
+    /* one box moved by a row: refused, both problems named */
+    m.off[2 * 7]++;
+    assert_fc_fails(fc_chunks_check_tiling(2, grid, m.b, n, "d", "w"), FC_ECORRUPT, "uncovered");
+    many_free(&m);
 }
 
-static void test_coverage_degrades_to_lower_bounds_on_pathological_lists(void **state)
+static void test_tiling_refuses_identical_boxes_at_once(void **state)
 {
     (void)state;
-    /* 12000 identical full chunks: 72M overlapping pairs, past the work bound. */
+    /* 12000 identical full chunks: the first pair overlaps, no quadratic scan */
     const size_t n = 12000;
     const int64_t off[1] = {0}, size[1] = {10};
     struct fc_box *b = calloc(n, sizeof(*b));
     assert_non_null(b);
-    for (size_t i = 0; i < n; i++) {
-        b[i].offsets = off;
-        b[i].sizes = size;
-    }
-    struct fc_coverage cov;
-    assert_fc_ok(fc_chunks_check_coverage(1, size, b, n, 0, &cov, NULL));
-    assert_false(cov.exact);
-    assert_true(cov.overlaps > 0);
-    assert_int_equal(cov.duplicate_offsets, n - 1);
-    assert_false(fc_coverage_ok(&cov));
+    for (size_t i = 0; i < n; i++)
+        b[i] = (struct fc_box){off, size};
+    assert_fc_fails(fc_chunks_check_tiling(1, size, b, n, "d", "w"), FC_ECORRUPT,
+                    "d: chunks of 'w' overlap at [0:10] (chunks [0:10] and [0:10])");
     free(b);
+}
+
+static void test_tiling_refuses_what_it_cannot_prove_within_its_work_bound(void **state)
+{
+    (void)state;
+    /*
+     * A pinwheel whose two top arms are cut into L strips each: valid, but with
+     * no guillotine cut every strip of one arm meets every strip of the other
+     * on dim 0, 1.5 L^2 pair tests, past the 2^26 bound: refused, never passed.
+     */
+    const int64_t L = 8000, shape[2] = {3 * L, 3 * L};
+    const size_t n = (size_t)(2 * L + 3);
+    struct many m;
+    many_new(&m, n, 2);
+    size_t k = 0;
+    for (int64_t j = 0; j < L; j++, k++) { /* arm [0:2L, 0:L] as columns */
+        m.off[2 * k + 1] = j;
+        m.size[2 * k] = 2 * L;
+        m.size[2 * k + 1] = 1;
+    }
+    for (int64_t i = 0; i < L; i++, k++) { /* arm [0:L, L:3L] as rows */
+        m.off[2 * k] = i;
+        m.off[2 * k + 1] = L;
+        m.size[2 * k] = 1;
+        m.size[2 * k + 1] = 2 * L;
+    }
+    const int64_t o[3][2] = {{L, 2 * L}, {2 * L, 0}, {L, L}};
+    const int64_t s[3][2] = {{2 * L, L}, {L, 2 * L}, {L, L}};
+    for (int i = 0; i < 3; i++, k++) {
+        memcpy(&m.off[2 * k], o[i], sizeof(o[i]));
+        memcpy(&m.size[2 * k], s[i], sizeof(s[i]));
+    }
+    assert_int_equal(k, n);
+    assert_fc_fails(fc_chunks_check_tiling(2, shape, m.b, n, "d", "w"), FC_ECORRUPT,
+                    "d: chunks of 'w' are laid out too irregularly to prove that they tile the "
+                    "tensor (more than 67108864 steps)");
+    /* the same arms uncut: proven */
+    struct boxes bx;
+    pinwheel(&bx, L, 1);
+    assert_fc_ok(fc_chunks_check_tiling(2, shape, bx.b, bx.n, "d", "w"));
+    many_free(&m);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1400,19 +1467,18 @@ int main(void)
         cmocka_unit_test(test_plan_describe_renders_the_dry_run_table),
         cmocka_unit_test(test_plan_describe_lists_hsdp_holders_and_empty_boxes),
         cmocka_unit_test(test_plan_describe_fails_when_the_buffer_cap_is_exceeded),
-        cmocka_unit_test(test_coverage_accepts_an_exact_tiling),
-        cmocka_unit_test(test_coverage_finds_gaps),
-        cmocka_unit_test(test_coverage_finds_overlaps_but_not_with_empty_chunks),
-        cmocka_unit_test(test_coverage_finds_out_of_bounds_chunks),
-        cmocka_unit_test(test_coverage_finds_duplicate_offsets_like_the_lost_hsdp_shard),
-        cmocka_unit_test(test_coverage_handles_scalars),
-        cmocka_unit_test(test_coverage_handles_grids_and_dim1_sharding),
-        cmocka_unit_test(test_coverage_of_a_zero_element_tensor_needs_no_chunk),
-        cmocka_unit_test(test_coverage_rejects_bad_shapes),
-        cmocka_unit_test(test_coverage_lists_at_most_the_report_limit),
-        cmocka_unit_test(test_coverage_matches_brute_force_on_random_lists),
-        cmocka_unit_test(test_coverage_is_fast_on_many_1d_chunks),
-        cmocka_unit_test(test_coverage_degrades_to_lower_bounds_on_pathological_lists),
+        cmocka_unit_test(test_tiling_accepts_rows_in_any_order_with_empty_shards),
+        cmocka_unit_test(test_tiling_accepts_grids_in_2d_and_3d_and_dim1_sharding),
+        cmocka_unit_test(test_tiling_refuses_an_overlap_that_cancels_a_gap),
+        cmocka_unit_test(test_tiling_refuses_boxes_outside_the_shape),
+        cmocka_unit_test(test_tiling_is_exact_for_offsets_near_2_63),
+        cmocka_unit_test(test_tiling_takes_identical_boxes_as_overlaps_until_deduplicated),
+        cmocka_unit_test(test_tiling_handles_scalars),
+        cmocka_unit_test(test_tiling_accepts_a_pinwheel_and_finds_its_hole),
+        cmocka_unit_test(test_tiling_matches_brute_force_on_random_lists),
+        cmocka_unit_test(test_tiling_is_fast_on_rows_columns_and_grids),
+        cmocka_unit_test(test_tiling_refuses_identical_boxes_at_once),
+        cmocka_unit_test(test_tiling_refuses_what_it_cannot_prove_within_its_work_bound),
         cmocka_unit_test(test_intersect_finds_the_source_pieces_of_a_target_box),
         cmocka_unit_test(test_intersect_matches_brute_force),
         cmocka_unit_test(test_intersect_rejects_invalid_boxes),
