@@ -289,7 +289,7 @@ def output_safety_cases(case, write, fixtures):
                 assert data.count(old) == 1
                 data = data.replace(old, b"X" + struct.pack("<I", 11) + b"logit_s\xed\xb3\xbf_")
             z.writestr(name, data)
-    write(case("key_surrogate_pt", readers="inspect\nverify\ndiff\n"), buf.getvalue())
+    write(case("key_surrogate_pt", readers="inspect\nverify\nchecksum\ndiff\n"), buf.getvalue())
 
     # data_offsets past 2**64 and up to 2**63-1: exit 3 naming the file, never a usage error.
     def st(entries, data):
