@@ -389,6 +389,20 @@ static int fc_st_chunked_read_box(const struct fc_source *src, const struct fc_e
     return fc_chunks_read_box(src, e, c->refs, c->boxes, c->index, off, size, dst);
 }
 
+/*
+ * 1 when a global shape's element count or byte size overflows int64, zero
+ * dims counted as 1: strides and row sizes are products of the other dims.
+ */
+static int fc_st_extent_overflows(const struct fc_tensor_desc *t)
+{
+    int64_t n = (int64_t)fc_dtype_size(t->dtype);
+    for (int d = 0; d < t->ndim; d++) {
+        if (fc_mul_i64(n, t->shape[d] > 0 ? t->shape[d] : 1, &n) < 0)
+            return 1;
+    }
+    return 0;
+}
+
 /* Chunk t of file `file` joins its tensor's entry (created on first sight). */
 static int fc_st_add_chunk(struct fc_source *src, size_t file, const struct fc_st_tensor *t)
 {
@@ -411,11 +425,22 @@ static int fc_st_add_chunk(struct fc_source *src, size_t file, const struct fc_s
                             "earlier file",
                             src->files[file].path, t->name, fc_dtype_name(t->dtype), t->ndim,
                             fc_dtype_name(e->t.dtype), e->t.ndim);
-    /* The global shape is the furthest chunk end on every dim, as torch's reader infers it. */
+    /*
+     * The global shape is the furthest chunk end on every dim, as torch's
+     * reader infers it.  Every command derives element counts, byte sizes and
+     * strides from it unchecked, so its extremes are checked here, as
+     * .metadata's are where it is parsed (fc_safetensors_open() already
+     * checked that each saved_offsets + size fits int64).
+     */
     for (int d = 0; d < t->ndim; d++) {
         const int64_t end = t->saved_offsets[d] + t->shape[d];
         e->t.shape[d] = end > e->t.shape[d] ? end : e->t.shape[d];
     }
+    if (fc_st_extent_overflows(&e->t))
+        return fc_error_set(FC_ECORRUPT,
+                            "%s: tensor '%s': saved_offsets put it in a global tensor whose "
+                            "element count or byte size overflows int64",
+                            src->files[file].path, t->name);
     if (c->n == c->cap) {
         const size_t cap = c->cap == 0 ? 4 : 2 * c->cap;
         struct fc_chunk_ref *nr = fc_reallocarray(c->refs, cap, sizeof(*nr));
