@@ -16,6 +16,7 @@
 #include "fc_buf.h"
 #include "fc_checked.h"
 #include "fc_chunks.h"
+#include "fc_dcp.h"
 #include "fc_error.h"
 #include "fc_safetensors.h"
 #include "fc_sort.h"
@@ -531,6 +532,44 @@ static int fc_source_finish_chunked(struct fc_source *src)
     src->read_box = fc_st_chunked_read_box;
     src->format = "safetensors-sharded";
     return FC_OK;
+}
+
+int fc_source_sharded_meta(const struct fc_source *src, struct fc_dcp_meta **out)
+{
+    const struct fc_source_impl *impl = src->impl;
+    struct fc_dcp_meta *m = NULL;
+    int rc;
+    *out = NULL;
+    if (src->read_box != fc_st_chunked_read_box)
+        return fc_error_set(FC_EINVAL, "%s: not a sharded safetensors checkpoint", src->path);
+    FC_TRY(fc_dcp_meta_new(&m));
+    /* Entries in the source's order, so entry i of both is the same tensor. */
+    for (size_t i = 0; i < src->nentries; i++) {
+        const struct fc_entry *e = &src->entries[i];
+        FC_TRY_GOTO(fc_dcp_meta_add_tensor(m, e->key, e->t.dtype, e->t.ndim, e->t.shape, NULL), rc,
+                    done);
+    }
+    const char *version =
+        impl->nst > 0 ? fc_safetensors_metadata(impl->st[0], "DCP_VERSION") : NULL;
+    FC_TRY_GOTO(fc_dcp_meta_set_version(m, version), rc, done);
+    for (size_t f = 0; f < impl->nst; f++) {
+        const char *slash = strrchr(src->files[f].path, '/');
+        const char *name = slash != NULL ? slash + 1 : src->files[f].path;
+        for (size_t k = 0; k < fc_safetensors_count(impl->st[f]); k++) {
+            const struct fc_st_tensor *t = fc_safetensors_at(impl->st[f], k);
+            const size_t ei = (size_t)fc_dcp_meta_find(m, t->name);
+            size_t c;
+            FC_TRY_GOTO(fc_dcp_meta_add_chunk(m, ei, t->saved_offsets, t->shape, &c), rc, done);
+            FC_TRY_GOTO(fc_dcp_storage_set(m, &m->entries[ei].chunks[c].storage, name,
+                                           t->data_offset, t->nbytes),
+                        rc, done);
+        }
+    }
+    *out = m;
+    return FC_OK;
+done:
+    fc_dcp_meta_free(m);
+    return rc;
 }
 
 static int fc_ends_with(const char *s, const char *suffix)

@@ -167,6 +167,18 @@ int fc_source_value_storage(const struct fc_source *src, const struct fc_entry *
  */
 int fc_source_verify_replicas(const struct fc_source *src);
 
+/*
+ * fc_source_sharded_meta() - the chunks of a sharded safetensors source
+ * (format "safetensors-sharded") as a DCP metadata model, for inspect:
+ * entry i is the source's entry i (global shape as inferred), and every
+ * tensor of every file is a chunk of it at its saved_offsets, in file order,
+ * duplicates included (reads keep the last file's), its storage the file's
+ * name and the tensor's data byte range.  version is the first file's
+ * __metadata__ DCP_VERSION, or NULL.  On success *out is owned by the caller
+ * (fc_dcp_meta_free).  Returns FC_OK, FC_EINVAL (another source), FC_ENOMEM.
+ */
+int fc_source_sharded_meta(const struct fc_source *src, struct fc_dcp_meta **out);
+
 /* fc_source_is_compressed() - 1 for a DCP source whose items were zstd-compressed. */
 int fc_source_is_compressed(const struct fc_source *src);
 
