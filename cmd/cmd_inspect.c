@@ -29,7 +29,7 @@ static const struct fc_opt inspect_opts[] = {
     {OPT_CHECKSUM, 0, "checksum", NULL, 0, NULL, NULL,
      "SHA-256 of each tensor's logical C-contiguous little-endian bytes"},
     {OPT_VERIFY, 0, "verify", NULL, 0, NULL, NULL,
-     "DCP: read every item and check lengths, shapes and CRC-32s"},
+     "DCP, sharded safetensors: read every chunk, check it against its header (and CRC-32s)"},
     {0, 0, NULL, NULL, 0, NULL, NULL, NULL},
 };
 /* clang-format on */
@@ -151,10 +151,7 @@ static int inspect_walk(const struct fc_inspect_opts *o, const struct fc_inspect
                 row->dtype = e->t.dtype;
                 row->ndim = e->t.ndim;
                 row->shape = e->t.shape;
-                /* Chunked sources (sharded safetensors) have no single storage. */
-                static const struct fc_storage chunked = {"(chunks)", 0, 0, 0, 1};
-                row->store =
-                    e->storage < r->src->nstorages ? &r->src->storages[e->storage] : &chunked;
+                row->store = &r->src->storages[e->storage];
             } else {
                 FC_TRY(fc_value_row(row, e));
             }
@@ -235,13 +232,15 @@ static int print_table_full(const char *path, const struct fc_inspect_result *r,
     return FC_OK;
 }
 
-/* DCP: each tensor with its chunks, then values, files and the coverage check. */
+/* DCP, sharded safetensors: each tensor with its chunks, then values, files and the coverage check.
+ */
 static int print_table_dcp(const char *path, const struct fc_inspect_result *r,
                            const struct inspect_rows *rows, struct fc_buf *b)
 {
     struct fc_buf ob = FC_BUF_INIT(4096);
     int rc = FC_OK;
-    printf("%s (dcp, version %s)\n", path, r->dcp->version != NULL ? r->dcp->version : "none");
+    printf("%s (%s, version %s)\n", path, r->format,
+           r->dcp->version != NULL ? r->dcp->version : "none");
     for (size_t k = 0; k < rows->n && rc == FC_OK; k++) {
         const struct inspect_row *row = &rows->rows[k];
         if (!row->is_tensor)
@@ -417,7 +416,7 @@ static int json_build(json_t *root, const char *path, const struct fc_inspect_re
                       const struct inspect_rows *rows)
 {
     json_t *tensors = json_array(), *values = json_array();
-    FC_TRY(jset(root, "format", json_string(r->dcp != NULL ? "dcp" : r->format)));
+    FC_TRY(jset(root, "format", json_string(r->format)));
     FC_TRY(jset(root, "path", json_string(path)));
     if (r->dcp != NULL)
         FC_TRY(jset(root, "version",

@@ -35,30 +35,35 @@ struct fc_inspect_opts {
     const char *path;
     const char *key_regex; /* PCRE2 regex over keys (lib/fc_regex.h), or NULL for all */
     int checksum;          /* compute SHA-256 of every selected tensor */
-    int verify;            /* DCP: read every item, check lengths, shapes and CRCs */
+    int verify; /* DCP, sharded safetensors: read every chunk, check it against its header */
 };
 
 struct fc_dcp_meta;
 struct fc_comm;
 
 struct fc_inspect_result {
-    /* Exactly one of src (full checkpoint) and dcp (DCP directory) is set. */
+    /*
+     * src: a full checkpoint, or the source a DCP or sharded safetensors
+     * directory is read through (NULL when coverage fails); dcp: the chunks of
+     * a DCP or sharded safetensors directory, shown and checked as DCP's.
+     */
     struct fc_source *src;
     struct fc_dcp_meta *dcp;
-    const char *format; /* "torch.save", "safetensors", "safetensors-index", "dcp" */
+    const char *format; /* "torch.save", "safetensors", "safetensors-index", "dcp",
+                           "safetensors-sharded" */
     size_t *selected;   /* indices of the entries that match key_regex, in order */
     size_t nselected;
     char (*sha256)[65];    /* per selected entry when checksum was asked; "" for values */
-    char *coverage_report; /* DCP: one line per problem found, or NULL */
+    char *coverage_report; /* dcp set: one line per problem found, or NULL */
     size_t coverage_problems;
     size_t replicas; /* DCP: chunks whose box another chunk already stores (rank-local saves) */
-    char **files;    /* DCP: file names and their sizes */
+    char **files;    /* dcp set: file names (.distcp, .safetensors) and their sizes */
     uint64_t *file_bytes;
     size_t nfiles;
 };
 
 /*
- * fc_inspect() - open opts->path (full checkpoint or DCP directory), select
+ * fc_inspect() - open opts->path (full checkpoint, DCP or sharded safetensors directory), select
  * entries and compute what was asked.  On success *r is filled and owned by
  * the caller (fc_inspect_result_release).  Returns FC_OK, FC_EINVAL (bad
  * regex), or the source's open/read errors.

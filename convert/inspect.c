@@ -14,10 +14,12 @@
 
 #include "fc_alloc.h"
 #include "fc_buf.h"
+#include "fc_chunks.h"
 #include "fc_convert.h"
 #include "fc_dcp.h"
 #include "fc_error.h"
 #include "fc_regex.h"
+#include "fc_safetensors.h"
 #include "fc_zip.h"
 
 /* Checksums read at most this many bytes at a time, so memory stays flat. */
@@ -102,9 +104,10 @@ static int fc_cmp_name(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* The .distcp files of a DCP directory and their sizes, sorted by name. */
-static int fc_inspect_list_files(const char *dir, struct fc_inspect_result *r)
+/* The files of dir named *suffix (.distcp, .safetensors) and their sizes, sorted by name. */
+static int fc_inspect_list_files(const char *dir, const char *suffix, struct fc_inspect_result *r)
 {
+    const size_t slen = strlen(suffix);
     DIR *d = opendir(dir);
     if (d == NULL)
         return fc_error_set(FC_EIO, "%s: cannot open directory: %s", dir, strerror(errno));
@@ -112,7 +115,7 @@ static int fc_inspect_list_files(const char *dir, struct fc_inspect_result *r)
     const struct dirent *de;
     while ((de = readdir(d)) != NULL) {
         const size_t len = strlen(de->d_name);
-        if (len < 7 || strcmp(de->d_name + len - 7, ".distcp") != 0)
+        if (len < slen || strcmp(de->d_name + len - slen, suffix) != 0)
             continue;
         char **f = fc_reallocarray(r->files, r->nfiles + 1, sizeof(*f));
         if (f == NULL) {
@@ -217,15 +220,11 @@ static int fc_inspect_verify_crcs(const char *dir, const struct fc_dcp_meta *m)
     return rc;
 }
 
-static int fc_inspect_dcp(const struct fc_inspect_opts *opts, struct fc_inspect_result *r,
-                          const struct fc_regex *re)
+/* The coverage check of r->dcp and the byte ranges of its items, into r's report. */
+static int fc_inspect_coverage(struct fc_inspect_result *r)
 {
     struct fc_buf rep = FC_BUF_INIT((size_t)64 << 20);
     int rc = FC_OK;
-    /* .metadata, or the rank-local __{r}.metadata files of a save without collectives. */
-    FC_TRY(fc_dcp_meta_load_dir(&r->dcp, opts->path));
-    r->format = "dcp";
-    FC_TRY_GOTO(fc_inspect_list_files(opts->path, r), rc, done);
     if (fc_dcp_check(r->dcp, &rep, &r->replicas) < 0) {
         /* Problems are in rep; count its lines. */
         for (size_t i = 0; i < rep.len; i++)
@@ -236,8 +235,52 @@ static int fc_inspect_dcp(const struct fc_inspect_opts *opts, struct fc_inspect_
     FC_TRY_GOTO(fc_inspect_check_ranges(r, &rep, &r->coverage_problems), rc, done);
     FC_TRY_GOTO(fc_buf_putc(&rep, '\0'), rc, done);
     r->coverage_report = (char *)fc_buf_detach(&rep, NULL);
+done:
+    fc_buf_release(&rep);
+    return rc;
+}
+
+/*
+ * Select the entries of r->dcp that re matches; with r->src open, read every
+ * selected tensor (its SHA-256 kept with --checksum) when read_all, else only
+ * with --checksum.
+ */
+static int fc_inspect_select_chunked(const struct fc_inspect_opts *opts,
+                                     struct fc_inspect_result *r, const struct fc_regex *re,
+                                     int read_all)
+{
+    r->selected = fc_calloc(r->dcp->nentries + 1, sizeof(*r->selected));
+    r->sha256 = fc_calloc(r->dcp->nentries + 1, sizeof(*r->sha256));
+    if (r->selected == NULL || r->sha256 == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    for (size_t i = 0; i < r->dcp->nentries; i++) {
+        const struct fc_dcp_entry *e = &r->dcp->entries[i];
+        const int wanted = re == NULL ? 1 : fc_regex_search(re, e->fqn);
+        FC_TRY(wanted);
+        if (wanted == 0)
+            continue;
+        if (r->src != NULL && e->kind == FC_DCP_TENSOR && (read_all || opts->checksum)) {
+            /* Every element read as a load reads it (CRC-32s, stored shapes); the chunks'
+             * tiling was proven by fc_dcp_check() and again when the source opened. */
+            char scratch[65];
+            FC_TRY(fc_tensor_sha256(r->src, &r->src->entries[i],
+                                    opts->checksum ? r->sha256[r->nselected] : scratch));
+        }
+        r->selected[r->nselected++] = i;
+    }
+    return FC_OK;
+}
+
+static int fc_inspect_dcp(const struct fc_inspect_opts *opts, struct fc_inspect_result *r,
+                          const struct fc_regex *re)
+{
+    /* .metadata, or the rank-local __{r}.metadata files of a save without collectives. */
+    FC_TRY(fc_dcp_meta_load_dir(&r->dcp, opts->path));
+    r->format = "dcp";
+    FC_TRY(fc_inspect_list_files(opts->path, ".distcp", r));
+    FC_TRY(fc_inspect_coverage(r));
     if (opts->verify && r->coverage_problems == 0)
-        FC_TRY_GOTO(fc_inspect_verify_crcs(opts->path, r->dcp), rc, done);
+        FC_TRY(fc_inspect_verify_crcs(opts->path, r->dcp));
     int compressed = 0;
     for (size_t i = 0; i < r->dcp->nentries; i++) {
         const struct fc_dcp_entry *e = &r->dcp->entries[i];
@@ -247,37 +290,208 @@ static int fc_inspect_dcp(const struct fc_inspect_opts *opts, struct fc_inspect_
     }
     /* The source parses every item: values get their repr, blobs get checked. */
     if ((opts->checksum || opts->verify || !compressed) && r->coverage_problems == 0)
-        FC_TRY_GOTO(fc_source_open_dcp_meta(&r->src, opts->path, r->dcp), rc, done);
+        FC_TRY(fc_source_open_dcp_meta(&r->src, opts->path, r->dcp));
     if (opts->verify && r->src != NULL)
-        FC_TRY_GOTO(fc_source_verify_replicas(r->src), rc, done);
-    r->selected = fc_calloc(r->dcp->nentries + 1, sizeof(*r->selected));
-    r->sha256 = fc_calloc(r->dcp->nentries + 1, sizeof(*r->sha256));
-    if (r->selected == NULL || r->sha256 == NULL) {
+        FC_TRY(fc_source_verify_replicas(r->src));
+    /* Reading every element also proves the chunks tile the tensor (and checks CRC-32s). */
+    return fc_inspect_select_chunked(opts, r, re, 1);
+}
+
+/* Chunks of sharded safetensors are read this many bytes at a time by --verify. */
+#define FC_INSPECT_VERIFY_SLAB ((size_t)8 << 20)
+
+/* The open file fi of r->files (opened on first use into fs[fi]). */
+static int fc_inspect_file(const char *dir, const struct fc_inspect_result *r, struct fc_file *fs,
+                           size_t fi, const struct fc_file **out)
+{
+    if (fs[fi].path == NULL) {
+        char *p = fc_path_join(dir, r->files[fi]);
+        if (p == NULL)
+            return fc_error_set(FC_ENOMEM, "out of memory");
+        const int rc = fc_file_open_read(&fs[fi], p);
+        fc_free(p);
+        FC_TRY(rc);
+    }
+    *out = &fs[fi];
+    return FC_OK;
+}
+
+/* Read [off, off+len) of f slab by slab; with g, compare it with [goff, goff+len) of g. */
+static int fc_inspect_read_range(const struct fc_file *f, uint64_t off, const struct fc_file *g,
+                                 uint64_t goff, uint64_t len, unsigned char *buf, const char *key)
+{
+    for (uint64_t done = 0; done < len;) {
+        const size_t n =
+            len - done < FC_INSPECT_VERIFY_SLAB ? (size_t)(len - done) : FC_INSPECT_VERIFY_SLAB;
+        FC_TRY(fc_file_pread(f, buf, n, off + done));
+        if (g != NULL) {
+            FC_TRY(fc_file_pread(g, buf + FC_INSPECT_VERIFY_SLAB, n, goff + done));
+            if (memcmp(buf, buf + FC_INSPECT_VERIFY_SLAB, n) != 0)
+                return fc_error_set(FC_ECORRUPT,
+                                    "%s: tensor '%s': replicas differ: the chunk here has the box "
+                                    "of the one in %s but other bytes",
+                                    f->path, key, g->path);
+        }
+        done += n;
+    }
+    return FC_OK;
+}
+
+/* Index of relative_path in r->files (sorted), or -1. */
+static long fc_inspect_file_index(const struct fc_inspect_result *r, const char *name)
+{
+    char *const *hit =
+        r->nfiles == 0 ? NULL : bsearch(&name, r->files, r->nfiles, sizeof(*r->files), fc_cmp_name);
+    return hit != NULL ? (long)(hit - r->files) : -1;
+}
+
+/*
+ * One chunk of a sharded safetensors file against the header parsed again
+ * (which holds its bytes inside the file, numel * element size long), then
+ * its bytes read.
+ */
+static int fc_inspect_verify_chunk(const struct fc_dcp_entry *e, const struct fc_dcp_chunk *ch,
+                                   const struct fc_st_tensor *t, const struct fc_file *f,
+                                   unsigned char *buf)
+{
+    int same = ch->storage.offset == t->data_offset && ch->storage.length == t->nbytes &&
+               e->dtype == t->dtype && e->ndim == t->ndim;
+    for (int d = 0; same && d < e->ndim; d++)
+        same = ch->sizes[d] == t->shape[d] && ch->offsets[d] == t->saved_offsets[d];
+    if (!same)
+        return fc_error_set(FC_ECORRUPT,
+                            "%s: tensor '%s' no longer has the dtype, shape, saved_offsets and "
+                            "byte range read when the checkpoint was opened",
+                            f->path, e->fqn);
+    return fc_inspect_read_range(f, t->data_offset, NULL, 0, t->nbytes, buf, e->fqn);
+}
+
+/* Every chunk of file fi against that file's header, parsed afresh. */
+static int fc_inspect_verify_st_file(const struct fc_dcp_meta *m, const struct fc_file *f,
+                                     const char *name, size_t *cursor, unsigned char *buf)
+{
+    struct fc_safetensors *st = NULL;
+    int rc = FC_OK;
+    /* The parse checks the header again, the tensors' byte ranges tiling the file included. */
+    FC_TRY(fc_safetensors_open(&st, f));
+    for (size_t k = 0; rc == FC_OK && k < fc_safetensors_count(st); k++) {
+        const struct fc_st_tensor *t = fc_safetensors_at(st, k);
+        const long ei = fc_dcp_meta_find(m, t->name);
+        /* Chunks were listed file by file: this file's chunk of t is the entry's next one. */
+        const struct fc_dcp_entry *e = ei >= 0 ? &m->entries[ei] : NULL;
+        if (e == NULL || cursor[ei] >= e->nchunks ||
+            strcmp(e->chunks[cursor[ei]].storage.relative_path, name) != 0)
+            rc = fc_error_set(FC_ECORRUPT,
+                              "%s: tensor '%s' was not there when the checkpoint "
+                              "was opened",
+                              f->path, t->name);
+        else
+            rc = fc_inspect_verify_chunk(e, &e->chunks[cursor[ei]++], t, f, buf);
+    }
+    fc_safetensors_free(st);
+    return rc;
+}
+
+/* Chunks with the same box in several files (reads take the last file's) must hold the same bytes.
+ */
+static int fc_inspect_verify_st_replicas(const char *dir, const struct fc_inspect_result *r,
+                                         struct fc_file *fs, unsigned char *buf)
+{
+    int rc = FC_OK;
+    for (size_t i = 0; rc == FC_OK && i < r->dcp->nentries; i++) {
+        const struct fc_dcp_entry *e = &r->dcp->entries[i];
+        struct fc_box *boxes = fc_calloc(e->nchunks + 1, sizeof(*boxes));
+        size_t *first_of = fc_calloc(e->nchunks + 1, sizeof(*first_of)), nrep = 0;
+        if (boxes == NULL || first_of == NULL)
+            rc = fc_error_set(FC_ENOMEM, "out of memory");
+        for (size_t c = 0; rc == FC_OK && c < e->nchunks; c++)
+            boxes[c] = (struct fc_box){e->chunks[c].offsets, e->chunks[c].sizes};
+        if (rc == FC_OK)
+            rc = fc_chunks_replicas(e->ndim, boxes, e->nchunks, first_of, &nrep);
+        for (size_t c = 0; rc == FC_OK && nrep > 0 && c < e->nchunks; c++) {
+            const struct fc_dcp_storage *a = &e->chunks[first_of[c]].storage;
+            const struct fc_dcp_storage *b = &e->chunks[c].storage;
+            const struct fc_file *fa, *fb;
+            if (first_of[c] == c)
+                continue;
+            rc = fc_inspect_file(dir, r, fs, (size_t)fc_inspect_file_index(r, a->relative_path),
+                                 &fa);
+            if (rc == FC_OK)
+                rc = fc_inspect_file(dir, r, fs, (size_t)fc_inspect_file_index(r, b->relative_path),
+                                     &fb);
+            if (rc == FC_OK)
+                rc = fc_inspect_read_range(fb, b->offset, fa, a->offset, b->length, buf, e->fqn);
+        }
+        fc_free(boxes);
+        fc_free(first_of);
+    }
+    return rc;
+}
+
+/*
+ * --verify of a sharded safetensors directory: each file's header is parsed
+ * again and must list, in order, the chunks the checkpoint was opened with
+ * (dtype, shape, saved_offsets, byte range inside the file, ranges tiling
+ * the file without overlap); every chunk's bytes are read; replicas compared.
+ */
+static int fc_inspect_verify_sharded(const char *dir, const struct fc_inspect_result *r)
+{
+    const struct fc_dcp_meta *m = r->dcp;
+    struct fc_file *fs = fc_calloc(r->nfiles + 1, sizeof(*fs));
+    size_t *cursor = fc_calloc(m->nentries + 1, sizeof(*cursor));
+    unsigned char *buf = fc_malloc(2 * FC_INSPECT_VERIFY_SLAB);
+    int rc = FC_OK;
+    if (fs == NULL || cursor == NULL || buf == NULL) {
         rc = fc_error_set(FC_ENOMEM, "out of memory");
         goto done;
     }
-    for (size_t i = 0; i < r->dcp->nentries; i++) {
-        const struct fc_dcp_entry *e = &r->dcp->entries[i];
-        const int wanted = re == NULL ? 1 : fc_regex_search(re, e->fqn);
-        if (wanted < 0) {
-            rc = wanted;
-            goto done;
-        }
-        if (wanted == 0)
-            continue;
-        if (r->src != NULL && e->kind == FC_DCP_TENSOR) {
-            /* Every element read as a load reads it (CRC-32s, stored shapes); the chunks'
-             * tiling was proven by fc_dcp_check() and again when the source opened. */
-            char scratch[65];
-            FC_TRY_GOTO(fc_tensor_sha256(r->src, &r->src->entries[i],
-                                         opts->checksum ? r->sha256[r->nselected] : scratch),
-                        rc, done);
-        }
-        r->selected[r->nselected++] = i;
+    for (size_t i = 0; i < r->nfiles; i++)
+        fs[i] = (struct fc_file)FC_FILE_INIT;
+    for (size_t i = 0; rc == FC_OK && i < r->nfiles; i++) {
+        const struct fc_file *f;
+        rc = fc_inspect_file(dir, r, fs, i, &f);
+        if (rc == FC_OK)
+            rc = fc_inspect_verify_st_file(m, f, r->files[i], cursor, buf);
     }
+    for (size_t i = 0; rc == FC_OK && i < m->nentries; i++) {
+        if (cursor[i] != m->entries[i].nchunks)
+            rc = fc_error_set(FC_ECORRUPT,
+                              "%s: tensor '%s': chunk in %s is gone since the checkpoint was "
+                              "opened",
+                              dir, m->entries[i].fqn,
+                              m->entries[i].chunks[cursor[i]].storage.relative_path);
+    }
+    if (rc == FC_OK)
+        rc = fc_inspect_verify_st_replicas(dir, r, fs, buf);
 done:
-    fc_buf_release(&rep);
+    for (size_t i = 0; fs != NULL && i < r->nfiles; i++)
+        fc_file_close(&fs[i]);
+    fc_free(fs);
+    fc_free(cursor);
+    fc_free(buf);
     return rc;
+}
+
+/*
+ * A sharded safetensors directory (r->src open): its chunks as DCP metadata,
+ * so that it is shown and checked as a DCP is.  Tensors are read only for
+ * --checksum: without CRC-32s, reading proves nothing the coverage check and
+ * --verify do not.
+ */
+static int fc_inspect_sharded(const struct fc_inspect_opts *opts, struct fc_inspect_result *r,
+                              const struct fc_regex *re)
+{
+    FC_TRY(fc_source_sharded_meta(r->src, &r->dcp));
+    FC_TRY(fc_inspect_list_files(opts->path, ".safetensors", r));
+    FC_TRY(fc_inspect_coverage(r));
+    if (opts->verify && r->coverage_problems == 0)
+        FC_TRY(fc_inspect_verify_sharded(opts->path, r));
+    if (r->coverage_problems > 0) {
+        /* Reads would fail on the gaps the report lists. */
+        fc_source_free(r->src);
+        r->src = NULL;
+    }
+    return fc_inspect_select_chunked(opts, r, re, 0);
 }
 
 /* A DCP directory: .metadata, rank-local __{r}.metadata, or .distcp files (then incomplete). */
@@ -310,8 +524,13 @@ int fc_inspect(const struct fc_inspect_opts *opts, struct fc_inspect_result *r)
         rc = fc_inspect_dcp(opts, r, re);
         goto done;
     }
-    FC_TRY_GOTO(fc_source_open(&r->src, opts->path), rc, done);
+    /* Tiling problems of a sharded directory are reported below, as a DCP's are. */
+    FC_TRY_GOTO(fc_source_open_flags(&r->src, opts->path, FC_SOURCE_UNTILED_OK), rc, done);
     r->format = r->src->format;
+    if (strcmp(r->format, "safetensors-sharded") == 0) {
+        rc = fc_inspect_sharded(opts, r, re);
+        goto done;
+    }
     r->selected = fc_calloc(r->src->nentries, sizeof(*r->selected));
     r->sha256 = fc_calloc(r->src->nentries, sizeof(*r->sha256));
     if (r->selected == NULL || r->sha256 == NULL) {
@@ -344,13 +563,19 @@ static int fc_cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* The rank of a "__{r}_0.distcp" file name, or -1 for any other name. */
+/*
+ * The rank of a "__{r}_0.distcp" file name, or of a sharded safetensors file
+ * "shard-{r+1:05d}-model-...safetensors" (torch's HuggingFaceStorageWriter
+ * numbers ranks from 1, as we do), or -1 for any other name.
+ */
 static int fc_grid_rank(const char *name)
 {
     int r = -1, n = 0;
-    if (sscanf(name, "__%d_0.distcp%n", &r, &n) != 1 || name[n] != '\0')
-        return -1;
-    return r;
+    if (sscanf(name, "__%d_0.distcp%n", &r, &n) == 1 && name[n] == '\0')
+        return r;
+    if (sscanf(name, "shard-%d-model-%n", &r, &n) == 1 && n > 0 && r > 0)
+        return r - 1;
+    return -1;
 }
 
 /* Sorted distinct starts and ends of the non-empty chunks along dim d, into edges. */

@@ -182,7 +182,7 @@ static int fc_dcp_inflate(struct fc_source *src, struct fc_dcp_source_impl *impl
             return fc_error_set(FC_ENOMEM, "out of memory");
         }
         src->files = files;
-        files[src->nfiles] = (struct fc_file){fd, 0, name};
+        files[src->nfiles] = (struct fc_file){fd, 0, name, NULL};
         impl->scratch_file = (long)src->nfiles++;
     }
     struct fc_file *scratch = &src->files[impl->scratch_file];

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -31,41 +32,206 @@ static const char *fc_file_type_name(mode_t mode)
     return "not a regular file";
 }
 
+/*
+ * ---- the descriptor pool ----
+ *
+ * A checkpoint of N ranks is N files read in any order by many threads; one
+ * descriptor each runs out at `ulimit -n` (1024 by default).  Every file
+ * fc_file_open_read() opens gets a slot; at most fc_pool_limit() slots hold a
+ * descriptor, and one in use by a pread is never closed.
+ */
+struct fc_fd_slot {
+    int fd;         /* -1 while the pool has closed it */
+    unsigned users; /* preads in flight on fd */
+    dev_t dev;      /* identity at first open: a reopen must find the same file */
+    ino_t ino;      /* (inode numbers are reused: the change time tells a new file) */
+    struct timespec ctime;
+    struct fc_fd_slot *prev, *next; /* open slots, most recently used first */
+};
+
+static pthread_mutex_t fc_pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct fc_fd_slot *fc_pool_head, *fc_pool_tail;
+static size_t fc_pool_nopen, fc_pool_cap;
+
+/*
+ * The soft descriptor limit, first raised to the hard one (as far as 65536:
+ * default soft limits of 1024 are for select(), which we do not use), less 64
+ * left to outputs, sockets and libraries.
+ */
+static size_t fc_pool_limit(void)
+{
+    if (fc_pool_cap == 0) {
+        struct rlimit rl;
+        rlim_t n = 65536;
+        if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+            const rlim_t want = rl.rlim_max < n ? rl.rlim_max : n;
+            if (rl.rlim_cur < want) {
+                rl.rlim_cur = want;
+                if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+                    (void)getrlimit(RLIMIT_NOFILE, &rl);
+            }
+            n = rl.rlim_cur < n ? rl.rlim_cur : n;
+        }
+        fc_pool_cap = n < 128 ? 8 + n / 2 : (size_t)(n - 64);
+    }
+    return fc_pool_cap;
+}
+
+static void fc_pool_unlink(struct fc_fd_slot *s)
+{
+    if (s->prev != NULL)
+        s->prev->next = s->next;
+    else
+        fc_pool_head = s->next;
+    if (s->next != NULL)
+        s->next->prev = s->prev;
+    else
+        fc_pool_tail = s->prev;
+    s->prev = s->next = NULL;
+}
+
+static void fc_pool_push_front(struct fc_fd_slot *s)
+{
+    s->prev = NULL;
+    s->next = fc_pool_head;
+    if (fc_pool_head != NULL)
+        fc_pool_head->prev = s;
+    else
+        fc_pool_tail = s;
+    fc_pool_head = s;
+}
+
+/* Close the least recently used idle descriptor; 0 when every open one is being read. */
+static int fc_pool_evict(void)
+{
+    for (struct fc_fd_slot *s = fc_pool_tail; s != NULL; s = s->prev) {
+        if (s->users == 0) {
+            fc_pool_unlink(s);
+            close(s->fd);
+            s->fd = -1;
+            fc_pool_nopen--;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* open() for reading with the pool lock held, making room first; -1 with errno set. */
+static int fc_pool_open_fd(const char *path)
+{
+    while (fc_pool_nopen >= fc_pool_limit() && fc_pool_evict())
+        ;
+    for (;;) {
+        /*
+         * O_NONBLOCK: opening a FIFO (or a device) for reading would otherwise
+         * wait for a writer forever.  It changes nothing for the regular files
+         * we accept.
+         */
+        const int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+        /* Descriptors held elsewhere (outputs, other libraries) can still run out. */
+        if (fd >= 0 || !(errno == EMFILE || errno == ENFILE) || !fc_pool_evict())
+            return fd;
+    }
+}
+
+/* The descriptor to pread f with, reopened if the pool closed it; fc_file_release() after. */
+static int fc_file_acquire(const struct fc_file *f, int *fd_out)
+{
+    struct fc_fd_slot *s = f->slot;
+    struct stat st;
+    int rc = FC_OK;
+    if (s == NULL) {
+        *fd_out = f->fd;
+        return FC_OK;
+    }
+    pthread_mutex_lock(&fc_pool_lock);
+    if (s->fd >= 0) {
+        fc_pool_unlink(s);
+    } else {
+        const int fd = fc_pool_open_fd(f->path);
+        if (fd < 0) {
+            rc = fc_error_set(FC_EIO, "%s: cannot reopen: %s", f->path, strerror(errno));
+            goto done;
+        }
+        if (fstat(fd, &st) != 0 || st.st_dev != s->dev || st.st_ino != s->ino ||
+            st.st_ctim.tv_sec != s->ctime.tv_sec || st.st_ctim.tv_nsec != s->ctime.tv_nsec ||
+            (uint64_t)st.st_size != f->size) {
+            close(fd);
+            rc = fc_error_set(FC_ECORRUPT, "%s: replaced or resized while being read", f->path);
+            goto done;
+        }
+        s->fd = fd;
+        fc_pool_nopen++;
+    }
+    fc_pool_push_front(s);
+    s->users++;
+    *fd_out = s->fd;
+done:
+    pthread_mutex_unlock(&fc_pool_lock);
+    return rc;
+}
+
+static void fc_file_release(const struct fc_file *f)
+{
+    if (f->slot == NULL)
+        return;
+    pthread_mutex_lock(&fc_pool_lock);
+    f->slot->users--;
+    pthread_mutex_unlock(&fc_pool_lock);
+}
+
 int fc_file_open_read(struct fc_file *f, const char *path)
 {
     struct stat st;
-    f->fd = -1;
-    f->size = 0;
+    *f = (struct fc_file)FC_FILE_INIT;
     f->path = fc_strdup(path);
-    if (f->path == NULL)
+    f->slot = fc_calloc(1, sizeof(*f->slot));
+    if (f->path == NULL || f->slot == NULL) {
+        fc_file_close(f);
         return fc_error_set(FC_ENOMEM, "%s: out of memory", path);
-    /*
-     * O_NONBLOCK: opening a FIFO (or a device) for reading would otherwise wait
-     * for a writer forever.  It changes nothing for the regular files we accept.
-     */
-    f->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-    if (f->fd < 0) {
-        const int e = errno;
-        fc_free(f->path);
-        f->path = NULL;
-        return fc_error_set(e == ENOENT ? FC_ENOENT : FC_EIO, "%s: cannot open: %s", path,
-                            strerror(e));
     }
-    if (fstat(f->fd, &st) != 0) {
-        const int e = errno;
+    pthread_mutex_lock(&fc_pool_lock);
+    const int fd = fc_pool_open_fd(path);
+    const int e = errno;
+    int rc = FC_OK;
+    if (fd < 0) {
+        rc = fc_error_set(e == ENOENT ? FC_ENOENT : FC_EIO, "%s: cannot open: %s", path,
+                          strerror(e));
+    } else if (fstat(fd, &st) != 0) {
+        rc = fc_error_set(FC_EIO, "%s: cannot stat: %s", path, strerror(errno));
+    } else if (!S_ISREG(st.st_mode)) {
+        rc = fc_error_set(FC_ECORRUPT, "%s: %s", path, fc_file_type_name(st.st_mode));
+    } else {
+        f->size = (uint64_t)st.st_size;
+        f->slot->fd = fd;
+        f->slot->dev = st.st_dev;
+        f->slot->ino = st.st_ino;
+        f->slot->ctime = st.st_ctim;
+        fc_pool_push_front(f->slot);
+        fc_pool_nopen++;
+    }
+    if (rc < 0 && fd >= 0)
+        close(fd);
+    pthread_mutex_unlock(&fc_pool_lock);
+    if (rc < 0)
         fc_file_close(f);
-        return fc_error_set(FC_EIO, "%s: cannot stat: %s", path, strerror(e));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        fc_file_close(f);
-        return fc_error_set(FC_ECORRUPT, "%s: %s", path, fc_file_type_name(st.st_mode));
-    }
-    f->size = (uint64_t)st.st_size;
-    return FC_OK;
+    return rc;
 }
 
 void fc_file_close(struct fc_file *f)
 {
+    struct fc_fd_slot *s = f->slot;
+    if (s != NULL) {
+        pthread_mutex_lock(&fc_pool_lock);
+        if (s->fd >= 0) {
+            fc_pool_unlink(s);
+            close(s->fd);
+            fc_pool_nopen--;
+        }
+        pthread_mutex_unlock(&fc_pool_lock);
+        fc_free(s);
+        f->slot = NULL;
+    }
     if (f->fd >= 0)
         close(f->fd);
     f->fd = -1;
@@ -76,29 +242,35 @@ void fc_file_close(struct fc_file *f)
 int fc_file_pread(const struct fc_file *f, void *dst, size_t n, uint64_t off)
 {
     unsigned char *p = dst;
+    int fd, rc = FC_OK;
     if (off > f->size || n > f->size - off)
         return fc_error_set(FC_ECORRUPT,
                             "%s: truncated: need bytes %" PRIu64 "..%" PRIu64
                             " but the file has %" PRIu64,
                             f->path, off, off + (uint64_t)n, f->size);
+    FC_TRY(fc_file_acquire(f, &fd));
     while (n > 0) {
         /* Linux caps one read at ~2 GiB; ask for at most 1 GiB per call. */
         const size_t want = n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n;
-        const ssize_t got = pread(f->fd, p, want, (off_t)off);
+        const ssize_t got = pread(fd, p, want, (off_t)off);
         if (got < 0) {
             if (errno == EINTR)
                 continue;
-            return fc_error_set(FC_EIO, "%s: read at offset %" PRIu64 " failed: %s", f->path, off,
-                                strerror(errno));
+            rc = fc_error_set(FC_EIO, "%s: read at offset %" PRIu64 " failed: %s", f->path, off,
+                              strerror(errno));
+            break;
         }
-        if (got == 0)
-            return fc_error_set(FC_ECORRUPT, "%s: truncated at offset %" PRIu64 " (file shrank?)",
-                                f->path, off);
+        if (got == 0) {
+            rc = fc_error_set(FC_ECORRUPT, "%s: truncated at offset %" PRIu64 " (file shrank?)",
+                              f->path, off);
+            break;
+        }
         p += got;
         n -= (size_t)got;
         off += (uint64_t)got;
     }
-    return FC_OK;
+    fc_file_release(f);
+    return rc;
 }
 
 int fc_file_read_alloc(const struct fc_file *f, uint64_t off, size_t n, size_t cap,
@@ -125,7 +297,11 @@ int fc_file_read_alloc(const struct fc_file *f, uint64_t off, size_t n, size_t c
 
 void fc_file_advise_sequential(const struct fc_file *f, uint64_t off, uint64_t n)
 {
-    (void)posix_fadvise(f->fd, (off_t)off, (off_t)n, POSIX_FADV_SEQUENTIAL);
+    int fd;
+    if (fc_file_acquire(f, &fd) < 0)
+        return; /* a hint: the read that needs the file reports it */
+    (void)posix_fadvise(fd, (off_t)off, (off_t)n, POSIX_FADV_SEQUENTIAL);
+    fc_file_release(f);
 }
 
 int fc_pwrite_full(int fd, const void *p, size_t n, uint64_t off, const char *path)

@@ -13,21 +13,30 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct fc_fd_slot;
+
 struct fc_file {
-    int fd;
+    int fd; /* files made by hand (temp files, fuzzers); -1 for fc_file_open_read()'s */
     uint64_t size;
     char *path;
+    struct fc_fd_slot *slot; /* fc_file_open_read(): its descriptor in the pool, or NULL */
 };
 
 #define FC_FILE_INIT                                                                               \
     {                                                                                              \
-        -1, 0, NULL                                                                                \
+        -1, 0, NULL, NULL                                                                          \
     }
 
 /*
  * Open for reading; FC_ENOENT, FC_EIO, FC_ENOMEM, or FC_ECORRUPT when path is
  * not a regular file (a directory, FIFO, socket or device): every input file
  * is opened here, so nothing we read can block in open() or read().
+ *
+ * The descriptors of files opened here are pooled: at most RLIMIT_NOFILE
+ * less 64 stay open across all of them (the soft limit first raised to the
+ * hard one), and the least recently read idle one is closed to make room, so a 1000-rank checkpoint
+ * reads under `ulimit -n 256`.  A closed one is reopened by path on its next
+ * read; a file replaced or resized meanwhile is FC_ECORRUPT.  Thread-safe.
  */
 int fc_file_open_read(struct fc_file *f, const char *path);
 void fc_file_close(struct fc_file *f); /* accepts a never-opened FC_FILE_INIT */

@@ -16,6 +16,7 @@
 #include "fc_buf.h"
 #include "fc_checked.h"
 #include "fc_chunks.h"
+#include "fc_dcp.h"
 #include "fc_error.h"
 #include "fc_safetensors.h"
 #include "fc_sort.h"
@@ -29,6 +30,7 @@
 /* One tensor of a sharded safetensors source: its chunks in every file. */
 struct fc_st_chunks {
     int ndim;
+    int untiled; /* opened with FC_SOURCE_UNTILED_OK although the boxes do not tile */
     struct fc_chunk_ref *refs;
     struct fc_box *boxes; /* offsets/sizes point into the files' parsed headers */
     size_t n, cap;
@@ -386,7 +388,24 @@ static int fc_st_chunked_read_box(const struct fc_source *src, const struct fc_e
 {
     const struct fc_source_impl *impl = src->impl;
     const struct fc_st_chunks *c = &impl->chunked[e - src->entries];
+    if (c->untiled)
+        return fc_error_set(FC_ECORRUPT, "%s: the chunks of '%s' do not tile it", src->path,
+                            e->key);
     return fc_chunks_read_box(src, e, c->refs, c->boxes, c->index, off, size, dst);
+}
+
+/*
+ * 1 when a global shape's element count or byte size overflows int64, zero
+ * dims counted as 1: strides and row sizes are products of the other dims.
+ */
+static int fc_st_extent_overflows(const struct fc_tensor_desc *t)
+{
+    int64_t n = (int64_t)fc_dtype_size(t->dtype);
+    for (int d = 0; d < t->ndim; d++) {
+        if (fc_mul_i64(n, t->shape[d] > 0 ? t->shape[d] : 1, &n) < 0)
+            return 1;
+    }
+    return 0;
 }
 
 /* Chunk t of file `file` joins its tensor's entry (created on first sight). */
@@ -411,11 +430,22 @@ static int fc_st_add_chunk(struct fc_source *src, size_t file, const struct fc_s
                             "earlier file",
                             src->files[file].path, t->name, fc_dtype_name(t->dtype), t->ndim,
                             fc_dtype_name(e->t.dtype), e->t.ndim);
-    /* The global shape is the furthest chunk end on every dim, as torch's reader infers it. */
+    /*
+     * The global shape is the furthest chunk end on every dim, as torch's
+     * reader infers it.  Every command derives element counts, byte sizes and
+     * strides from it unchecked, so its extremes are checked here, as
+     * .metadata's are where it is parsed (fc_safetensors_open() already
+     * checked that each saved_offsets + size fits int64).
+     */
     for (int d = 0; d < t->ndim; d++) {
         const int64_t end = t->saved_offsets[d] + t->shape[d];
         e->t.shape[d] = end > e->t.shape[d] ? end : e->t.shape[d];
     }
+    if (fc_st_extent_overflows(&e->t))
+        return fc_error_set(FC_ECORRUPT,
+                            "%s: tensor '%s': saved_offsets put it in a global tensor whose "
+                            "element count or byte size overflows int64",
+                            src->files[file].path, t->name);
     if (c->n == c->cap) {
         const size_t cap = c->cap == 0 ? 4 : 2 * c->cap;
         struct fc_chunk_ref *nr = fc_reallocarray(c->refs, cap, sizeof(*nr));
@@ -453,7 +483,7 @@ static int fc_cmp_chunk_offsets(const void *ctx, size_t a, size_t b)
  * boxes tile tensor e (so every box read fills its whole buffer), and index them.
  */
 static int fc_st_chunks_finish(const struct fc_source *src, struct fc_st_chunks *c,
-                               const struct fc_entry *e)
+                               const struct fc_entry *e, unsigned flags)
 {
     const int ndim = e->t.ndim;
     size_t *order = fc_calloc(c->n + 1, sizeof(*order));
@@ -482,8 +512,16 @@ static int fc_st_chunks_finish(const struct fc_source *src, struct fc_st_chunks 
     c->n = k;
     refs = NULL;
     boxes = NULL;
-    FC_TRY_GOTO(fc_chunks_check_tiling(ndim, e->t.shape, c->boxes, c->n, src->path, e->key), rc,
-                done);
+    rc = fc_chunks_check_tiling(ndim, e->t.shape, c->boxes, c->n, src->path, e->key);
+    if (rc == FC_ECORRUPT && (flags & FC_SOURCE_UNTILED_OK)) {
+        /* The caller (inspect) reports the tiling itself; reads of this tensor fail. */
+        fc_error_clear();
+        c->untiled = 1;
+        rc = FC_OK;
+        goto done;
+    }
+    if (rc < 0)
+        goto done;
     rc = fc_chunk_index_new(&c->index, ndim, c->boxes, c->n);
 done:
     fc_free(order);
@@ -497,7 +535,7 @@ done:
  * without DCP_SHARDING_INFO, as torch's reader takes them).  Of chunks with
  * the same offsets the one in the last file wins, as in torch's reader.
  */
-static int fc_source_finish_chunked(struct fc_source *src)
+static int fc_source_finish_chunked(struct fc_source *src, unsigned flags)
 {
     struct fc_source_impl *impl = src->impl;
     for (size_t f = 0; f < impl->nst; f++) {
@@ -508,11 +546,49 @@ static int fc_source_finish_chunked(struct fc_source *src)
         struct fc_entry *e = &src->entries[i];
         struct fc_st_chunks *c = &impl->chunked[i];
         fc_tensor_set_contiguous(&e->t);
-        FC_TRY(fc_st_chunks_finish(src, c, e));
+        FC_TRY(fc_st_chunks_finish(src, c, e, flags));
     }
     src->read_box = fc_st_chunked_read_box;
     src->format = "safetensors-sharded";
     return FC_OK;
+}
+
+int fc_source_sharded_meta(const struct fc_source *src, struct fc_dcp_meta **out)
+{
+    const struct fc_source_impl *impl = src->impl;
+    struct fc_dcp_meta *m = NULL;
+    int rc;
+    *out = NULL;
+    if (src->read_box != fc_st_chunked_read_box)
+        return fc_error_set(FC_EINVAL, "%s: not a sharded safetensors checkpoint", src->path);
+    FC_TRY(fc_dcp_meta_new(&m));
+    /* Entries in the source's order, so entry i of both is the same tensor. */
+    for (size_t i = 0; i < src->nentries; i++) {
+        const struct fc_entry *e = &src->entries[i];
+        FC_TRY_GOTO(fc_dcp_meta_add_tensor(m, e->key, e->t.dtype, e->t.ndim, e->t.shape, NULL), rc,
+                    done);
+    }
+    const char *version =
+        impl->nst > 0 ? fc_safetensors_metadata(impl->st[0], "DCP_VERSION") : NULL;
+    FC_TRY_GOTO(fc_dcp_meta_set_version(m, version), rc, done);
+    for (size_t f = 0; f < impl->nst; f++) {
+        const char *slash = strrchr(src->files[f].path, '/');
+        const char *name = slash != NULL ? slash + 1 : src->files[f].path;
+        for (size_t k = 0; k < fc_safetensors_count(impl->st[f]); k++) {
+            const struct fc_st_tensor *t = fc_safetensors_at(impl->st[f], k);
+            const size_t ei = (size_t)fc_dcp_meta_find(m, t->name);
+            size_t c;
+            FC_TRY_GOTO(fc_dcp_meta_add_chunk(m, ei, t->saved_offsets, t->shape, &c), rc, done);
+            FC_TRY_GOTO(fc_dcp_storage_set(m, &m->entries[ei].chunks[c].storage, name,
+                                           t->data_offset, t->nbytes),
+                        rc, done);
+        }
+    }
+    *out = m;
+    return FC_OK;
+done:
+    fc_dcp_meta_free(m);
+    return rc;
 }
 
 static int fc_ends_with(const char *s, const char *suffix)
@@ -576,7 +652,7 @@ static int fc_cmp_str(const void *a, const void *b)
  * a sharded checkpoint (torch's HuggingFaceStorageReader reads it the same way).
  */
 static int fc_source_open_st_dir(struct fc_source **out, const char *path, char *const *names,
-                                 size_t n)
+                                 size_t n, unsigned flags)
 {
     FC_TRY(fc_source_new(out, path, "safetensors"));
     struct fc_source_impl *impl = (*out)->impl;
@@ -594,14 +670,14 @@ static int fc_source_open_st_dir(struct fc_source **out, const char *path, char 
         sharded |= fc_safetensors_is_sharded(impl->st[impl->nst - 1]);
     }
     if (sharded)
-        return fc_source_finish_chunked(*out);
+        return fc_source_finish_chunked(*out, flags);
     for (size_t f = 0; f < impl->nst; f++)
         FC_TRY(fc_source_add_st_tensors(*out, f));
     return FC_OK;
 }
 
 /* Pick what a directory holds: an index, safetensors files, or one torch.save file. */
-static int fc_source_open_dir(struct fc_source **out, const char *path)
+static int fc_source_open_dir(struct fc_source **out, const char *path, unsigned flags)
 {
     DIR *d = opendir(path);
     if (d == NULL)
@@ -654,7 +730,7 @@ static int fc_source_open_dir(struct fc_source **out, const char *path)
             rc = fc_source_open_index(*out, p);
         fc_free(p);
     } else if (nst > 0) {
-        rc = fc_source_open_st_dir(out, path, names, n);
+        rc = fc_source_open_st_dir(out, path, names, n, flags);
     } else if (nts == 1) {
         char *p = fc_path_join(path, ts);
         if (p == NULL) {
@@ -684,6 +760,11 @@ done:
 
 int fc_source_open(struct fc_source **out, const char *path)
 {
+    return fc_source_open_flags(out, path, 0);
+}
+
+int fc_source_open_flags(struct fc_source **out, const char *path, unsigned flags)
+{
     *out = NULL;
     struct fc_source *src = NULL;
     int rc = fc_path_is_dir(path);
@@ -699,7 +780,7 @@ int fc_source_open(struct fc_source **out, const char *path)
         fc_free(meta);
         if (is_dcp)
             return fc_source_open_dcp(out, path);
-        rc = fc_source_open_dir(&src, path);
+        rc = fc_source_open_dir(&src, path, flags);
     } else if (fc_ends_with(path, ".json")) {
         FC_TRY(fc_source_new(&src, path, "safetensors-index"));
         rc = fc_source_open_index(src, path);

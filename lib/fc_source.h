@@ -113,6 +113,15 @@ struct fc_source {
 int fc_source_open(struct fc_source **out, const char *path);
 
 /*
+ * fc_source_open_flags() - fc_source_open() with flags.  FC_SOURCE_UNTILED_OK:
+ * a per-rank safetensors directory whose chunks do not tile a tensor opens
+ * anyway (every other command refuses it at open); reading that tensor fails.
+ * For inspect, which reports the tiling of every tensor itself.
+ */
+#define FC_SOURCE_UNTILED_OK 1u
+int fc_source_open_flags(struct fc_source **out, const char *path, unsigned flags);
+
+/*
  * fc_source_set_verify() - whether DCP sources check the zip CRC-32 of every
  * item they read (default 1): small records when the source is opened, each
  * chunk's data on its first read (FC_ECORRUPT naming the file and the item).
@@ -166,6 +175,18 @@ int fc_source_value_storage(const struct fc_source *src, const struct fc_entry *
  * tensor, both chunks and their files, FC_EIO, FC_ENOMEM.
  */
 int fc_source_verify_replicas(const struct fc_source *src);
+
+/*
+ * fc_source_sharded_meta() - the chunks of a sharded safetensors source
+ * (format "safetensors-sharded") as a DCP metadata model, for inspect:
+ * entry i is the source's entry i (global shape as inferred), and every
+ * tensor of every file is a chunk of it at its saved_offsets, in file order,
+ * duplicates included (reads keep the last file's), its storage the file's
+ * name and the tensor's data byte range.  version is the first file's
+ * __metadata__ DCP_VERSION, or NULL.  On success *out is owned by the caller
+ * (fc_dcp_meta_free).  Returns FC_OK, FC_EINVAL (another source), FC_ENOMEM.
+ */
+int fc_source_sharded_meta(const struct fc_source *src, struct fc_dcp_meta **out);
 
 /* fc_source_is_compressed() - 1 for a DCP source whose items were zstd-compressed. */
 int fc_source_is_compressed(const struct fc_source *src);

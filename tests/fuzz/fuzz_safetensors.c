@@ -89,7 +89,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
 
     /* The reader only needs an fd and a size: no reopen per input. */
-    struct fc_file f = {fuzz_fd, size, fuzz_path};
+    struct fc_file f = {fuzz_fd, size, fuzz_path, NULL};
     struct fc_safetensors *st = NULL;
     if (fc_safetensors_open(&st, &f) == 0)
         fuzz_check(st, size);

@@ -303,6 +303,58 @@ def output_safety_cases(case, write, fixtures):
           st({"a": t % (2**63 - 5, 2**63 - 1)}, b"abcd"))
 
 
+def sharded_st_file(tensors, offsets_json=None):
+    """One file of a sharded safetensors checkpoint (torch's HuggingFaceStorageWriter
+    with save_distributed=True): tensors maps name -> (shape, saved_offsets), all
+    F32 and zero-filled.  offsets_json replaces DCP_SHARDING_INFO verbatim."""
+    import json
+    header, data, info = {}, b"", {}
+    for name, (shape, offs) in tensors.items():
+        n = 4
+        for s in shape:
+            n *= s
+        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [len(data), len(data) + n]}
+        data += b"\0" * n
+        info[name] = {"saved_offsets": offs}
+    header["__metadata__"] = {
+        "DCP_SHARDING_INFO": offsets_json if offsets_json is not None else json.dumps(info),
+        "DCP_VERSION": "1.0", "format": "pt"}
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    return struct.pack("<Q", len(h)) + h + data
+
+
+def sharded_st_offset_cases(case, write):
+    """Sharded safetensors directories whose saved_offsets put a chunk so far out
+    that the global shape torch's reader infers (the furthest chunk end on every
+    dim) has an element count or byte size past int64."""
+    big = {
+        # two ranks, the second 2^62 rows down: (2^62 + 2) * 4 elements
+        "st_sharded_offset_2p62": [{"w": ([2, 4], [0, 0])}, {"w": ([2, 4], [1 << 62, 0])}],
+        # 2^61 + 2 elements fit int64; their 4-byte size does not
+        "st_sharded_bytes_2p61": [{"w": ([2], [0])}, {"w": ([2], [1 << 61])}],
+        # one chunk ending at 2^63 - 1
+        "st_sharded_offset_2p63": [{"b": ([4], [0]), "w": ([1], [(1 << 63) - 2])}],
+        # each dim fits, their product (2^64) does not
+        "st_sharded_grid_2p32": [{"w": ([1, 1], [1 << 32, 1 << 32])}],
+        # no elements, but the row size (strides) overflows
+        "st_sharded_empty_rows_2p40": [{"w": ([0, 2, 2], [0, 1 << 40, 1 << 40])}],
+    }
+    for name, ranks in big.items():
+        p = case(name)
+        os.mkdir(p)
+        for r, tensors in enumerate(ranks):
+            write(os.path.join(p, "shard-%05d-model-00001-of-00001.safetensors" % (r + 1)),
+                  sharded_st_file(tensors))
+    # offsets the JSON itself cannot give as an int64 (2^63 and 2^64)
+    for name, text in (("st_sharded_offset_json_2p63", '{"w": {"saved_offsets": [9223372036854775808]}}'),
+                       ("st_sharded_offset_json_2p64", '{"w": {"saved_offsets": [18446744073709551616]}}')):
+        p = case(name)
+        os.mkdir(p)
+        write(os.path.join(p, "shard-00001-model-00001-of-00001.safetensors"),
+              sharded_st_file({"w": ([2], [0])}, text))
+
+
 def main():
     fixtures, out = sys.argv[1], sys.argv[2]
     dcp = os.path.join(fixtures, "dcp", "model_optim_ws2")
@@ -455,6 +507,7 @@ def main():
 
     output_safety_cases(case, write, fixtures)
     overlap_gap_cases(fixtures, case)
+    sharded_st_offset_cases(case, write)
 
     with open(os.path.join(out, "CASES"), "w") as f:
         f.write("\n".join(cases) + "\n")
