@@ -52,3 +52,19 @@ void fc_cancel_polled(void)
 {
     fc_cancel_poll = 1;
 }
+
+static sigset_t fc_cancel_old_mask;
+
+void fc_cancel_hold(void)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigprocmask(SIG_BLOCK, &set, &fc_cancel_old_mask);
+}
+
+void fc_cancel_release(void)
+{
+    sigprocmask(SIG_SETMASK, &fc_cancel_old_mask, NULL);
+}

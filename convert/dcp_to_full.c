@@ -609,9 +609,12 @@ int fc_dcp_to_full(const struct fc_dcp_to_full_opts *opts, struct fc_dcp_to_full
     if (fmt == FC_EXPORT_TORCH && opts->config_from != NULL)
         return fc_error_set(FC_EINVAL, "--config-from writes a Hugging Face directory of "
                                        "safetensors; drop --format torch and the .pt/.bin name");
-    FC_TRY(fc_stage_begin(&out, opts->output, is_dir_out, opts->force, fc_cancel_requested));
+    fc_cancel_hold();
+    rc = fc_stage_begin(&out, opts->output, is_dir_out, opts->force, fc_cancel_requested);
+    fc_cancel_staged(rc == FC_OK && is_dir_out ? out.path : NULL);
+    fc_cancel_release();
+    FC_TRY(rc);
     tmp = out.path;
-    fc_cancel_staged(is_dir_out ? out.path : NULL);
     FC_TRY_GOTO(fc_source_open(&src, opts->input), rc, done);
     for (size_t i = 0; i < opts->nrules; i++) {
         char where[64];

@@ -28,6 +28,10 @@ void fc_request_cancel(void);
 int fc_cancel_requested(void);
 void fc_cancel_staged(const char *dir); /* the empty staging dir, or NULL for none */
 void fc_cancel_polled(void);            /* called just before the first byte is written */
+/* Hold SIGINT/SIGTERM back while the staging dir is made and registered (no window where
+ * it exists unregistered); release delivers a signal that came meanwhile. */
+void fc_cancel_hold(void);
+void fc_cancel_release(void);
 
 /* ---- inspect ---- */
 

@@ -444,8 +444,12 @@ int fc_full_to_dcp(const struct fc_full_to_dcp_opts *o, struct fc_full_to_dcp_re
     FC_TRY(fc_engine_resolve((fc_engine)o->engine, &engine));
     /* The output is checked (and its partial made) before any input is read. */
     if (!o->dry_run) {
-        FC_TRY_GOTO(fc_stage_begin(&j.out, o->output, 1, o->force, fc_cancel_requested), rc, done);
-        fc_cancel_staged(j.out.path);
+        fc_cancel_hold();
+        rc = fc_stage_begin(&j.out, o->output, 1, o->force, fc_cancel_requested);
+        fc_cancel_staged(rc == FC_OK ? j.out.path : NULL);
+        fc_cancel_release();
+        if (rc < 0)
+            goto done;
     }
     FC_TRY_GOTO(fc_plan_job(o, &j), rc, done);
     FC_TRY_GOTO(fc_copy_notes(&j.xr, res), rc, done);

@@ -8,7 +8,8 @@ head -c $n /dev/zero >> big.safetensors
 fsdpconv full-to-dcp --world-size 4 --threads 1 --max-memory 4KiB -o out big.safetensors 2>err &
 pid=$!
 i=0
-while [ -z "$(ls -d out.partial-* 2>/dev/null)" ] && [ $i -lt 500 ]; do sleep 0.01; i=$((i + 1)); done
+# a file inside the partial: writing has started (before that a signal exits at once)
+while [ -z "$(ls out.partial-*/*.distcp 2>/dev/null)" ] && [ $i -lt 500 ]; do sleep 0.01; i=$((i + 1)); done
 kill -TERM $pid
 wait $pid
 rc=$?
