@@ -17,11 +17,15 @@
 
 #define FUZZ_TEXT_MAX ((size_t)1 << 14)
 
-static void fuzz_lookup(struct fc_tp_plan *plan, const char *key, int ndim)
+/* 0 when the lookup succeeded (and gave a valid dim); -1 on a refusal (a limit hit, say). */
+static int fuzz_lookup(struct fc_tp_plan *plan, const char *key, int ndim)
 {
     int dim = -2;
-    if (fc_tp_plan_dim(plan, key, ndim, &dim) == FC_OK && (dim < -1 || dim >= ndim))
+    if (fc_tp_plan_dim(plan, key, ndim, &dim) != FC_OK)
+        return -1;
+    if (dim < -1 || dim >= ndim)
         abort();
+    return 0;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -45,12 +49,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memcpy(text, data, size);
     text[size] = '\0';
     if (fc_tp_plan_parse(&plan, text, size, "fuzz") == FC_OK) {
-        for (size_t i = 0; src != NULL && i < src->nentries; i++)
+        /* As the planner does: the first refusal ends the run. */
+        int rc = 0;
+        for (size_t i = 0; rc == 0 && src != NULL && i < src->nentries; i++)
             if (src->entries[i].kind == FC_ENTRY_TENSOR)
-                fuzz_lookup(&plan, src->entries[i].key, src->entries[i].t.ndim);
-        for (size_t i = 0; i < sizeof(hostile) / sizeof(hostile[0]); i++)
-            fuzz_lookup(&plan, hostile[i], 2);
-        (void)fc_tp_plan_check_used(&plan);
+                rc = fuzz_lookup(&plan, src->entries[i].key, src->entries[i].t.ndim);
+        for (size_t i = 0; rc == 0 && i < sizeof(hostile) / sizeof(hostile[0]); i++)
+            rc = fuzz_lookup(&plan, hostile[i], 2);
+        if (rc == 0)
+            (void)fc_tp_plan_check_used(&plan);
     }
     fc_tp_plan_release(&plan);
     fc_free(text);
