@@ -76,7 +76,11 @@ int main(int argc, char **argv)
     int c;
     /* A file-size limit (ulimit -f) must fail the write, not kill us before cleanup. */
     signal(SIGXFSZ, SIG_IGN);
-    /* Ctrl-C and SIGTERM stop a conversion at the next slab; the failure path cleans up. */
+    /*
+     * Ctrl-C and SIGTERM: before any output byte, exit at once with "nothing was written";
+     * while writing, stop at the next slab so that the failure path removes the partial
+     * output (convert/cancel.c).
+     */
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = fc_on_signal;
