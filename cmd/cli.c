@@ -1,24 +1,47 @@
+/*
+ * cli.c - what every command shares for talking to the user: the one map
+ * from error codes to exit statuses with the error line, notes and the
+ * summary line, the progress bar, and the start and end of multi-process
+ * jobs.  Kept apart from the commands so that each prints the same way.
+ */
 #include "cli.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "fc_convert.h"
 #include "fc_error.h"
 
 int fc_cli_verbosity;
-const char *fc_cli_command;
+const struct fc_cmd *fc_cli_cmd;
 
-/* The exit status for an fc_err code. */
+/* "<command>: " for messages, or "" before a command runs. */
+static const char *fc_cli_name(void)
+{
+    return fc_cli_cmd != NULL ? fc_cli_cmd->name : "";
+}
+
+static const char *fc_cli_colon(void)
+{
+    return fc_cli_cmd != NULL ? ": " : "";
+}
+
+/* The exit status for a code: FC_OK, a positive "done", an fc_err or FC_CLI_EUSAGE. */
 static int fc_cli_exit_code(int rc)
 {
+    if (rc >= 0)
+        return FC_EXIT_OK;
     switch (rc) {
-    case FC_OK: return FC_EXIT_OK;
+    case FC_CLI_EUSAGE:
     case FC_EINVAL: return FC_EXIT_USAGE;
     case FC_ECORRUPT:
     case FC_EFORMAT: return FC_EXIT_INPUT;
-    default: return FC_EXIT_FAILURE;
+    default:
+        if (fc_cli_cmd != NULL && (fc_cli_cmd->flags & FC_CMD_EXIT_DIFF))
+            return FC_EXIT_DIFF_FAILURE;
+        return FC_EXIT_FAILURE;
     }
 }
 
@@ -26,21 +49,22 @@ int fc_cli_report(int rc)
 {
     if (rc < 0) {
         const char *msg = fc_error_last();
-        fprintf(stderr, "fsdpconv: %s%s%s\n", fc_cli_command != NULL ? fc_cli_command : "",
-                fc_cli_command != NULL ? ": " : "", msg[0] != '\0' ? msg : fc_err_name(rc));
+        fprintf(stderr, "fsdpconv: %s%s%s\n", fc_cli_name(), fc_cli_colon(),
+                msg[0] != '\0' ? msg : fc_err_name(rc));
+        if (rc == FC_CLI_EUSAGE)
+            fprintf(stderr, "see 'fsdpconv help %s'\n", fc_cli_name());
     }
     return fc_cli_exit_code(rc);
 }
 
-int fc_cli_usage_error(const char *cmd, const char *fmt, ...)
+int fc_cli_usage(const char *fmt, ...)
 {
+    char msg[1024];
     va_list ap;
-    fprintf(stderr, "fsdpconv: %s: ", cmd);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    fprintf(stderr, "\nsee 'fsdpconv help %s'\n", cmd);
-    return FC_EXIT_USAGE;
+    return fc_error_set(FC_CLI_EUSAGE, "%s", msg);
 }
 
 void fc_cli_note(const char *fmt, ...)
@@ -48,8 +72,7 @@ void fc_cli_note(const char *fmt, ...)
     va_list ap;
     if (fc_cli_verbosity < 0)
         return;
-    fprintf(stderr, "fsdpconv: %s%s", fc_cli_command != NULL ? fc_cli_command : "",
-            fc_cli_command != NULL ? ": " : "");
+    fprintf(stderr, "fsdpconv: %s%s", fc_cli_name(), fc_cli_colon());
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
@@ -94,6 +117,13 @@ void fc_cli_summary(const char *output, const char *format, size_t ntensors, siz
                 fc_cli_elapsed(start));
 }
 
+int fc_cli_progress_start(struct fc_cli_progress *p)
+{
+    p->active = 0;
+    clock_gettime(CLOCK_MONOTONIC, &p->start);
+    return fc_cli_verbosity >= 0 && isatty(STDERR_FILENO);
+}
+
 void fc_cli_progress_draw(void *ctx, uint64_t done, uint64_t total)
 {
     struct fc_cli_progress *p = ctx;
@@ -126,17 +156,17 @@ int fc_cli_mp_start(long nproc, int engine, struct fc_comm **comm, int *worker_e
         rc = fc_comm_start_nccl(*comm, engine);
     if (rc < 0) {
         if (*comm != NULL && fc_comm_rank(*comm) != 0) {
-            fprintf(stderr, "fsdpconv: %s: rank %d: %s\n", fc_cli_command, fc_comm_rank(*comm),
+            fprintf(stderr, "fsdpconv: %s: rank %d: %s\n", fc_cli_name(), fc_comm_rank(*comm),
                     fc_error_last());
             fc_comm_free(*comm);
             *comm = NULL;
             *worker_exit = FC_EXIT_FAILURE;
-            return FC_EXIT_OK;
+            return FC_OK;
         }
         fc_comm_done(*comm, 0);
         fc_comm_free(*comm);
         *comm = NULL;
-        return fc_cli_report(rc);
+        return rc;
     }
     if (*comm != NULL && fc_comm_rank(*comm) != 0) {
         /*
@@ -149,7 +179,7 @@ int fc_cli_mp_start(long nproc, int engine, struct fc_comm **comm, int *worker_e
         *comm = NULL;
         *worker_exit = rc < 0 ? FC_EXIT_FAILURE : FC_EXIT_OK;
     }
-    return FC_EXIT_OK;
+    return FC_OK;
 }
 
 int fc_cli_flush_stdout(void)

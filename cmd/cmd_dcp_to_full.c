@@ -1,14 +1,14 @@
 /*
- * cmd_dcp_to_full.c - `fsdpconv dcp-to-full`: export a DCP checkpoint to
- * safetensors or torch.save.
+ * cmd_dcp_to_full.c - `fsdpconv dcp-to-full`: its options and top level:
+ * export a DCP (or sharded safetensors) checkpoint to one safetensors or
+ * torch.save file, shards, or a from_pretrained directory (fc_dcp_to_full()).
  */
 #include <stdio.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "cli.h"
 #include "commands.h"
 #include "fc_convert.h"
+#include "fc_error.h"
 #include "opt.h"
 
 enum { OPT_FORMAT = 256, OPT_SHARD, OPT_FORCE, OPT_MAXMEM, OPT_CONFIG_FROM };
@@ -33,7 +33,7 @@ static const struct fc_opt dcp_to_full_opts[] = {
     {0, 0, "strip-prefix", "<p>", FC_OPT_RULE | FC_OPT_REPEAT, "strip-prefix", NULL,
      "remove <p> from keys that start with it"},
     {OPT_FORCE, 0, "force", NULL, 0, NULL, NULL, "replace an existing output"},
-    {OPT_MAXMEM, 0, "max-memory", "<size>", 0, NULL, NULL, "cap on data buffers (default 1GiB)"},
+    {OPT_MAXMEM, 0, "max-memory", "<size>", 0, NULL, NULL, FC_OPT_MAX_MEMORY_HELP},
     {0, 0, NULL, NULL, 0, NULL, NULL, NULL},
 };
 /* clang-format on */
@@ -48,7 +48,7 @@ static const struct fc_cmd_spec dcp_to_full_spec = {
     dcp_to_full_operands,
     1,
     1,
-    {dcp_to_full_opts, fc_cli_pipeline_opts, fc_cli_verify_opts, NULL},
+    dcp_to_full_opts,
     "Rules run in command-line order, each on the names the ones before it made.",
 };
 
@@ -58,39 +58,36 @@ static int dcp_to_full_option(void *ctx, int id, const char *value)
     struct fc_dcp_to_full_opts *o = ctx;
     int f;
     switch (id) {
-    case 'o': return fc_opt_output("dcp-to-full", value, &o->output);
+    case 'o': return fc_opt_output(value, &o->output);
     case OPT_FORMAT:
-        if (fc_opt_choice("dcp-to-full", "--format", value, formats, 2, &f) < 0)
-            return -1;
+        FC_TRY(fc_opt_choice("--format", value, formats, 2, &f));
         o->format = f == 0 ? FC_EXPORT_SAFETENSORS : FC_EXPORT_TORCH;
-        return 0;
-    case OPT_SHARD:
-        return fc_opt_size("dcp-to-full", "--max-shard-size", value, 1, &o->max_shard_size);
-    case OPT_FORCE: o->force = 1; return 0;
-    case OPT_CONFIG_FROM: o->config_from = value; return 0;
-    case OPT_MAXMEM: return fc_opt_size("dcp-to-full", "--max-memory", value, 4096, &o->max_memory);
-    default: return fc_cli_verify_option(id) == 0 ? 0 : -1;
+        return FC_OK;
+    case OPT_SHARD: return fc_opt_size("--max-shard-size", value, 1, &o->max_shard_size);
+    case OPT_FORCE: o->force = 1; return FC_OK;
+    case OPT_CONFIG_FROM: o->config_from = value; return FC_OK;
+    case OPT_MAXMEM: return fc_opt_max_memory(value, &o->max_memory);
+    default: return fc_cli_verify_option(id);
     }
 }
 
 int cmd_dcp_to_full(int argc, char **argv)
 {
-    struct fc_dcp_to_full_opts o = {.max_memory = (uint64_t)1 << 30};
+    struct fc_dcp_to_full_opts o = FC_DCP_TO_FULL_OPTS_INIT;
     struct fc_dcp_to_full_result res;
     struct fc_cmdline cl;
-    int st = fc_opt_parse(&dcp_to_full_spec, argc, argv, dcp_to_full_option, &o, &cl);
-    if (st >= 0)
-        return st;
+    const int st = fc_opt_parse(&dcp_to_full_spec, argc, argv, dcp_to_full_option, &o, &cl);
+    if (st != FC_OK)
+        return fc_cli_report(st);
     if (o.output == NULL) {
         fc_cmdline_release(&cl);
-        return fc_cli_usage_error("dcp-to-full", "missing -o <output>");
+        return fc_cli_report(fc_cli_usage("missing -o <output>"));
     }
     o.input = cl.operands[0];
     o.rules = cl.rules;
     o.nrules = cl.nrules;
-    struct fc_cli_progress prog = {.active = 0};
-    clock_gettime(CLOCK_MONOTONIC, &prog.start);
-    if (fc_cli_verbosity >= 0 && isatty(STDERR_FILENO)) {
+    struct fc_cli_progress prog;
+    if (fc_cli_progress_start(&prog)) {
         o.progress = fc_cli_progress_draw;
         o.progress_ctx = &prog;
     }

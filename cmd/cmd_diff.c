@@ -1,5 +1,7 @@
 /*
- * cmd_diff.c - `fsdpconv diff A B`: exit 0 when equal, 1 when different.
+ * cmd_diff.c - `fsdpconv diff A B`: its options, the top level, and the two
+ * printers of fc_diff()'s result (a table, or one JSON object).  Exit 0
+ * when equal, 1 when different (FC_CMD_EXIT_DIFF: other failures exit 4).
  */
 #include <math.h>
 #include <stdio.h>
@@ -19,7 +21,7 @@ enum { OPT_JSON = 256, OPT_KEY, OPT_MAXMEM };
 static const struct fc_opt diff_opts[] = {
     {OPT_JSON, 0, "json", NULL, 0, NULL, NULL, "print one JSON object"},
     {OPT_KEY, 0, "key", "<regex>", 0, NULL, NULL, "compare only keys matching the regex"},
-    {OPT_MAXMEM, 0, "max-memory", "<size>", 0, NULL, NULL, "cap on data buffers (default 1GiB)"},
+    {OPT_MAXMEM, 0, "max-memory", "<size>", 0, NULL, NULL, FC_OPT_MAX_MEMORY_HELP},
     {0, 0, NULL, NULL, 0, NULL, NULL, NULL},
 };
 /* clang-format on */
@@ -36,7 +38,7 @@ static const struct fc_cmd_spec diff_spec = {
     diff_operands,
     2,
     2,
-    {diff_opts, fc_cli_verify_opts, NULL},
+    diff_opts,
     "Exit status: 0 equal, 1 different, 2 usage error, 3 invalid input, 4 other failure.\n",
 };
 
@@ -49,10 +51,10 @@ static int diff_option(void *ctx, int id, const char *value)
 {
     struct diff_cli *d = ctx;
     switch (id) {
-    case OPT_JSON: d->json = 1; return 0;
-    case OPT_KEY: d->o.key_regex = value; return 0;
-    case OPT_MAXMEM: return fc_opt_size("diff", "--max-memory", value, 4096, &d->o.max_memory);
-    default: return fc_cli_verify_option(id) == 0 ? 0 : -1;
+    case OPT_JSON: d->json = 1; return FC_OK;
+    case OPT_KEY: d->o.key_regex = value; return FC_OK;
+    case OPT_MAXMEM: return fc_opt_max_memory(value, &d->o.max_memory);
+    default: return fc_cli_verify_option(id);
     }
 }
 
@@ -61,13 +63,6 @@ static const char *const kind_names[] = {
     [FC_DIFF_DTYPE] = "dtype",      [FC_DIFF_SHAPE] = "shape",      [FC_DIFF_TENSOR_DATA] = "data",
     [FC_DIFF_VALUE] = "value",
 };
-
-/* diff keeps 1 for "different": every failure exits with 2, 3 or 4. */
-static int diff_failure(int rc)
-{
-    const int status = fc_cli_report(rc);
-    return status == FC_EXIT_FAILURE ? FC_EXIT_DIFF_FAILURE : status;
-}
 
 static void print_json(const struct fc_diff_opts *o, const struct fc_diff_result *r)
 {
@@ -115,12 +110,12 @@ static void print_table(const struct fc_diff_result *r)
 
 int cmd_diff(int argc, char **argv)
 {
-    struct diff_cli d = {.o = {.max_memory = (uint64_t)1 << 30}, .json = 0};
+    struct diff_cli d = {.o = FC_DIFF_OPTS_INIT, .json = 0};
     struct fc_diff_result r;
     struct fc_cmdline cl;
     const int st = fc_opt_parse(&diff_spec, argc, argv, diff_option, &d, &cl);
-    if (st >= 0)
-        return st;
+    if (st != FC_OK)
+        return fc_cli_report(st);
     d.o.a = cl.operands[0];
     d.o.b = cl.operands[1];
     fc_cmdline_release(&cl);
@@ -128,14 +123,15 @@ int cmd_diff(int argc, char **argv)
     const int json = d.json;
     const int rc = fc_diff(&o, &r);
     if (rc < 0)
-        return diff_failure(rc);
+        return fc_cli_report(rc);
     if (json)
         print_json(&o, &r);
     else
         print_table(&r);
     const int equal = r.nitems == 0;
     fc_diff_result_release(&r);
-    if (fc_cli_flush_stdout() < 0)
-        return diff_failure(FC_EIO);
+    const int flushed = fc_cli_flush_stdout();
+    if (flushed < 0)
+        return fc_cli_report(flushed);
     return equal ? FC_EXIT_OK : FC_EXIT_FAILURE;
 }

@@ -1,5 +1,7 @@
 /*
- * cmd_full_to_dcp.c - `fsdpconv full-to-dcp`: options -> fc_full_to_dcp().
+ * cmd_full_to_dcp.c - `fsdpconv full-to-dcp`: its own options (the
+ * full-checkpoint rules, --optim, --layout) and its [<prefix>=]<input>
+ * operands; the job options and the run are job.c's, shared with reshard.
  */
 #include <stdio.h>
 #include <string.h>
@@ -8,6 +10,7 @@
 #include "commands.h"
 #include "fc_alloc.h"
 #include "fc_convert.h"
+#include "fc_error.h"
 #include "opt.h"
 
 enum { OPT_OPTIM = 256, OPT_OPTIM_SELECT, OPT_LAYOUT };
@@ -57,14 +60,13 @@ static const struct fc_cmd_spec full_to_dcp_spec = {
     full_to_dcp_operands,
     1,
     -1,
-    {fc_cli_job_target_opts, full_to_dcp_opts, fc_cli_pipeline_opts, fc_cli_job_run_opts,
-     fc_cli_verify_opts},
+    full_to_dcp_opts,
     "Rules run in command-line order, each on the names the ones before it made\n"
     "(like sed -e).  Directions: --tie <dst>=<src> assigns, like dst = src;\n"
     "--rename and --copy read <from>=<to>.\n\n" FC_CLI_TP_EPILOG,
 };
 
-/* "PREFIX=PATH" or "PATH" ("./a=b" and "/a=b" are paths); -1 after a usage error. */
+/* "PREFIX=PATH" or "PATH" ("./a=b" and "/a=b" are paths); FC_OK or an error. */
 static int parse_input(const char *arg, struct fc_input_arg *in, char **owned)
 {
     const char *eq = strchr(arg, '=');
@@ -72,22 +74,17 @@ static int parse_input(const char *arg, struct fc_input_arg *in, char **owned)
     in->prefix = NULL;
     in->path = arg;
     if (eq == NULL || arg[0] == '/' || strncmp(arg, "./", 2) == 0)
-        return 0;
-    if (eq == arg || memchr(arg, '/', (size_t)(eq - arg)) != NULL || eq[1] == '\0') {
-        fc_cli_usage_error("full-to-dcp",
-                           "input '%s': expected PREFIX=PATH with a PREFIX without '/' (a path "
-                           "with '=' in it: write it as ./path)",
-                           arg);
-        return -1;
-    }
+        return FC_OK;
+    if (eq == arg || memchr(arg, '/', (size_t)(eq - arg)) != NULL || eq[1] == '\0')
+        return fc_cli_usage("input '%s': expected PREFIX=PATH with a PREFIX without '/' (a path "
+                            "with '=' in it: write it as ./path)",
+                            arg);
     *owned = fc_strndup(arg, (size_t)(eq - arg));
-    if (*owned == NULL) {
-        fprintf(stderr, "fsdpconv: full-to-dcp: out of memory\n");
-        return -1;
-    }
+    if (*owned == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory");
     in->prefix = *owned;
     in->path = eq + 1;
-    return 0;
+    return FC_OK;
 }
 
 static int full_to_dcp_option(void *ctx, int id, const char *value)
@@ -95,14 +92,13 @@ static int full_to_dcp_option(void *ctx, int id, const char *value)
     static const char *const layouts[] = {"torchtitan", "app"};
     struct fc_cli_job *job = ctx;
     switch (id) {
-    case OPT_OPTIM: job->o->optim = value; return 0;
-    case OPT_OPTIM_SELECT: job->o->optim_select = value; return 0;
+    case OPT_OPTIM: job->o->optim = value; return FC_OK;
+    case OPT_OPTIM_SELECT: job->o->optim_select = value; return FC_OK;
     case OPT_LAYOUT: {
         int layout;
-        if (fc_opt_choice("full-to-dcp", "--layout", value, layouts, 2, &layout) < 0)
-            return -1;
+        FC_TRY(fc_opt_choice("--layout", value, layouts, 2, &layout));
         job->o->layout = layout + 1; /* enum fc_layout: 1 torchtitan, 2 app */
-        return 0;
+        return FC_OK;
     }
     default: return fc_cli_job_option(ctx, id, value);
     }
@@ -110,31 +106,29 @@ static int full_to_dcp_option(void *ctx, int id, const char *value)
 
 int cmd_full_to_dcp(int argc, char **argv)
 {
-    struct fc_full_to_dcp_opts o = {.max_memory = (uint64_t)1 << 30, .compress = 0};
-    struct fc_cli_job job = {.o = &o, .nproc = 1};
+    struct fc_full_to_dcp_opts o = FC_FULL_TO_DCP_OPTS_INIT;
+    struct fc_cli_job job = FC_CLI_JOB_INIT(&o);
     struct fc_cmdline cl;
-    const int st = fc_opt_parse(&full_to_dcp_spec, argc, argv, full_to_dcp_option, &job, &cl);
-    if (st >= 0)
-        return st;
+    int rc = fc_opt_parse(&full_to_dcp_spec, argc, argv, full_to_dcp_option, &job, &cl);
+    if (rc != FC_OK)
+        return fc_cli_report(rc);
     const size_t n = (size_t)cl.noperands;
     struct fc_input_arg *in = fc_calloc(n, sizeof(*in));
     char **prefixes = fc_calloc(n, sizeof(*prefixes));
-    int status = FC_EXIT_FAILURE;
-    if (in == NULL || prefixes == NULL) {
-        fprintf(stderr, "fsdpconv: full-to-dcp: out of memory\n");
+    int status;
+    rc = in != NULL && prefixes != NULL ? FC_OK : fc_error_set(FC_ENOMEM, "out of memory");
+    for (size_t i = 0; rc == FC_OK && i < n; i++)
+        rc = parse_input(cl.operands[i], &in[i], &prefixes[i]);
+    if (rc != FC_OK) {
+        status = fc_cli_report(rc);
         goto done;
     }
-    for (size_t i = 0; i < n; i++)
-        if (parse_input(cl.operands[i], &in[i], &prefixes[i]) < 0) {
-            status = FC_EXIT_USAGE;
-            goto done;
-        }
     o.input = in[0].path;
     o.inputs = in;
     o.ninputs = n;
     o.rules = cl.rules;
     o.nrules = cl.nrules;
-    status = fc_cli_run_convert("full-to-dcp", &job);
+    status = fc_cli_run_convert(&job);
 done:
     for (size_t i = 0; prefixes != NULL && i < n; i++)
         fc_free(prefixes[i]);

@@ -1,5 +1,6 @@
 /*
- * cmd_help.c - `fsdpconv help [<command>]`.
+ * cmd_help.c - `fsdpconv help [<command>]`: the command list, or the
+ * command's own --help (main.c runs it), so the two never differ.
  */
 #include <stdio.h>
 

@@ -1,7 +1,8 @@
 /*
  * cmd_inspect.c - `fsdpconv inspect`: options, then one walk over the
  * selected entries that builds a row per entry, rendered by one of two
- * printers: a table or (through jansson) one JSON object.
+ * printers: a table or (through jansson) one JSON object.  The walk keeps
+ * the two printers from each deciding what a row holds.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -41,7 +42,7 @@ static const struct fc_operand inspect_operands[] = {
 };
 
 static const struct fc_cmd_spec inspect_spec = {
-    "inspect", inspect_operands, 1, 1, {inspect_opts, NULL}, NULL,
+    "inspect", inspect_operands, 1, 1, inspect_opts, NULL,
 };
 
 struct inspect_cli {
@@ -53,11 +54,11 @@ static int inspect_option(void *ctx, int id, const char *value)
 {
     struct inspect_cli *c = ctx;
     switch (id) {
-    case OPT_JSON: c->json = 1; return 0;
-    case OPT_KEY: c->o.key_regex = value; return 0;
-    case OPT_CHECKSUM: c->o.checksum = 1; return 0;
-    case OPT_VERIFY: c->o.verify = 1; return 0;
-    default: return -1;
+    case OPT_JSON: c->json = 1; return FC_OK;
+    case OPT_KEY: c->o.key_regex = value; return FC_OK;
+    case OPT_CHECKSUM: c->o.checksum = 1; return FC_OK;
+    case OPT_VERIFY: c->o.verify = 1; return FC_OK;
+    default: return fc_opt_unknown(id);
     }
 }
 
@@ -446,13 +447,13 @@ static int print_json(const char *path, const struct fc_inspect_result *r,
 
 int cmd_inspect(int argc, char **argv)
 {
-    struct inspect_cli c = {.o = {.path = NULL}, .json = 0};
+    struct inspect_cli c = {.o = FC_INSPECT_OPTS_INIT, .json = 0};
     struct fc_inspect_result r;
     struct inspect_rows rows = {NULL, 0, 0, 0, 0};
     struct fc_cmdline cl;
     const int st = fc_opt_parse(&inspect_spec, argc, argv, inspect_option, &c, &cl);
-    if (st >= 0)
-        return st;
+    if (st != FC_OK)
+        return fc_cli_report(st);
     c.o.path = cl.operands[0];
     fc_cmdline_release(&cl);
     int rc = fc_inspect(&c.o, &r);

@@ -1,12 +1,15 @@
 /*
- * cmd_reshard.c - `fsdpconv reshard`: a DCP checkpoint at one world size or
- * mesh -> another, through the same plan/executor as full-to-dcp.
+ * cmd_reshard.c - `fsdpconv reshard`: a DCP or safetensors checkpoint at one
+ * world size or mesh -> another, through the same plan/executor as
+ * full-to-dcp; only its own options (--replicate, --decompress) and its
+ * defaults are here, the job options and the run are job.c's.
  */
 #include <stdio.h>
 
 #include "cli.h"
 #include "commands.h"
 #include "fc_convert.h"
+#include "fc_error.h"
 #include "opt.h"
 
 enum { OPT_DECOMPRESS = 256 };
@@ -31,8 +34,7 @@ static const struct fc_cmd_spec reshard_spec = {
     reshard_operands,
     1,
     1,
-    {fc_cli_job_target_opts, reshard_opts, fc_cli_pipeline_opts, fc_cli_job_run_opts,
-     fc_cli_verify_opts},
+    reshard_opts,
     "Rules run in command-line order, each on the names the ones before it "
     "made.\n\n" FC_CLI_TP_EPILOG,
 };
@@ -42,24 +44,23 @@ static int reshard_option(void *ctx, int id, const char *value)
     struct fc_cli_job *job = ctx;
     if (id == OPT_DECOMPRESS) {
         job->o->compress = 0;
-        return 0;
+        return FC_OK;
     }
     return fc_cli_job_option(ctx, id, value);
 }
 
 int cmd_reshard(int argc, char **argv)
 {
-    struct fc_full_to_dcp_opts o = {
-        .max_memory = (uint64_t)1 << 30, .compress = -1, .require_dcp = 1};
-    struct fc_cli_job job = {.o = &o, .nproc = 1};
+    struct fc_full_to_dcp_opts o = FC_RESHARD_OPTS_INIT;
+    struct fc_cli_job job = FC_CLI_JOB_INIT(&o);
     struct fc_cmdline cl;
-    const int st = fc_opt_parse(&reshard_spec, argc, argv, reshard_option, &job, &cl);
-    if (st >= 0)
-        return st;
+    const int rc = fc_opt_parse(&reshard_spec, argc, argv, reshard_option, &job, &cl);
+    if (rc != FC_OK)
+        return fc_cli_report(rc);
     o.input = cl.operands[0];
     o.rules = cl.rules;
     o.nrules = cl.nrules;
-    const int status = fc_cli_run_convert("reshard", &job);
+    const int status = fc_cli_run_convert(&job);
     fc_cmdline_release(&cl);
     return status;
 }

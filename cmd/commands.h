@@ -1,8 +1,10 @@
 /*
  * commands.h - the subcommand entry points.  Each takes the argument vector
  * with the subcommand name as argv[0], parses it against its one option
- * table (opt.h), calls one convert/ entry point and returns the process exit
- * status.  `--help` prints its usage to stdout.
+ * table (opt.h) and the shared tables its command-table row names (main.c),
+ * calls one convert/ entry point and returns the process exit status: it is
+ * the command's top level, where fc_cli_report() turns codes into statuses.
+ * `--help` prints its usage to stdout.
  */
 #ifndef FC_COMMANDS_H
 #define FC_COMMANDS_H
@@ -19,15 +21,15 @@ int cmd_diff(int argc, char **argv);
 int cmd_help(int argc, char **argv);
 
 /*
- * The options full-to-dcp and reshard share (job.c): the output and mesh
- * (shown first in their usage) and the run options (shown last).  Their ids
- * are handled by fc_cli_job_option().
+ * The options of the FC_CMD_JOB commands, full-to-dcp and reshard (job.c):
+ * the output and mesh (shown first in their usage) and the run options (shown
+ * last).  Their ids are handled by fc_cli_job_option().
  */
 extern const struct fc_opt fc_cli_job_target_opts[];
 extern const struct fc_opt fc_cli_job_run_opts[];
 
 /*
- * The transform rules every converting command takes (full-to-dcp, reshard,
+ * The transform rules every FC_CMD_RULES command takes (full-to-dcp, reshard,
  * dcp-to-full): rename, drop, copy, resize-rows, strip-wrappers, dtype.
  * They run in command-line order with the command's other rules.
  */
@@ -57,8 +59,9 @@ extern const struct fc_opt fc_cli_pipeline_opts[];
     "records boxes that disagree with the data (for dp_shard > 2, e.g. 7 rows on 3 x 2).\n"
 
 /*
- * --no-verify, for every command that reads DCP items (job.c):
- * fc_cli_verify_option() takes it (returns 0), or returns 1 for another id.
+ * --no-verify, for every FC_CMD_READS_DCP command (job.c):
+ * fc_cli_verify_option() takes it (FC_OK); a command's callback hands it
+ * the ids it does not handle itself, and any other id is an error.
  */
 extern const struct fc_opt fc_cli_verify_opts[];
 int fc_cli_verify_option(int id);
@@ -72,20 +75,27 @@ struct fc_cli_job {
     size_t ntp;
 };
 
+/* The defaults of the job options around opts (an FC_*_OPTS_INIT of fc_convert.h). */
+#define FC_CLI_JOB_INIT(opts)                                                                      \
+    {                                                                                              \
+        .o = (opts), .world = 0, .threads = 0, .nproc = 1, .ntp = 0                                \
+    }
+
 /*
  * fc_cli_job_option() - take one of the shared options (an fc_opt_fn for
- * fc_opt_parse, ctx a struct fc_cli_job).  Returns 0, 1 when id is not a
- * shared option, -1 after printing a usage error.
+ * fc_opt_parse, ctx a struct fc_cli_job).  Returns FC_OK or an error, as
+ * every fc_opt_fn.
  */
 int fc_cli_job_option(void *ctx, int id, const char *value);
 
 /*
- * fc_cli_run_convert() - job.c: finish the options of full-to-dcp/reshard
- * (world size or mesh, threads, progress) and run fc_full_to_dcp() as rank
- * 0 of a multi-process job or alone; returns the exit status.  A worker
- * process of the job returns here only when the job is over.
+ * fc_cli_run_convert() - job.c: the top level of a conversion job after its
+ * options are parsed: finish them (world size or mesh, threads, progress) and
+ * run fc_full_to_dcp() as rank 0 of a multi-process job or alone; returns
+ * the exit status.  A worker process of the job returns here only when the
+ * job is over.
  */
-int fc_cli_run_convert(const char *cmd, struct fc_cli_job *job);
+int fc_cli_run_convert(struct fc_cli_job *job);
 
 /* From main.c: run `<name> --help`, or print the command list. */
 int fc_main_help_for(const char *name);

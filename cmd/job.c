@@ -1,15 +1,17 @@
 /*
- * job.c - what full-to-dcp and reshard share: their common options, the
- * mesh/threads checks, the progress bar, the multi-process start and end, and
- * printing the result.
+ * job.c - what the commands that run a conversion job (FC_CMD_JOB:
+ * full-to-dcp, reshard) share: their common option tables and callback, the
+ * transform-rule table of every converting command, --no-verify, and the
+ * job's top level (mesh/threads checks, progress bar, multi-process start and
+ * end, printing the result), written once so the two commands cannot drift.
  */
 #include <stdio.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
 #include "commands.h"
 #include "fc_convert.h"
+#include "fc_error.h"
 #include "fc_source.h"
 #include "opt.h"
 
@@ -76,7 +78,7 @@ const struct fc_opt fc_cli_job_run_opts[] = {
     {OPT_DRY, 0, "dry-run", NULL, 0, NULL, NULL,
      "print the plan (boxes, files, offsets) and write nothing"},
     {OPT_FORCE, 0, "force", NULL, 0, NULL, NULL, "replace an existing output directory"},
-    {OPT_MAXMEM, 0, "max-memory", "<size>", 0, NULL, NULL, "cap on data buffers (default 1GiB)"},
+    {OPT_MAXMEM, 0, "max-memory", "<size>", 0, NULL, NULL, FC_OPT_MAX_MEMORY_HELP},
     {OPT_THREADS, 0, "threads", "<n>", 0, NULL, NULL,
      "parallel writers (default: number of CPUs, at most 8)"},
     {OPT_COMPRESS, 0, "compress", "zstd[:<level>]", 0, NULL, NULL,
@@ -100,38 +102,35 @@ const struct fc_opt fc_cli_verify_opts[] = {
 int fc_cli_verify_option(int id)
 {
     if (id != OPT_NO_VERIFY)
-        return 1;
+        return fc_opt_unknown(id);
     fc_source_set_verify(0);
-    return 0;
+    return FC_OK;
 }
 
 int fc_cli_job_option(void *ctx, int id, const char *value)
 {
     struct fc_cli_job *j = ctx;
-    const char *cmd = fc_cli_command;
     switch (id) {
-    case 'o': return fc_opt_output(cmd, value, &j->o->output);
-    case OPT_WORLD: return fc_opt_int(cmd, "--world-size", value, 1, 1 << 20, &j->world);
-    case OPT_MESH:
-        return fc_opt_mesh(cmd, "--mesh", value, &j->o->replicate, &j->o->shard, &j->o->tp);
+    case 'o': return fc_opt_output(value, &j->o->output);
+    case OPT_WORLD: return fc_opt_int("--world-size", value, 1, 1 << 20, &j->world);
+    case OPT_MESH: return fc_opt_mesh("--mesh", value, &j->o->replicate, &j->o->shard, &j->o->tp);
     case OPT_TP:
         if (j->ntp == FC_CLI_MAX_TP_RULES)
-            return fc_cli_usage_error(cmd, "more than %d --tp rules (use --tp-plan)",
-                                      FC_CLI_MAX_TP_RULES);
+            return fc_cli_usage("more than %d --tp rules (use --tp-plan)", FC_CLI_MAX_TP_RULES);
         j->tp[j->ntp++] = value;
-        return 0;
-    case OPT_TP_PLAN: j->o->tp_plan = value; return 0;
-    case OPT_THREADS: return fc_opt_int(cmd, "--threads", value, 1, 256, &j->threads);
-    case OPT_NPROC: return fc_opt_int(cmd, "--nproc", value, 1, 4096, &j->nproc);
-    case OPT_ENGINE: return fc_opt_engine(cmd, "--engine", value, &j->o->engine);
-    case OPT_MAXMEM: return fc_opt_size(cmd, "--max-memory", value, 4096, &j->o->max_memory);
-    case OPT_COMPRESS: return fc_opt_compress(cmd, "--compress", value, &j->o->compress);
-    case OPT_DRY: j->o->dry_run = 1; return 0;
-    case OPT_FORCE: j->o->force = 1; return 0;
+        return FC_OK;
+    case OPT_TP_PLAN: j->o->tp_plan = value; return FC_OK;
+    case OPT_THREADS: return fc_opt_int("--threads", value, 1, 256, &j->threads);
+    case OPT_NPROC: return fc_opt_int("--nproc", value, 1, 4096, &j->nproc);
+    case OPT_ENGINE: return fc_opt_engine("--engine", value, &j->o->engine);
+    case OPT_MAXMEM: return fc_opt_max_memory(value, &j->o->max_memory);
+    case OPT_COMPRESS: return fc_opt_compress("--compress", value, &j->o->compress);
+    case OPT_DRY: j->o->dry_run = 1; return FC_OK;
+    case OPT_FORCE: j->o->force = 1; return FC_OK;
     case OPT_FORMAT: {
         static const char *const formats[] = {"dcp", "safetensors"}; /* enum fc_out_format */
         int f = 0;
-        const int rc = fc_opt_choice(cmd, "--format", value, formats, 2, &f);
+        const int rc = fc_opt_choice("--format", value, formats, 2, &f);
         j->o->format = (enum fc_out_format)f;
         return rc;
     }
@@ -139,16 +138,16 @@ int fc_cli_job_option(void *ctx, int id, const char *value)
     }
 }
 
-int fc_cli_run_convert(const char *cmd, struct fc_cli_job *job)
+int fc_cli_run_convert(struct fc_cli_job *job)
 {
     struct fc_full_to_dcp_opts *o = job->o;
     const long world = job->world, nproc = job->nproc;
     long threads = job->threads;
     struct fc_full_to_dcp_result res;
     if (o->output == NULL && !o->dry_run)
-        return fc_cli_usage_error(cmd, "missing -o <dir>");
+        return fc_cli_report(fc_cli_usage("missing -o <dir>"));
     if ((world > 0) == (o->shard > 0))
-        return fc_cli_usage_error(cmd, "give exactly one of --world-size and --mesh");
+        return fc_cli_report(fc_cli_usage("give exactly one of --world-size and --mesh"));
     if (world > 0) {
         o->replicate = 1;
         o->shard = (int)world;
@@ -162,18 +161,19 @@ int fc_cli_run_convert(const char *cmd, struct fc_cli_job *job)
     o->threads = (int)threads;
     if (o->output == NULL)
         o->output = "(dry-run)";
-    struct fc_cli_progress prog = {.active = 0};
-    clock_gettime(CLOCK_MONOTONIC, &prog.start);
-    if (!o->dry_run && fc_cli_verbosity >= 0 && isatty(STDERR_FILENO)) {
+    struct fc_cli_progress prog;
+    if (fc_cli_progress_start(&prog) && !o->dry_run) {
         o->progress = fc_cli_progress_draw;
         o->progress_ctx = &prog;
     }
     struct fc_comm *comm = NULL;
     int worker_exit = -1;
     if (!o->dry_run) {
-        const int status = fc_cli_mp_start(nproc, o->engine, &comm, &worker_exit);
-        if (status != FC_EXIT_OK || worker_exit >= 0)
-            return worker_exit >= 0 ? worker_exit : status;
+        const int rc = fc_cli_mp_start(nproc, o->engine, &comm, &worker_exit);
+        if (rc < 0)
+            return fc_cli_report(rc);
+        if (worker_exit >= 0)
+            return worker_exit;
     }
     o->comm = comm;
     const int rc = fc_full_to_dcp(o, &res);

@@ -1,5 +1,7 @@
 /*
- * main.c - global options and the command table (git's commands[] shape).
+ * main.c - the entry point: global options, signal setup and the command
+ * table (git's commands[] shape), whose rows say what each command needs;
+ * dispatch makes the row the running command (fc_cli_cmd).
  */
 #define _GNU_SOURCE
 #include <getopt.h>
@@ -12,19 +14,16 @@
 #include "commands.h"
 #include "fc_convert.h"
 
-struct fc_cmd {
-    const char *name;
-    int (*fn)(int argc, char **argv);
-    const char *summary;
-};
-
 static const struct fc_cmd commands[] = {
-    {"full-to-dcp", cmd_full_to_dcp, "split a full checkpoint into a sharded DCP directory"},
-    {"reshard", cmd_reshard, "re-cut a DCP checkpoint for another world size or mesh"},
-    {"dcp-to-full", cmd_dcp_to_full, "export a DCP checkpoint to safetensors or torch.save"},
-    {"diff", cmd_diff, "compare two checkpoints key by key"},
-    {"inspect", cmd_inspect, "list tensors, dtypes, shapes, storages and DCP chunks"},
-    {"help", cmd_help, "show help for a command"},
+    {"full-to-dcp", cmd_full_to_dcp, FC_CMD_JOB | FC_CMD_RULES | FC_CMD_READS_DCP,
+     "split a full checkpoint into a sharded DCP directory"},
+    {"reshard", cmd_reshard, FC_CMD_JOB | FC_CMD_RULES | FC_CMD_READS_DCP,
+     "re-cut a DCP checkpoint for another world size or mesh"},
+    {"dcp-to-full", cmd_dcp_to_full, FC_CMD_RULES | FC_CMD_READS_DCP,
+     "export a DCP checkpoint to safetensors or torch.save"},
+    {"diff", cmd_diff, FC_CMD_READS_DCP | FC_CMD_EXIT_DIFF, "compare two checkpoints key by key"},
+    {"inspect", cmd_inspect, 0, "list tensors, dtypes, shapes, storages and DCP chunks"},
+    {"help", cmd_help, 0, "show help for a command"},
 };
 
 static const char usage[] = "usage: fsdpconv [-v | -q] [--version] [-h] <command> [<args>]\n"
@@ -45,7 +44,7 @@ int fc_main_help_for(const char *name)
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
         if (strcmp(commands[i].name, name) == 0) {
             char *argv[] = {(char *)(uintptr_t)commands[i].name, "--help", NULL};
-            fc_cli_command = commands[i].name;
+            fc_cli_cmd = &commands[i];
             return commands[i].fn(2, argv);
         }
     }
@@ -77,7 +76,11 @@ int main(int argc, char **argv)
     int c;
     /* A file-size limit (ulimit -f) must fail the write, not kill us before cleanup. */
     signal(SIGXFSZ, SIG_IGN);
-    /* Ctrl-C and SIGTERM stop a conversion at the next slab; the failure path cleans up. */
+    /*
+     * Ctrl-C and SIGTERM: before any output byte, exit at once with "nothing was written";
+     * while writing, stop at the next slab so that the failure path removes the partial
+     * output (convert/cancel.c).
+     */
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = fc_on_signal;
@@ -104,7 +107,7 @@ int main(int argc, char **argv)
     const char *name = argv[optind];
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
         if (strcmp(commands[i].name, name) == 0) {
-            fc_cli_command = commands[i].name;
+            fc_cli_cmd = &commands[i];
             return commands[i].fn(argc - optind, argv + optind);
         }
     }

@@ -1,6 +1,7 @@
 /*
  * opt.c - the option-table parser and usage printer of opt.h, and the
- * checked value parsers.
+ * checked value parsers: one description of each command's options gives
+ * its parsing, its --help and (through --help) its man-page check.
  */
 #define _GNU_SOURCE
 #include "opt.h"
@@ -13,8 +14,10 @@
 #include <string.h>
 
 #include "cli.h"
+#include "commands.h"
 #include "fc_alloc.h"
 #include "fc_dtype.h"
+#include "fc_error.h"
 
 /* Every command takes these; main.c takes them before the command name too. */
 static const struct fc_opt fc_opt_common[] = {
@@ -36,34 +39,57 @@ struct fc_opt_list {
     size_t n;
 };
 
+/* The command's own table and the shared ones its row's flags name; the common ones are apart. */
+#define FC_OPT_MAX_TABLES 5
+
+/* The tables of spec in usage order, NULL-terminated. */
+static void fc_opt_tables(const struct fc_cmd_spec *spec, const struct fc_opt **t)
+{
+    const unsigned flags = fc_cli_cmd != NULL ? fc_cli_cmd->flags : 0;
+    size_t n = 0;
+    if (flags & FC_CMD_JOB)
+        t[n++] = fc_cli_job_target_opts;
+    if (spec->opts != NULL)
+        t[n++] = spec->opts;
+    if (flags & FC_CMD_RULES)
+        t[n++] = fc_cli_pipeline_opts;
+    if (flags & FC_CMD_JOB)
+        t[n++] = fc_cli_job_run_opts;
+    if (flags & FC_CMD_READS_DCP)
+        t[n++] = fc_cli_verify_opts;
+    t[n] = NULL;
+}
+
 static int fc_opt_flatten(const struct fc_cmd_spec *spec, struct fc_opt_list *out)
 {
+    const struct fc_opt *tables[FC_OPT_MAX_TABLES + 1];
     size_t n = 0, k = 0;
-    for (size_t t = 0; t < FC_OPT_MAX_TABLES && spec->tables[t] != NULL; t++)
-        for (const struct fc_opt *o = spec->tables[t]; o->name != NULL; o++)
+    fc_opt_tables(spec, tables);
+    for (size_t t = 0; tables[t] != NULL; t++)
+        for (const struct fc_opt *o = tables[t]; o->name != NULL; o++)
             n++;
     for (const struct fc_opt *o = fc_opt_common; o->name != NULL; o++)
         n++;
     out->opts = fc_calloc(n, sizeof(*out->opts));
     if (out->opts == NULL)
-        return -1;
-    for (size_t t = 0; t < FC_OPT_MAX_TABLES && spec->tables[t] != NULL; t++)
-        for (const struct fc_opt *o = spec->tables[t]; o->name != NULL; o++)
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    for (size_t t = 0; tables[t] != NULL; t++)
+        for (const struct fc_opt *o = tables[t]; o->name != NULL; o++)
             out->opts[k++] = o;
     for (const struct fc_opt *o = fc_opt_common; o->name != NULL; o++)
         out->opts[k++] = o;
     out->n = n;
-    return 0;
+    return FC_OK;
 }
 
 static int fc_opt_add_rule(struct fc_cmdline *c, const char *op, const char *arg)
 {
     struct fc_rule_arg *r = fc_reallocarray(c->rules, c->nrules + 1, sizeof(*r));
     if (r == NULL)
-        return -1;
+        return fc_error_set(FC_ENOMEM, "out of memory");
     r[c->nrules++] = (struct fc_rule_arg){op, arg};
     c->rules = r;
-    return 0;
+    return FC_OK;
 }
 
 static const struct fc_opt *fc_opt_find(const struct fc_opt_list *l, int val)
@@ -82,19 +108,15 @@ static int fc_opt_take(const struct fc_cmd_spec *spec, const struct fc_opt *o, c
     char optname[64];
     snprintf(optname, sizeof(optname), "--%s", o->name);
     if (o->flags & FC_OPT_RULE) {
-        if (o->check != NULL && o->check(spec->name, optname, value) < 0)
-            return FC_EXIT_USAGE;
-        if (fc_opt_add_rule(out, o->rule, value) < 0) {
-            fprintf(stderr, "fsdpconv: %s: out of memory\n", spec->name);
-            return FC_EXIT_FAILURE;
-        }
-        return -1;
+        if (o->check != NULL)
+            FC_TRY(o->check(optname, value));
+        return fc_opt_add_rule(out, o->rule, value);
     }
     switch (o->id) {
-    case 'q': fc_cli_verbosity = -1; return -1;
-    case 'v': fc_cli_verbosity++; return -1;
-    case 'h': fc_opt_usage(spec, stdout); return FC_EXIT_OK;
-    default: return fn(ctx, o->id, value) < 0 ? FC_EXIT_USAGE : -1;
+    case 'q': fc_cli_verbosity = -1; return FC_OK;
+    case 'v': fc_cli_verbosity++; return FC_OK;
+    case 'h': fc_opt_usage(spec, stdout); return FC_OPT_HELP;
+    default: return fn(ctx, o->id, value);
     }
 }
 
@@ -104,12 +126,11 @@ static int fc_opt_operands(const struct fc_cmd_spec *spec, struct fc_cmdline *ou
         const struct fc_operand *missing = &spec->operands[0];
         for (int i = 0; i < out->noperands && missing[1].name != NULL; i++)
             missing++;
-        return fc_cli_usage_error(spec->name, "missing %s", missing->name);
+        return fc_cli_usage("missing %s", missing->name);
     }
     if (spec->max_operands >= 0 && out->noperands > spec->max_operands)
-        return fc_cli_usage_error(spec->name, "too many arguments: '%s'",
-                                  out->operands[spec->max_operands]);
-    return -1;
+        return fc_cli_usage("too many arguments: '%s'", out->operands[spec->max_operands]);
+    return FC_OK;
 }
 
 int fc_opt_parse(const struct fc_cmd_spec *spec, int argc, char **argv, fc_opt_fn fn, void *ctx,
@@ -118,14 +139,15 @@ int fc_opt_parse(const struct fc_cmd_spec *spec, int argc, char **argv, fc_opt_f
     struct fc_opt_list l = {NULL, 0};
     struct option *longopts = NULL;
     char *shortopts = NULL;
-    int status = -1, c;
+    int rc, c;
     memset(out, 0, sizeof(*out));
-    if (fc_opt_flatten(spec, &l) < 0)
-        goto nomem;
+    FC_TRY_GOTO(fc_opt_flatten(spec, &l), rc, done);
     longopts = fc_calloc(l.n + 1, sizeof(*longopts));
     shortopts = fc_calloc(2 * l.n + 2, 1);
-    if (longopts == NULL || shortopts == NULL)
-        goto nomem;
+    if (longopts == NULL || shortopts == NULL) {
+        rc = fc_error_set(FC_ENOMEM, "out of memory");
+        goto done;
+    }
     /* A leading ':' makes getopt tell a missing value (':') from an unknown option ('?'). */
     size_t ns = 0;
     shortopts[ns++] = ':';
@@ -141,59 +163,58 @@ int fc_opt_parse(const struct fc_cmd_spec *spec, int argc, char **argv, fc_opt_f
     }
     optind = 0;
     opterr = 0;
-    while (status < 0 && (c = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
+    rc = FC_OK;
+    while (rc == FC_OK && (c = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
         char shortbuf[3];
         const struct fc_opt *o;
         switch (c) {
         case '?':
             if (optopt != 0 && optopt < FC_OPT_VAL_BASE) {
                 snprintf(shortbuf, sizeof(shortbuf), "-%c", optopt);
-                status = fc_cli_usage_error(spec->name, "unknown option '%s'", shortbuf);
+                rc = fc_cli_usage("unknown option '%s'", shortbuf);
             } else {
-                status = fc_cli_usage_error(spec->name, "unknown option '%s'", argv[optind - 1]);
+                rc = fc_cli_usage("unknown option '%s'", argv[optind - 1]);
             }
             break;
         case ':':
             /* optopt is the letter for -c, our FC_OPT_VAL_BASE + i for --name. */
             o = fc_opt_find(&l, optopt);
             if (o == NULL)
-                status = fc_cli_usage_error(spec->name, "option '%s' requires a value",
-                                            argv[optind - 1]);
+                rc = fc_cli_usage("option '%s' requires a value", argv[optind - 1]);
             else if (optopt >= FC_OPT_VAL_BASE)
-                status = fc_cli_usage_error(spec->name, "option '--%s' requires a value %s",
-                                            o->name, o->value);
+                rc = fc_cli_usage("option '--%s' requires a value %s", o->name, o->value);
             else
-                status = fc_cli_usage_error(spec->name, "option '-%c' requires a value %s",
-                                            o->short_name, o->value);
+                rc = fc_cli_usage("option '-%c' requires a value %s", o->short_name, o->value);
             break;
         default:
             o = fc_opt_find(&l, c);
-            status = fc_opt_take(spec, o, optarg, fn, ctx, out);
+            rc = fc_opt_take(spec, o, optarg, fn, ctx, out);
             break;
         }
     }
-    if (status < 0) {
+    if (rc == FC_OK) {
         out->operands = argv + optind;
         out->noperands = argc - optind;
-        status = fc_opt_operands(spec, out);
+        rc = fc_opt_operands(spec, out);
     }
-    goto done;
-nomem:
-    fprintf(stderr, "fsdpconv: %s: out of memory\n", spec->name);
-    status = FC_EXIT_FAILURE;
 done:
     fc_free(shortopts);
     fc_free(longopts);
     fc_free(l.opts);
-    if (status >= 0)
+    if (rc != FC_OK)
         fc_cmdline_release(out);
-    return status;
+    return rc;
 }
 
 void fc_cmdline_release(struct fc_cmdline *c)
 {
     fc_free(c->rules);
     memset(c, 0, sizeof(*c));
+}
+
+int fc_opt_unknown(int id)
+{
+    return fc_error_set(FC_ERROR, "option id %d has no handler", id);
 }
 
 /* ---- usage text ---- */
@@ -233,9 +254,11 @@ static void fc_opt_synopsis(const struct fc_cmd_spec *spec, FILE *f)
     char head[64];
     snprintf(head, sizeof(head), "usage: fsdpconv %s", spec->name);
     struct fc_usage_line u = {f, strlen(head), strlen(head) + 1};
+    const struct fc_opt *tables[FC_OPT_MAX_TABLES + 1];
+    fc_opt_tables(spec, tables);
     fputs(head, f);
-    for (size_t t = 0; t < FC_OPT_MAX_TABLES && spec->tables[t] != NULL; t++) {
-        for (const struct fc_opt *o = spec->tables[t]; o->name != NULL; o++) {
+    for (size_t t = 0; tables[t] != NULL; t++) {
+        for (const struct fc_opt *o = tables[t]; o->name != NULL; o++) {
             char item[160], word[200];
             if (o->flags & FC_OPT_ONE_OF) {
                 /* "(--a <x> | --b <y>)": the group is the run of entries with FC_OPT_ONE_OF. */
@@ -310,36 +333,36 @@ void fc_opt_usage(const struct fc_cmd_spec *spec, FILE *f)
 
 /* ---- value parsers ---- */
 
-static int fc_opt_bad(const char *cmd, const char *opt, const char *s, const char *why)
+static int fc_opt_bad(const char *opt, const char *s, const char *why)
 {
-    fc_cli_usage_error(cmd, "invalid value for %s: '%s' (%s)", opt, s, why);
-    return -1;
+    return fc_cli_usage("invalid value for %s: '%s' (%s)", opt, s, why);
 }
-int fc_opt_int(const char *cmd, const char *opt, const char *s, long min, long max, long *out)
+
+int fc_opt_int(const char *opt, const char *s, long min, long max, long *out)
 {
     char *end = NULL;
     errno = 0;
     const long v = strtol(s, &end, 10);
     if (s[0] == '\0' || end == NULL || *end != '\0' || errno != 0)
-        return fc_opt_bad(cmd, opt, s, "not an integer");
+        return fc_opt_bad(opt, s, "not an integer");
     if (v < min || v > max) {
         char why[96];
         snprintf(why, sizeof(why), "must be between %ld and %ld", min, max);
         if (max == 2147483647L)
             snprintf(why, sizeof(why), "must be >= %ld", min);
-        return fc_opt_bad(cmd, opt, s, why);
+        return fc_opt_bad(opt, s, why);
     }
     *out = v;
     return 0;
 }
 
-int fc_opt_size(const char *cmd, const char *opt, const char *s, uint64_t min, uint64_t *out)
+int fc_opt_size(const char *opt, const char *s, uint64_t min, uint64_t *out)
 {
     char *end = NULL;
     errno = 0;
     const double v = strtod(s, &end);
     if (s[0] == '\0' || end == s || errno != 0 || !(v >= 0))
-        return fc_opt_bad(cmd, opt, s, "expected a size such as 512M or 2GiB");
+        return fc_opt_bad(opt, s, "expected a size such as 512M or 2GiB");
     double mul = 1;
     switch (*end) {
     case '\0': break;
@@ -363,37 +386,42 @@ int fc_opt_size(const char *cmd, const char *opt, const char *s, uint64_t min, u
         mul = 1024.0 * 1024 * 1024 * 1024;
         end++;
         break;
-    default: return fc_opt_bad(cmd, opt, s, "unknown size suffix");
+    default: return fc_opt_bad(opt, s, "unknown size suffix");
     }
     if (strcmp(end, "iB") == 0 || strcmp(end, "B") == 0 || strcmp(end, "b") == 0)
         end += strlen(end);
     if (*end != '\0')
-        return fc_opt_bad(cmd, opt, s, "unknown size suffix");
+        return fc_opt_bad(opt, s, "unknown size suffix");
     const double bytes = v * mul;
     if (bytes > 1.8e19)
-        return fc_opt_bad(cmd, opt, s, "too large");
+        return fc_opt_bad(opt, s, "too large");
     if ((uint64_t)bytes < min) {
         char why[64];
         if (min % 1024 == 0)
             snprintf(why, sizeof(why), "must be at least %" PRIu64 "KiB", min / 1024);
         else
             snprintf(why, sizeof(why), "must be at least %" PRIu64, min);
-        return fc_opt_bad(cmd, opt, s, why);
+        return fc_opt_bad(opt, s, why);
     }
     *out = (uint64_t)bytes;
     return 0;
 }
 
-int fc_opt_check_float_dtype(const char *cmd, const char *opt, const char *s)
+/* 4 KiB: below a page, a slab could not hold a row of any real tensor. */
+int fc_opt_max_memory(const char *s, uint64_t *out)
+{
+    return fc_opt_size("--max-memory", s, 4096, out);
+}
+
+int fc_opt_check_float_dtype(const char *opt, const char *s)
 {
     const struct fc_dtype_info *info = fc_dtype_info(fc_dtype_parse_user(s));
     if (info == NULL || !info->is_floating)
-        return fc_opt_bad(cmd, opt, s, "expected float32, bfloat16, float16 or float64");
+        return fc_opt_bad(opt, s, "expected float32, bfloat16, float16 or float64");
     return 0;
 }
 
-int fc_opt_mesh(const char *cmd, const char *opt, const char *s, int *replicate, int *shard,
-                int *tp)
+int fc_opt_mesh(const char *opt, const char *s, int *replicate, int *shard, int *tp)
 {
     static const char expect[] = "expected [replicate=R,]shard=S[,tp=T]";
     long r = -1, sh = -1, t = -1;
@@ -401,19 +429,19 @@ int fc_opt_mesh(const char *cmd, const char *opt, const char *s, int *replicate,
     while (*p != '\0') {
         const char *eq = strchr(p, '=');
         if (eq == NULL)
-            return fc_opt_bad(cmd, opt, s, expect);
+            return fc_opt_bad(opt, s, expect);
         const char *comma = strchr(eq, ',');
         const size_t vlen = comma != NULL ? (size_t)(comma - eq - 1) : strlen(eq + 1);
         char val[32];
         if (vlen == 0 || vlen >= sizeof(val))
-            return fc_opt_bad(cmd, opt, s, expect);
+            return fc_opt_bad(opt, s, expect);
         memcpy(val, eq + 1, vlen);
         val[vlen] = '\0';
         char *end = NULL;
         errno = 0;
         const long v = strtol(val, &end, 10);
         if (*end != '\0' || errno != 0 || v < 1 || v > 1000000)
-            return fc_opt_bad(cmd, opt, s, "mesh sizes must be integers >= 1");
+            return fc_opt_bad(opt, s, "mesh sizes must be integers >= 1");
         long *dst = NULL;
         if ((size_t)(eq - p) == 9 && strncmp(p, "replicate", 9) == 0)
             dst = &r;
@@ -422,37 +450,37 @@ int fc_opt_mesh(const char *cmd, const char *opt, const char *s, int *replicate,
         else if ((size_t)(eq - p) == 2 && strncmp(p, "tp", 2) == 0)
             dst = &t;
         else
-            return fc_opt_bad(cmd, opt, s, "unknown mesh dimension; expected replicate, shard, tp");
+            return fc_opt_bad(opt, s, "unknown mesh dimension; expected replicate, shard, tp");
         if (*dst != -1)
-            return fc_opt_bad(cmd, opt, s, "a mesh dimension is given twice");
+            return fc_opt_bad(opt, s, "a mesh dimension is given twice");
         *dst = v;
         p = comma != NULL ? comma + 1 : eq + 1 + vlen;
     }
     if (sh < 1)
-        return fc_opt_bad(cmd, opt, s, expect);
+        return fc_opt_bad(opt, s, expect);
     *replicate = r < 1 ? 1 : (int)r;
     *shard = (int)sh;
     *tp = t < 1 ? 1 : (int)t;
     return 0;
 }
 
-int fc_opt_compress(const char *cmd, const char *opt, const char *s, int *level)
+int fc_opt_compress(const char *opt, const char *s, int *level)
 {
     long v = 3;
     if (strncmp(s, "zstd", 4) != 0 || (s[4] != '\0' && s[4] != ':'))
-        return fc_opt_bad(cmd, opt, s, "expected zstd or zstd:<level>");
+        return fc_opt_bad(opt, s, "expected zstd or zstd:<level>");
     if (s[4] == ':') {
         char *end = NULL;
         errno = 0;
         v = strtol(s + 5, &end, 10);
         if (s[5] == '\0' || *end != '\0' || errno != 0 || v < 1 || v > 22)
-            return fc_opt_bad(cmd, opt, s, "zstd level must be between 1 and 22");
+            return fc_opt_bad(opt, s, "zstd level must be between 1 and 22");
     }
     *level = (int)v;
     return 0;
 }
 
-int fc_opt_engine(const char *cmd, const char *opt, const char *s, int *engine)
+int fc_opt_engine(const char *opt, const char *s, int *engine)
 {
     if (strcmp(s, "auto") == 0)
         *engine = 0;
@@ -461,20 +489,19 @@ int fc_opt_engine(const char *cmd, const char *opt, const char *s, int *engine)
     else if (strcmp(s, "cuda") == 0)
         *engine = 2;
     else
-        return fc_opt_bad(cmd, opt, s, "expected cpu, cuda or auto");
+        return fc_opt_bad(opt, s, "expected cpu, cuda or auto");
     return 0;
 }
 
-int fc_opt_output(const char *cmd, const char *s, const char **out)
+int fc_opt_output(const char *s, const char **out)
 {
     if (s[0] == '\0')
-        return fc_opt_bad(cmd, "-o", s, "an empty name names no file");
+        return fc_opt_bad("-o", s, "an empty name names no file");
     *out = s;
     return 0;
 }
 
-int fc_opt_choice(const char *cmd, const char *opt, const char *s, const char *const *names, int n,
-                  int *out)
+int fc_opt_choice(const char *opt, const char *s, const char *const *names, int n, int *out)
 {
     char why[160];
     size_t len = 0;
@@ -491,5 +518,5 @@ int fc_opt_choice(const char *cmd, const char *opt, const char *s, const char *c
                                 : i == n - 1 ? " or "
                                              : ", ",
                                 names[i]);
-    return fc_opt_bad(cmd, opt, s, why);
+    return fc_opt_bad(opt, s, why);
 }

@@ -3,8 +3,10 @@
  * parse-options), and checked parsers for option values.
  *
  * A command describes itself once, in a struct fc_cmd_spec: its operands and
- * a few tables of struct fc_opt (its own, then shared ones such as the job
- * options of full-to-dcp and reshard).  From that one description come:
+ * its own table of struct fc_opt.  The shared tables its command-table row
+ * asks for (enum fc_cmd_flags) join it in a fixed order: the job's target
+ * options, the command's own, the transform rules, the job's run options,
+ * --no-verify.  From that one description come:
  *   - the getopt_long table (fc_opt_parse builds it),
  *   - the usage text (fc_opt_usage: synopsis and option list),
  *   - the man-page check (tests/setup/check_man.sh compares each page with
@@ -13,9 +15,9 @@
  * itself, in command-line order, into one growable list.  -q/--quiet,
  * -v/--verbose and -h/--help belong to every command.
  *
- * Messages: a usage error is one line "fsdpconv: <cmd>: <what>" followed by
- * "see 'fsdpconv help <cmd>'"; the value parsers below print that themselves
- * and return -1.
+ * Errors follow cli.h's one convention: the parser, the callbacks and the
+ * value parsers return FC_OK or a negative code with the message set
+ * (fc_cli_usage() for a bad command line) and print nothing.
  */
 #ifndef FC_OPT_H
 #define FC_OPT_H
@@ -40,8 +42,8 @@ struct fc_opt {
     const char *value; /* placeholder such as "<dir>", or NULL when the option takes no value */
     unsigned flags;    /* enum fc_opt_flags */
     const char *rule;  /* FC_OPT_RULE: the op name recorded with the value */
-    /* FC_OPT_RULE: validate the value before it is recorded (prints, returns -1), or NULL. */
-    int (*check)(const char *cmd, const char *opt, const char *value);
+    /* FC_OPT_RULE: validate the value before it is recorded (FC_OK or an error), or NULL. */
+    int (*check)(const char *opt, const char *value);
     const char *help; /* usage text; '\n' continues on the next line, aligned */
 };
 
@@ -50,14 +52,12 @@ struct fc_operand {
     const char *help;
 };
 
-#define FC_OPT_MAX_TABLES 5
-
 struct fc_cmd_spec {
     const char *name;
-    const struct fc_operand *operands;              /* NULL-named entry ends the list */
-    int min_operands, max_operands;                 /* max -1: unlimited */
-    const struct fc_opt *tables[FC_OPT_MAX_TABLES]; /* NULL ends; shown in this order */
-    const char *epilog;                             /* printed after the option list, or NULL */
+    const struct fc_operand *operands; /* NULL-named entry ends the list */
+    int min_operands, max_operands;    /* max -1: unlimited */
+    const struct fc_opt *opts;         /* the command's own options, or NULL */
+    const char *epilog;                /* printed after the option list, or NULL */
 };
 
 /* What fc_opt_parse() collected besides the callback's options.  Owned by the caller. */
@@ -70,16 +70,21 @@ struct fc_cmdline {
 
 /*
  * Called once per option that is not a rule and not common (-q -v -h), in
- * command-line order, with value NULL for flags.  Returns 0, or -1 after
- * printing a usage error (fc_cli_usage_error or an fc_opt_* parser).
+ * command-line order, with value NULL for flags.  Returns FC_OK, or a
+ * negative code with the message set (fc_cli_usage() or an fc_opt_* parser).
  */
 typedef int (*fc_opt_fn)(void *ctx, int id, const char *value);
 
+/* fc_opt_parse() after --help: the usage is printed, the command is done (exit 0). */
+#define FC_OPT_HELP 1
+
 /*
- * fc_opt_parse() - parse argv (argv[0] is the command name) against spec.
- * Returns -1 when the command should go on (out filled; release it with
- * fc_cmdline_release), or an exit status to return at once: 0 after --help,
- * 2 after a usage error (already printed), 1 when out of memory.
+ * fc_opt_parse() - parse argv (argv[0] is the command name) against spec and
+ * the shared tables of the running command's row (fc_cli_cmd).  Returns
+ * FC_OK when the command should go on (out filled; release it with
+ * fc_cmdline_release), FC_OPT_HELP after --help, or a negative code
+ * (FC_CLI_EUSAGE, FC_ENOMEM or a callback's) with the message set; out is
+ * empty then.  Either way the caller returns fc_cli_report(rc).
  */
 int fc_opt_parse(const struct fc_cmd_spec *spec, int argc, char **argv, fc_opt_fn fn, void *ctx,
                  struct fc_cmdline *out);
@@ -88,25 +93,34 @@ void fc_cmdline_release(struct fc_cmdline *c);
 /* The usage text of spec: synopsis, operands, options, epilog. */
 void fc_opt_usage(const struct fc_cmd_spec *spec, FILE *f);
 
-/* ---- checked parsers for option values ---- */
+/* An id that the callback does not handle: the table and the callback disagree (a bug). */
+int fc_opt_unknown(int id);
+
+/*
+ * ---- checked parsers for option values ----
+ * Each returns FC_OK, or FC_CLI_EUSAGE with the message "invalid value for
+ * <opt>: '<s>' (<why>)".
+ */
 
 /* Integer in [min, max]. */
-int fc_opt_int(const char *cmd, const char *opt, const char *s, long min, long max, long *out);
+int fc_opt_int(const char *opt, const char *s, long min, long max, long *out);
 /* Size >= min with optional suffix: 512, 64K, 2M, 1G, 2GiB, 1.5GB (powers of 1024). */
-int fc_opt_size(const char *cmd, const char *opt, const char *s, uint64_t min, uint64_t *out);
+int fc_opt_size(const char *opt, const char *s, uint64_t min, uint64_t *out);
+/* --max-memory, which every command that moves tensor data takes (default FC_MAX_MEMORY_DEFAULT).
+ */
+#define FC_OPT_MAX_MEMORY_HELP "cap on data buffers (default 1GiB)"
+int fc_opt_max_memory(const char *s, uint64_t *out);
 /* FC_OPT_RULE check of --dtype: a floating dtype name (float32/fp32/bf16/...). */
-int fc_opt_check_float_dtype(const char *cmd, const char *opt, const char *s);
+int fc_opt_check_float_dtype(const char *opt, const char *s);
 /* "[replicate=R,]shard=S[,tp=T]" (any order; each >= 1; R and T default to 1). */
-int fc_opt_mesh(const char *cmd, const char *opt, const char *s, int *replicate, int *shard,
-                int *tp);
+int fc_opt_mesh(const char *opt, const char *s, int *replicate, int *shard, int *tp);
 /* "zstd" or "zstd:<level>" (1..22; default 3) -> *level. */
-int fc_opt_compress(const char *cmd, const char *opt, const char *s, int *level);
+int fc_opt_compress(const char *opt, const char *s, int *level);
 /* "cpu", "cuda" or "auto" -> 1, 2, 0 (enum fc_engine). */
-int fc_opt_engine(const char *cmd, const char *opt, const char *s, int *engine);
-/* One of names[0..n) -> its index. */
+int fc_opt_engine(const char *opt, const char *s, int *engine);
 /* -o PATH: any name but the empty one, which names no file (a usage error before any work). */
-int fc_opt_output(const char *cmd, const char *s, const char **out);
-int fc_opt_choice(const char *cmd, const char *opt, const char *s, const char *const *names, int n,
-                  int *out);
+int fc_opt_output(const char *s, const char **out);
+/* One of names[0..n) -> its index. */
+int fc_opt_choice(const char *opt, const char *s, const char *const *names, int n, int *out);
 
 #endif

@@ -42,6 +42,12 @@ struct fc_inspect_opts {
     int verify; /* DCP, sharded safetensors: read every chunk, check it against its header */
 };
 
+/* The defaults of inspect: every key, no checksums, no full read. */
+#define FC_INSPECT_OPTS_INIT                                                                       \
+    {                                                                                              \
+        .key_regex = NULL, .checksum = 0, .verify = 0                                              \
+    }
+
 struct fc_dcp_meta;
 struct fc_comm;
 
@@ -141,6 +147,21 @@ struct fc_full_to_dcp_opts {
     void *progress_ctx;
 };
 
+/* --max-memory when not given: 1 GiB of data buffers, for every command that moves tensor data. */
+#define FC_MAX_MEMORY_DEFAULT ((uint64_t)1 << 30)
+
+/* The defaults of full-to-dcp: plain items, the engine chosen at run time. */
+#define FC_FULL_TO_DCP_OPTS_INIT                                                                   \
+    {                                                                                              \
+        .max_memory = FC_MAX_MEMORY_DEFAULT, .compress = 0, .engine = 0                            \
+    }
+
+/* The defaults of reshard: the input's compression kept, only checkpoints as input. */
+#define FC_RESHARD_OPTS_INIT                                                                       \
+    {                                                                                              \
+        .max_memory = FC_MAX_MEMORY_DEFAULT, .compress = -1, .require_dcp = 1, .engine = 0         \
+    }
+
 struct fc_full_to_dcp_result {
     char *plan_text; /* --dry-run: the plan (fc_plan_describe format) */
     char **notes;    /* informational lines (e.g. "conv2d weight already 2-D") */
@@ -232,6 +253,12 @@ struct fc_dcp_to_full_opts {
     void *progress_ctx;
 };
 
+/* The defaults of dcp-to-full: the format from the output name, one file. */
+#define FC_DCP_TO_FULL_OPTS_INIT                                                                   \
+    {                                                                                              \
+        .format = FC_EXPORT_AUTO, .max_shard_size = 0, .max_memory = FC_MAX_MEMORY_DEFAULT         \
+    }
+
 struct fc_dcp_to_full_result {
     const char *format; /* "safetensors" or "torch.save" (static) */
     size_t ntensors;
@@ -285,6 +312,12 @@ struct fc_diff_opts {
     const char *key_regex; /* only keys matching it */
     uint64_t max_memory;
 };
+
+/* The defaults of diff: every key. */
+#define FC_DIFF_OPTS_INIT                                                                          \
+    {                                                                                              \
+        .key_regex = NULL, .max_memory = FC_MAX_MEMORY_DEFAULT                                     \
+    }
 
 struct fc_diff_result {
     const char *format_a, *format_b;
