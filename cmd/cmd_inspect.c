@@ -284,7 +284,8 @@ static int print_table_dcp(const char *path, const struct fc_inspect_result *r,
     else if (r->coverage_problems == 0)
         printf("\ncoverage: ok (every element stored exactly once)\n");
     else
-        printf("\ncoverage: %zu problems\n%s", r->coverage_problems, r->coverage_report);
+        printf("\ncoverage: %zu problem%s\n%s", r->coverage_problems,
+               r->coverage_problems == 1 ? "" : "s", r->coverage_report);
 done:
     fc_buf_release(&ob);
     return rc;
@@ -465,9 +466,9 @@ int cmd_inspect(int argc, char **argv)
                     : print_table(c.o.path, &r, &rows, c.o.checksum);
     if (rc == FC_OK && r.coverage_problems > 0)
         rc = fc_error_set(FC_ECORRUPT,
-                          "%s: %zu coverage problems (gaps, overlaps or missing "
+                          "%s: %zu coverage problem%s (gaps, overlaps or missing "
                           "bytes)",
-                          c.o.path, r.coverage_problems);
+                          c.o.path, r.coverage_problems, r.coverage_problems == 1 ? "" : "s");
     inspect_rows_release(&rows);
     fc_inspect_result_release(&r);
     if (rc == FC_OK)
