@@ -10,6 +10,10 @@
 # Define V=1 for full command lines.
 # Define PREFIX, DESTDIR, BINDIR, MANDIR for `make install`.
 # Define VENV=/path for the Python venv used by fixtures and interop tests.
+# Define WHEEL=1 for the self-contained CPU binary of the Python wheel (build/wheel/, see
+#   pyproject.toml): compiled and linked by zig cc against glibc $(WHEEL_GLIBC) symbol
+#   versions, with zstd, libdeflate, jansson, PCRE2 and libcrypto linked statically.
+#   WHEEL_PYTHON is the Python that has the ziglang package (WHEEL_CC overrides the compiler).
 # Put local settings in config.mak (not committed).
 #
 # Dependency rules between layers (checked by `make check-deps`):
@@ -38,9 +42,18 @@ MANDIR ?= $(PREFIX)/share/man
 VENV ?= $(HOME)/.cache/fsdpconv/venv
 PYTHON := $(VENV)/bin/python
 
+WHEEL ?= 0
+WHEEL_GLIBC ?= 2.17
+WHEEL_PYTHON ?= python3
+
 ifeq ($(NCCL),1)
 ifneq ($(CUDA),1)
 $(error NCCL=1 requires CUDA=1)
+endif
+endif
+ifeq ($(WHEEL),1)
+ifneq ($(filter 1,$(CUDA) $(NCCL) $(DEBUG) $(GC_SECTIONS))$(SANITIZE),)
+$(error WHEEL=1 is the plain CPU build: no CUDA, NCCL, SANITIZE, DEBUG or GC_SECTIONS)
 endif
 endif
 
@@ -61,6 +74,9 @@ endif
 ifeq ($(GC_SECTIONS),1)
 CFG := $(CFG)-gc
 endif
+ifeq ($(WHEEL),1)
+CFG := wheel
+endif
 B := build/$(CFG)
 
 ifeq ($(V),1)
@@ -73,6 +89,22 @@ PKGS := libzstd libdeflate jansson libcrypto libpcre2-8
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CMOCKA_CFLAGS := $(shell pkg-config --cflags cmocka 2>/dev/null)
+
+# The wheel's binary runs on any x86_64/aarch64 Linux with glibc >= WHEEL_GLIBC: zig cc links
+# against stubs of that glibc's symbol versions (the system's glibc would stamp its own,
+# newer ones), and the five libraries are the -dev packages' static archives, found where the
+# host compiler finds them. Their headers come after zig's libc headers, never before.
+ifeq ($(WHEEL),1)
+WHEEL_LIBNAMES := libzstd.a libdeflate.a libjansson.a libpcre2-8.a libcrypto.a
+WHEEL_ARCHIVES := $(foreach a,$(WHEEL_LIBNAMES),$(shell cc -print-file-name=$(a) 2>/dev/null))
+WHEEL_MISSING := $(filter-out $(notdir $(filter /%,$(WHEEL_ARCHIVES))),$(WHEEL_LIBNAMES))
+WHEEL_CC ?= $(WHEEL_PYTHON) -m ziglang cc -target $(shell uname -m)-linux-gnu.$(WHEEL_GLIBC)
+CC := $(WHEEL_CC)
+PKG_CFLAGS := $(patsubst -I%,-idirafter %,$(PKG_CFLAGS)) -idirafter /usr/local/include \
+              -idirafter /usr/include -idirafter /usr/include/$(shell cc -print-multiarch 2>/dev/null)
+PKG_LIBS := $(filter /%,$(WHEEL_ARCHIVES))
+LDFLAGS += -s
+endif
 CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null)
 
 WARN := -Wall -Wextra -Wcast-qual -Wcast-align -Wshadow -Wstrict-aliasing=1 \
@@ -130,7 +162,7 @@ FUZZ_BIN := $(patsubst tests/fuzz/%.c,$(B)/fuzz/%,$(FUZZ_SRC))
 GPU_SRC := $(sort $(wildcard tests/gpu/test_*.c))
 GPU_BIN := $(patsubst tests/gpu/%.c,$(B)/gpu/%,$(GPU_SRC))
 
-.PHONY: all fsdpconv check-unused unused-list deps venv demo test test-unit test-cli test-hostile test-interop test-gpu bench-gpu fuzz fuzz-long fuzz-regress \
+.PHONY: all fsdpconv wheel-bin wheel test-wheel check-unused unused-list deps venv demo test test-unit test-cli test-hostile test-interop test-gpu bench-gpu fuzz fuzz-long fuzz-regress \
         asan ubsan valgrind check check-deps check-banned man-lint format format-check \
         install clean bench fixtures config-summary
 .DEFAULT_GOAL := all
@@ -138,13 +170,21 @@ GPU_BIN := $(patsubst tests/gpu/%.c,$(B)/gpu/%,$(GPU_SRC))
 all: config-summary fsdpconv
 
 config-summary:
+ifeq ($(WHEEL),1)
+	@test -z "$(strip $(WHEEL_MISSING))" || { echo "fsdpconv: the source build needs the static libraries $(strip $(WHEEL_MISSING)) (Debian: libzstd-dev libdeflate-dev libjansson-dev libpcre2-dev libssl-dev); without them, pip install the prebuilt fsdpconv wheel instead" >&2; exit 1; }
+	@$(CC) -E -x c /dev/null >/dev/null 2>&1 || { echo "fsdpconv: the wheel build needs zig cc: pip install ziglang into $(WHEEL_PYTHON)'s environment (pip wheel . does)" >&2; exit 1; }
+else
 	@printf 'fsdpconv build %s: CPU ✓  CUDA %s  NCCL %s  sanitizers %s\n' "$(B)" \
 	  "$(if $(filter 1,$(CUDA)),✓,✗)" "$(if $(filter 1,$(NCCL)),✓,✗)" \
 	  "$(if $(SANITIZE),$(SANITIZE),✗)"
 	@pkg-config --exists $(PKGS) || { echo "missing libraries: install libzstd-dev libdeflate-dev libjansson-dev libssl-dev libpcre2-dev pkg-config (or run: make deps)" >&2; exit 1; }
+endif
 ifeq ($(CUDA),1)
 	@test -x "$(NVCC)" || { echo "CUDA=1 but $(NVCC) is missing; set CUDA_HOME or NVCC" >&2; exit 1; }
 endif
+
+# The wheel's binary (WHEEL=1, build/wheel/fsdpconv); pyproject.toml's build step runs this.
+wheel-bin: config-summary $(BIN)
 
 # Phony, so the link always follows the configuration just built (`make` after
 # `make CUDA=1` points it back at build/cpu): the link is older than neither binary.
