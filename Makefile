@@ -256,7 +256,8 @@ demo: deps
 test: deps venv
 	@$(MAKE) --no-print-directory all test-build
 	@$(MAKE) --no-print-directory check-deps check-banned man-lint
-	@sh tests/run_parts.sh test "$(MAKE)" test-unit fuzz-regress test-cli test-hostile test-interop
+	@sh tests/run_parts.sh test "$(MAKE)" test-unit fuzz-regress test-cli test-hostile test-interop \
+	  test-wheel
 
 .PHONY: test-build
 test-build: $(BIN) $(UNIT_BIN) $(FUZZ_BIN)
@@ -273,6 +274,16 @@ test-hostile: $(BIN)
 
 test-interop: $(BIN)
 	@sh tests/interop/run.sh "$(CURDIR)/$(BIN)" "$(PYTHON)"
+
+# The wheel: built, installed into a fresh venv and run where only glibc is left (tests/wheel/).
+test-wheel: $(BIN)
+	@sh tests/wheel/run.sh "$(PYTHON)" "$(BIN)"
+
+# The wheel with the build venv's pip: build/wheel/dist/fsdpconv-<version>-py3-none-*.whl.
+wheel:
+	@sh tests/setup/wheel_venv.sh
+	@$(HOME)/.cache/fsdpconv/wheel-venv/bin/pip wheel --no-build-isolation --no-deps \
+	  --disable-pip-version-check -w build/wheel/dist .
 
 test-gpu: $(GPU_BIN)
 ifneq ($(CUDA),1)
