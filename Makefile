@@ -10,6 +10,7 @@
 # Define V=1 for full command lines.
 # Define PREFIX, DESTDIR, BINDIR, MANDIR for `make install`.
 # Define VENV=/path for the Python venv used by fixtures and interop tests.
+# Define WHEEL_VENV=/path for the venv that builds and checks the wheel (make wheel, test-wheel).
 # Define WHEEL=1 for the self-contained CPU binary of the Python wheel (build/wheel/, see
 #   pyproject.toml): compiled and linked by zig cc against glibc $(WHEEL_GLIBC) symbol
 #   versions, with zstd, libdeflate, jansson, PCRE2 and libcrypto linked statically.
@@ -40,6 +41,7 @@ PREFIX ?= /usr/local
 BINDIR ?= $(PREFIX)/bin
 MANDIR ?= $(PREFIX)/share/man
 VENV ?= $(HOME)/.cache/fsdpconv/venv
+WHEEL_VENV ?= $(HOME)/.cache/fsdpconv/wheel-venv
 PYTHON := $(VENV)/bin/python
 
 WHEEL ?= 0
@@ -97,7 +99,6 @@ CMOCKA_CFLAGS := $(shell pkg-config --cflags cmocka 2>/dev/null)
 ifeq ($(WHEEL),1)
 WHEEL_LIBNAMES := libzstd.a libdeflate.a libjansson.a libpcre2-8.a libcrypto.a
 WHEEL_ARCHIVES := $(foreach a,$(WHEEL_LIBNAMES),$(shell cc -print-file-name=$(a) 2>/dev/null))
-WHEEL_MISSING := $(filter-out $(notdir $(filter /%,$(WHEEL_ARCHIVES))),$(WHEEL_LIBNAMES))
 WHEEL_CC ?= $(WHEEL_PYTHON) -m ziglang cc -target $(shell uname -m)-linux-gnu.$(WHEEL_GLIBC)
 CC := $(WHEEL_CC)
 PKG_CFLAGS := $(patsubst -I%,-idirafter %,$(PKG_CFLAGS)) -idirafter /usr/local/include \
@@ -171,7 +172,9 @@ all: config-summary fsdpconv
 
 config-summary:
 ifeq ($(WHEEL),1)
-	@test -z "$(strip $(WHEEL_MISSING))" || { echo "fsdpconv: the source build needs the static libraries $(strip $(WHEEL_MISSING)) (Debian: libzstd-dev libdeflate-dev libjansson-dev libpcre2-dev libssl-dev); without them, pip install the prebuilt fsdpconv wheel instead" >&2; exit 1; }
+	@missing=""; for a in $(WHEEL_LIBNAMES); do p=$$(cc -print-file-name=$$a 2>/dev/null); \
+	  [ -f "$$p" ] && [ -s "$$p" ] || missing="$$missing $$a"; done; \
+	  test -z "$$missing" || { echo "fsdpconv: the source build needs the static libraries$$missing (Debian: libzstd-dev libdeflate-dev libjansson-dev libpcre2-dev libssl-dev); without them, pip install the prebuilt fsdpconv wheel instead" >&2; exit 1; }
 	@$(CC) -E -x c /dev/null >/dev/null 2>&1 || { echo "fsdpconv: the wheel build needs zig cc: pip install ziglang into $(WHEEL_PYTHON)'s environment (pip wheel . does)" >&2; exit 1; }
 else
 	@printf 'fsdpconv build %s: CPU ✓  CUDA %s  NCCL %s  sanitizers %s\n' "$(B)" \
@@ -277,12 +280,12 @@ test-interop: $(BIN)
 
 # The wheel: built, installed into a fresh venv and run where only glibc is left (tests/wheel/).
 test-wheel: $(BIN)
-	@sh tests/wheel/run.sh "$(PYTHON)" "$(BIN)"
+	@sh tests/wheel/run.sh "$(WHEEL_VENV)" "$(PYTHON)" "$(BIN)"
 
 # The wheel with the build venv's pip: build/wheel/dist/fsdpconv-<version>-py3-none-*.whl.
 wheel:
-	@sh tests/setup/wheel_venv.sh
-	@$(HOME)/.cache/fsdpconv/wheel-venv/bin/pip wheel --no-build-isolation --no-deps \
+	@sh tests/setup/wheel_venv.sh "$(WHEEL_VENV)"
+	@$(WHEEL_VENV)/bin/pip wheel --no-build-isolation --no-deps \
 	  --disable-pip-version-check -w build/wheel/dist .
 
 test-gpu: $(GPU_BIN)

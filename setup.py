@@ -24,18 +24,21 @@ WHEEL_HINT = "or pip install the prebuilt fsdpconv wheel, which needs no compile
 
 
 def build_binary():
-    # One line naming what is missing, never a page of compiler or linker errors.
+    # One line naming what is missing, never a page of compiler or linker errors: the checks
+    # (config-summary) run alone before anything compiles.
     for tool in ("make", "cc"):
         if shutil.which(tool) is None:
-            sys.exit("fsdpconv: building from source needs %s (and the static libraries "
-                     "of libzstd-dev libdeflate-dev libjansson-dev libpcre2-dev libssl-dev); %s"
+            sys.exit("fsdpconv: building from source needs %s and the static libraries of "
+                     "libzstd-dev libdeflate-dev libjansson-dev libpcre2-dev libssl-dev; %s"
                      % (tool, WHEEL_HINT))
-    jobs = os.cpu_count() or 1
-    r = subprocess.run(["make", "--no-print-directory", "-j%d" % jobs, "WHEEL=1",
-                        "WHEEL_PYTHON=" + sys.executable, "wheel-bin"])
+    make = ["make", "--no-print-directory", "WHEEL=1", "WHEEL_PYTHON=" + sys.executable]
+    r = subprocess.run(make + ["config-summary"], stderr=subprocess.PIPE, text=True)
     if r.returncode != 0:
-        sys.exit("fsdpconv: make WHEEL=1 wheel-bin failed (exit %d); %s"
-                 % (r.returncode, WHEEL_HINT))
+        lines = r.stderr.strip().splitlines() or ["make WHEEL=1 config-summary failed"]
+        sys.exit(lines[0])
+    r = subprocess.run(make + ["-j%d" % (os.cpu_count() or 1), "wheel-bin"])
+    if r.returncode != 0:
+        sys.exit("fsdpconv: make WHEEL=1 wheel-bin failed (exit %d)" % r.returncode)
 
 
 def manylinux_tag(path):

@@ -1,71 +1,103 @@
 #!/bin/sh
-# Runs inside `unshare --mount` (tests/wheel/run.sh): installs the wheel into a fresh venv and
-# converts the demo model with it while the system's libraries are out of reach, in two steps:
-#  1. zstd, libdeflate, jansson, PCRE2 and libcrypto hidden: /dev/null is bind-mounted over
-#     every .so and .a of theirs in the library dirs and /usr/include is an empty tmpfs; pip
-#     installs the wheel; fsdpconv --version, python -m fsdpconv and the man pages are checked;
-#  2. glibc only: the conversion runs chrooted (unshare --root) in a minimal root that holds
-#     the loader, the glibc libraries the wheel's binary names (readelf -d), the venv, the
-#     input and the output dir, and nothing else.
-# In each step the system's dynamically linked build must fail to start, or nothing was hidden.
-# usage: isolated.sh WHEEL VENV SYSTEM_FSDPCONV OUT_DIR VERSION   (from the repository root)
+# Runs inside `unshare --mount` (tests/wheel/run.sh), in three steps that each take more away:
+#  1. no -dev packages: /dev/null is bind-mounted over the static archives and headers of
+#     zstd, libdeflate, jansson, PCRE2 and libcrypto; a source build (pip wheel . in a fresh
+#     copy of the sources) must stop with the one line that names the missing archives;
+#  2. none of the five libraries: /dev/null over their shared libraries too; the system's
+#     dynamically linked build no longer starts, pip installs the wheel into a fresh venv, and
+#     fsdpconv --version, python -m fsdpconv --version and the man pages are checked;
+#  3. glibc only: the demo conversion runs chrooted (unshare --root) in a minimal root that
+#     holds the loader, the glibc libraries the wheel's binary names (readelf -d), the venv,
+#     the input and the output dir, and nothing else; the system's build fails to start there.
+# Every mount and copy is done before step 2: mount, cp, sed and grep need libpcre2-8.
+# usage: isolated.sh WHEEL VENV SYSTEM_FSDPCONV OUT_DIR VERSION BUILD_VENV   (from the repo root)
 set -eu
-whl=$1 venv=$2 sysbin=$3 out=$4 version=$5
+whl=$1 venv=$2 sysbin=$3 out=$4 version=$5 bv=$6
 root="$out/root"
-fixture=fixtures/full/tiny_vitlm.pt
 
 fail() {
     echo "wheel: $*" >&2
     exit 1
 }
 
-# The minimal root, built while `mount` still starts (it needs libpcre2-8 through libselinux).
-# Empty dirs bind-mounted now show the venv once pip has filled it, and the DCP written there.
+# The minimal root. The venv and out dirs are bind-mounted: they show the wheel pip installs
+# later, and the DCP written in the root lands in $out/dcp.
 bin="$out/fsdpconv" # run.sh took it out of the wheel
 needed=$(readelf -d "$bin" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
 interp=$(readelf -l "$bin" | sed -n 's/.*Requesting program interpreter: \(.*\)\]/\1/p')
 libdir=$(dirname "$(readlink -f "$(cc -print-file-name=libc.so.6)")")
-mkdir -p "$root$libdir" "$root$(dirname "$interp")" "$root$venv" "$root/fixtures" "$root/out" "$root/bin"
+mkdir -p "$root$libdir" "$root$(dirname "$interp")" "$root$venv" "$root/fixtures" "$root/out" \
+    "$root/bin"
 for lib in $needed; do
     cp -L "$libdir/$lib" "$root$libdir/" || fail "the wheel's binary needs $lib, not in $libdir"
 done
 cp -L "$interp" "$root$interp"
 cp "$sysbin" "$root/bin/fsdpconv-system"
-cp "$fixture" "$root/fixtures/"
+cp fixtures/full/tiny_vitlm.pt "$root/fixtures/"
 mount --bind "$venv" "$root$venv"
 mount --bind "$out" "$root/out"
+# A fresh checkout for the source build.
+mkdir "$out/src"
+cp -r Makefile VERSION pyproject.toml setup.py MANIFEST.in README.md python lib convert kernels \
+    cmd man "$out/src/"
 
-# Step 1. pcre2's shared library goes last: `mount` cannot start after it is hidden.
-mount -t tmpfs tmpfs /usr/include
+# The five libraries' files: -dev ones (archives, headers, the unversioned .so links' targets
+# are the runtime files) to $out/dev, shared libraries to $out/shared, pcre2's last.
 ma=$(cc -print-multiarch)
 for d in /lib /usr/lib /usr/local/lib "/lib/$ma" "/usr/lib/$ma" "/usr/local/lib/$ma"; do
     for f in "$d"/libzstd.* "$d"/libdeflate.* "$d"/libjansson.* "$d"/libcrypto.* "$d"/libpcre2-8.*; do
         [ -f "$f" ] && readlink -f "$f"
     done
-done | sort -u | awk '/libpcre2-8\.so/ { last = last $0 "\n"; next } { print } END { printf "%s", last }' >"$out/hidden"
-[ -s "$out/hidden" ] || fail "found none of the five libraries to hide"
+done | sort -u >"$out/libs"
+for d in /usr/include /usr/local/include "/usr/include/$ma"; do
+    for f in "$d"/zstd.h "$d"/zstd_errors.h "$d"/zdict.h "$d"/libdeflate.h "$d"/jansson.h \
+        "$d"/jansson_config.h "$d"/pcre2.h "$d"/openssl/*.h; do
+        [ -f "$f" ] && readlink -f "$f"
+    done
+done | sort -u >"$out/dev"
+awk '/\.a$/' "$out/libs" >>"$out/dev"
+awk '/\.so/ && !/libpcre2-8/' "$out/libs" >"$out/shared"
+awk '/\.so/ && /libpcre2-8/' "$out/libs" >>"$out/shared"
+[ -s "$out/shared" ] && [ -s "$out/dev" ] || fail "found none of the five libraries to hide"
+
+# Step 1.
 while read -r f; do
     mount --bind /dev/null "$f"
-done <"$out/hidden"
+done <"$out/dev"
+if (cd "$out/src" && "$bv/bin/pip" wheel --no-build-isolation --no-deps \
+    --disable-pip-version-check -q -w "$out/nodev" . >"$out/nodev.log" 2>&1); then
+    fail "pip wheel . built without the static libraries"
+fi
+# A compiler or linker message, or more than 30 lines, is the page of errors it must not be.
+want="fsdpconv: the source build needs the static libraries libzstd.a libdeflate.a libjansson.a libpcre2-8.a libcrypto.a "
+said=$(awk -v want="$want" 'index($0, want) { line = $0; sub(/^ */, "", line) }
+    /undefined reference|\.[ch]:[0-9]+:[0-9]+: |ld(\.lld)?: error/ { bad = 1 }
+    END { if (line == "" || bad || NR > 30) exit 1; print substr(line, 1, 72) }' "$out/nodev.log") ||
+    fail "pip wheel . without the static libraries: no one line '$want...', or compiler output (see $out/nodev.log)"
+echo "wheel: without the -dev packages a source build stops with: $said..."
+
+# Step 2.
+while read -r f; do
+    mount --bind /dev/null "$f"
+done <"$out/shared"
 if "$sysbin" --version >/dev/null 2>&1; then
     fail "the system's dynamically linked fsdpconv still starts without the five libraries"
 fi
-
 "$venv/bin/pip" install --no-index --no-deps --disable-pip-version-check -q "$whl"
 got=$("$venv/bin/fsdpconv" --version)
 [ "$got" = "fsdpconv $version" ] || fail "fsdpconv --version says '$got', want 'fsdpconv $version'"
 got=$("$venv/bin/python" -m fsdpconv --version)
 [ "$got" = "fsdpconv $version" ] || fail "python -m fsdpconv --version says '$got'"
 for page in man/*.1; do
-    [ -f "$venv/share/man/man1/$(basename "$page")" ] || fail "$page is not in $venv/share/man/man1"
+    [ -f "$venv/share/man/man1/${page#man/}" ] || fail "$page is not in $venv/share/man/man1"
 done
-echo "wheel: pip installed it in a fresh venv with $(wc -l <"$out/hidden") library files hidden: $got (python -m fsdpconv too; man pages)"
+echo "wheel: pip installed it in a fresh venv without the five libraries: $got (python -m fsdpconv too; man pages)"
 
-# Step 2.
+# Step 3.
 if unshare --root="$root" /bin/fsdpconv-system --version >/dev/null 2>&1; then
     fail "the system's dynamically linked fsdpconv starts in the glibc-only root"
 fi
 unshare --root="$root" "$venv/bin/fsdpconv" full-to-dcp --world-size 4 \
     --conv2d-to-linear patch_embed.weight --tie lm_head.weight=embed_tokens.weight \
     --dtype bfloat16 -o /out/dcp /fixtures/tiny_vitlm.pt >/dev/null
-echo "wheel: converted the demo model for 4 ranks in a root holding only $interp and $(echo $needed)"
+echo "wheel: converted the demo model for 4 ranks in a root holding only" $needed

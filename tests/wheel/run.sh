@@ -7,13 +7,13 @@
 #    refuses the system-linked build, so it is not vacuous);
 #  - tests/wheel/isolated.sh, in a mount namespace: pip installs it into a fresh venv with the
 #    system's zstd/deflate/jansson/pcre2/crypto hidden, and its fsdpconv converts the demo
-#    model in a root that holds nothing but glibc;
+#    model in a root that holds nothing but glibc; a source build there stops with one line;
 #  - check_dcp.py: the torch venv's PyTorch loads that DCP bit-exactly.
-# usage: tests/wheel/run.sh TORCH_PYTHON SYSTEM_FSDPCONV   (from the repository root)
+# usage: tests/wheel/run.sh BUILD_VENV TORCH_PYTHON SYSTEM_FSDPCONV   (from the repository root)
 set -eu
-py=$1
-sysbin=$(readlink -f "$2")
-bv="${FSDPCONV_WHEEL_VENV:-$HOME/.cache/fsdpconv/wheel-venv}"
+bv=$1
+py=$2
+sysbin=$(readlink -f "$3")
 out="$(pwd)/build/wheel-test"
 version=$(cat VERSION)
 arch=$(uname -m)
@@ -67,5 +67,5 @@ echo "wheel: readelf -d: $(readelf -d "$out/fsdpconv" | sed -n 's/.*(NEEDED).*\[
 # A fresh venv with nothing installed; pip installs the wheel inside the namespace.
 python3 -m venv "$out/venv"
 unshare --mount --propagation private sh tests/wheel/isolated.sh "$whl" "$out/venv" "$sysbin" \
-    "$out" "$version" || fail "the installed wheel failed where the system's libraries are hidden"
+    "$out" "$version" "$bv" || fail "the installed wheel failed where the system's libraries are hidden"
 "$py" tests/wheel/check_dcp.py "$out/dcp" fixtures/full/tiny_vitlm.pt
