@@ -1,6 +1,6 @@
 """`make test-wheel`: PyTorch loads the DCP the installed wheel's fsdpconv wrote, bit-exactly.
 
-usage: check_dcp.py DCP_DIR FIXTURE   (the demo conversion: 4 ranks, conv2d->linear, tie, bf16)
+usage: check_dcp.py FIXTURE DCP_DIR...   (the demo conversion: 4 ranks, conv2d->linear, tie, bf16)
 
 The expected state dict is built in PyTorch from the fixture (f2d_reference.reference, the
 interop tests' reference). torch's FileSystemReader must list exactly its keys, each with its
@@ -22,11 +22,7 @@ import torch.distributed.checkpoint as dcp  # noqa: E402
 import f2d_reference as ref  # noqa: E402
 
 
-def main():
-    out, fixture = sys.argv[1], sys.argv[2]
-    expected = ref.reference(ref.load_input(fixture), conv=["patch_embed.weight"],
-                             ties=[("lm_head.weight", "embed_tokens.weight")],
-                             dtype=torch.bfloat16)
+def check(out, expected):
     stored = dcp.FileSystemReader(out).read_metadata().state_dict_metadata
     problems = []
     if set(stored) != set(expected):
@@ -46,11 +42,20 @@ def main():
         dcp.load(target, checkpoint_id=out, no_dist=True)
     problems += ["%s: %s" % (k, d) for k in sorted(expected)
                  for d in [ref.diff(target[k], expected[k])] if d]
-    if problems:
-        for p in problems:
-            print("wheel: dcp.load of %s: %s" % (out, p), file=sys.stderr)
+    for p in problems:
+        print("wheel: dcp.load of %s: %s" % (out, p), file=sys.stderr)
+    return not problems
+
+
+def main():
+    fixture, outs = sys.argv[1], sys.argv[2:]
+    expected = ref.reference(ref.load_input(fixture), conv=["patch_embed.weight"],
+                             ties=[("lm_head.weight", "embed_tokens.weight")],
+                             dtype=torch.bfloat16)
+    if not all([check(out, expected) for out in outs]):
         sys.exit(1)
-    print("wheel: torch %s dcp.load: %d tensors bit-exact" % (torch.__version__, len(expected)))
+    print("wheel: torch %s dcp.load of %d DCPs: %d tensors each, bit-exact" % (
+        torch.__version__, len(outs), len(expected)))
 
 
 if __name__ == "__main__":

@@ -6,36 +6,44 @@
 #  2. none of the five libraries: /dev/null over their shared libraries too; the system's
 #     dynamically linked build no longer starts, pip installs the wheel into a fresh venv, and
 #     fsdpconv --version, python -m fsdpconv --version and the man pages are checked;
-#  3. glibc only: the demo conversion runs chrooted (unshare --root) in a minimal root that
-#     holds the loader, the glibc libraries the wheel's binary names (readelf -d), the venv,
-#     the input and the output dir, and nothing else; the system's build fails to start there.
+#  3. glibc only: the demo conversion runs chrooted (unshare --root) in minimal roots that hold
+#     the venv, the input, the output dir and glibc, nothing else: this machine's loader and
+#     the glibc libraries the wheel's binary names (readelf -d), then Debian bullseye's glibc
+#     2.31 (OLD_GLIBC, tests/setup/old_glibc.sh), older than the glibc the wheel was built on.
+#     The system's build fails to start in either.
 # Every mount and copy is done before step 2: mount, cp, sed and grep need libpcre2-8.
-# usage: isolated.sh WHEEL VENV SYSTEM_FSDPCONV OUT_DIR VERSION BUILD_VENV   (from the repo root)
+# usage: isolated.sh WHEEL VENV SYSTEM_FSDPCONV OUT_DIR VERSION BUILD_VENV OLD_GLIBC
+# (from the repository root)
 set -eu
-whl=$1 venv=$2 sysbin=$3 out=$4 version=$5 bv=$6
-root="$out/root"
+whl=$1 venv=$2 sysbin=$3 out=$4 version=$5 bv=$6 old_glibc=$7
 
 fail() {
     echo "wheel: $*" >&2
     exit 1
 }
 
-# The minimal root. The venv and out dirs are bind-mounted: they show the wheel pip installs
-# later, and the DCP written in the root lands in $out/dcp.
+# The minimal roots. The venv and out dirs are bind-mounted: they show the wheel pip installs
+# later, and the DCP written in a root lands in $out.
 bin="$out/fsdpconv" # run.sh took it out of the wheel
 needed=$(readelf -d "$bin" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
 interp=$(readelf -l "$bin" | sed -n 's/.*Requesting program interpreter: \(.*\)\]/\1/p')
 libdir=$(dirname "$(readlink -f "$(cc -print-file-name=libc.so.6)")")
-mkdir -p "$root$libdir" "$root$(dirname "$interp")" "$root$venv" "$root/fixtures" "$root/out" \
-    "$root/bin"
+make_root() { # $1: the root, holding its glibc already
+    mkdir -p "$1$venv" "$1/fixtures" "$1/out" "$1/bin"
+    cp "$sysbin" "$1/bin/fsdpconv-system"
+    cp fixtures/full/tiny_vitlm.pt "$1/fixtures/"
+    mount --bind "$venv" "$1$venv"
+    mount --bind "$out" "$1/out"
+}
+mkdir -p "$out/root$libdir" "$out/root$(dirname "$interp")"
 for lib in $needed; do
-    cp -L "$libdir/$lib" "$root$libdir/" || fail "the wheel's binary needs $lib, not in $libdir"
+    cp -L "$libdir/$lib" "$out/root$libdir/" || fail "the wheel's binary needs $lib, not in $libdir"
 done
-cp -L "$interp" "$root$interp"
-cp "$sysbin" "$root/bin/fsdpconv-system"
-cp fixtures/full/tiny_vitlm.pt "$root/fixtures/"
-mount --bind "$venv" "$root$venv"
-mount --bind "$out" "$root/out"
+cp -L "$interp" "$out/root$interp"
+make_root "$out/root"
+old_version=$(basename "$(ls "$old_glibc"/lib/*/libc-*.so)" .so)
+cp -a "$old_glibc" "$out/root-old"
+make_root "$out/root-old"
 # A fresh checkout for the source build.
 mkdir "$out/src"
 cp -r Makefile VERSION pyproject.toml setup.py MANIFEST.in README.md python lib convert kernels \
@@ -94,10 +102,15 @@ done
 echo "wheel: pip installed it in a fresh venv without the five libraries: $got (python -m fsdpconv too; man pages)"
 
 # Step 3.
-if unshare --root="$root" /bin/fsdpconv-system --version >/dev/null 2>&1; then
-    fail "the system's dynamically linked fsdpconv starts in the glibc-only root"
-fi
-unshare --root="$root" "$venv/bin/fsdpconv" full-to-dcp --world-size 4 \
-    --conv2d-to-linear patch_embed.weight --tie lm_head.weight=embed_tokens.weight \
-    --dtype bfloat16 -o /out/dcp /fixtures/tiny_vitlm.pt >/dev/null
+convert() { # $1: root, $2: output dir name
+    if unshare --root="$1" /bin/fsdpconv-system --version >/dev/null 2>&1; then
+        fail "the system's dynamically linked fsdpconv starts in $1"
+    fi
+    unshare --root="$1" "$venv/bin/fsdpconv" full-to-dcp --world-size 4 \
+        --conv2d-to-linear patch_embed.weight --tie lm_head.weight=embed_tokens.weight \
+        --dtype bfloat16 -o "/out/$2" /fixtures/tiny_vitlm.pt >/dev/null
+}
+convert "$out/root" dcp
 echo "wheel: converted the demo model for 4 ranks in a root holding only" $needed
+convert "$out/root-old" dcp-old
+echo "wheel: and in a root holding only Debian bullseye's ${old_version#libc-}"

@@ -7,8 +7,9 @@
 #    refuses the system-linked build, so it is not vacuous);
 #  - tests/wheel/isolated.sh, in a mount namespace: pip installs it into a fresh venv with the
 #    system's zstd/deflate/jansson/pcre2/crypto hidden, and its fsdpconv converts the demo
-#    model in a root that holds nothing but glibc; a source build there stops with one line;
-#  - check_dcp.py: the torch venv's PyTorch loads that DCP bit-exactly.
+#    model in roots that hold nothing but glibc: this machine's, and Debian bullseye's 2.31
+#    (tests/setup/old_glibc.sh); a source build without the -dev packages stops in one line;
+#  - check_dcp.py: the torch venv's PyTorch loads both DCPs bit-exactly.
 # usage: tests/wheel/run.sh BUILD_VENV TORCH_PYTHON SYSTEM_FSDPCONV   (from the repository root)
 set -eu
 bv=$1
@@ -24,6 +25,7 @@ fail() {
 }
 
 sh tests/setup/wheel_venv.sh "$bv"
+old_glibc=$(sh tests/setup/old_glibc.sh) || fail "could not fetch Debian bullseye's libc6"
 rm -rf "$out"
 mkdir -p "$out/dist"
 "$bv/bin/pip" wheel --no-build-isolation --no-deps --disable-pip-version-check -q \
@@ -46,6 +48,9 @@ shown=$("$bv/bin/auditwheel" show "$whl" | tr '\n' ' ')
 reported=$(echo "$shown" | sed -n 's/.*consistent with the following platform tag: *"\([^"]*\)".*/\1/p')
 [ "$reported" = "$tag" ] || fail "auditwheel show says \"$reported\", the wheel's name says $tag: $shown"
 echo "wheel: auditwheel show: $reported"
+# The README promises RHEL 8 (glibc 2.28) and newer at least.
+minor=$(echo "$tag" | awk -F_ '$2 == 2 { print $3 }')
+[ -n "$minor" ] && [ "$minor" -le 28 ] || fail "$tag: newer than manylinux_2_28 (RHEL 8)"
 
 # glibc's own libraries (libpthread and libdl are separate ones before glibc 2.34) and the loader.
 glibc_only() { # $1: an ELF binary
@@ -67,5 +72,5 @@ echo "wheel: readelf -d: $(readelf -d "$out/fsdpconv" | sed -n 's/.*(NEEDED).*\[
 # A fresh venv with nothing installed; pip installs the wheel inside the namespace.
 python3 -m venv "$out/venv"
 unshare --mount --propagation private sh tests/wheel/isolated.sh "$whl" "$out/venv" "$sysbin" \
-    "$out" "$version" "$bv" || fail "the installed wheel failed where the system's libraries are hidden"
-"$py" tests/wheel/check_dcp.py "$out/dcp" fixtures/full/tiny_vitlm.pt
+    "$out" "$version" "$bv" "$old_glibc" || fail "the installed wheel failed where the system's libraries are hidden"
+"$py" tests/wheel/check_dcp.py fixtures/full/tiny_vitlm.pt "$out/dcp" "$out/dcp-old"
