@@ -365,4 +365,4 @@ install: fsdpconv
 	install -m 644 man/*.1 $(DESTDIR)$(MANDIR)/man1/
 
 clean:
-	rm -rf build fsdpconv
+	rm -rf build fsdpconv python/fsdpconv.egg-info

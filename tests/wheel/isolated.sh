@@ -108,7 +108,8 @@ convert() { # $1: root, $2: output dir name
     fi
     unshare --root="$1" "$venv/bin/fsdpconv" full-to-dcp --world-size 4 \
         --conv2d-to-linear patch_embed.weight --tie lm_head.weight=embed_tokens.weight \
-        --dtype bfloat16 -o "/out/$2" /fixtures/tiny_vitlm.pt >/dev/null
+        --dtype bfloat16 -o "/out/$2" /fixtures/tiny_vitlm.pt >"$out/$2.log" 2>&1 ||
+        { cat "$out/$2.log" >&2; fail "full-to-dcp in $1 failed"; }
 }
 convert "$out/root" dcp
 echo "wheel: converted the demo model for 4 ranks in a root holding only" $needed
