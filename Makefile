@@ -91,8 +91,9 @@ PKGS := libzstd libdeflate jansson libcrypto libpcre2-8
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CMOCKA_CFLAGS := $(shell pkg-config --cflags cmocka 2>/dev/null)
+CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null)
 
-# The wheel's binary runs on any x86_64/aarch64 Linux with glibc >= WHEEL_GLIBC: zig cc links
+# The wheel's binary runs on any x86_64 Linux with glibc >= WHEEL_GLIBC: zig cc links
 # against stubs of that glibc's symbol versions (the system's glibc would stamp its own,
 # newer ones), and the five libraries are the -dev packages' static archives, found where the
 # host compiler finds them. Their headers come after zig's libc headers, never before.
@@ -106,7 +107,6 @@ PKG_CFLAGS := $(patsubst -I%,-idirafter %,$(PKG_CFLAGS)) -idirafter /usr/local/i
 PKG_LIBS := $(filter /%,$(WHEEL_ARCHIVES))
 LDFLAGS += -s
 endif
-CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null)
 
 WARN := -Wall -Wextra -Wcast-qual -Wcast-align -Wshadow -Wstrict-aliasing=1 \
         -Wstrict-prototypes -Wundef -Wpointer-arith -Wformat-security -Wvla -Wformat=2 \
