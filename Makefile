@@ -10,6 +10,11 @@
 # Define V=1 for full command lines.
 # Define PREFIX, DESTDIR, BINDIR, MANDIR for `make install`.
 # Define VENV=/path for the Python venv used by fixtures and interop tests.
+# Define WHEEL_VENV=/path for the venv that builds and checks the wheel (make wheel, test-wheel).
+# Define WHEEL=1 for the self-contained CPU binary of the Python wheel (build/wheel/, see
+#   pyproject.toml): compiled and linked by zig cc against glibc $(WHEEL_GLIBC) symbol
+#   versions, with zstd, libdeflate, jansson, PCRE2 and libcrypto linked statically.
+#   WHEEL_PYTHON is the Python that has the ziglang package (WHEEL_CC overrides the compiler).
 # Put local settings in config.mak (not committed).
 #
 # Dependency rules between layers (checked by `make check-deps`):
@@ -36,11 +41,21 @@ PREFIX ?= /usr/local
 BINDIR ?= $(PREFIX)/bin
 MANDIR ?= $(PREFIX)/share/man
 VENV ?= $(HOME)/.cache/fsdpconv/venv
+WHEEL_VENV ?= $(HOME)/.cache/fsdpconv/wheel-venv
 PYTHON := $(VENV)/bin/python
+
+WHEEL ?= 0
+WHEEL_GLIBC ?= 2.17
+WHEEL_PYTHON ?= python3
 
 ifeq ($(NCCL),1)
 ifneq ($(CUDA),1)
 $(error NCCL=1 requires CUDA=1)
+endif
+endif
+ifeq ($(WHEEL),1)
+ifneq ($(filter 1,$(CUDA) $(NCCL) $(DEBUG) $(GC_SECTIONS))$(SANITIZE),)
+$(error WHEEL=1 is the plain CPU build: no CUDA, NCCL, SANITIZE, DEBUG or GC_SECTIONS)
 endif
 endif
 
@@ -61,6 +76,9 @@ endif
 ifeq ($(GC_SECTIONS),1)
 CFG := $(CFG)-gc
 endif
+ifeq ($(WHEEL),1)
+CFG := wheel
+endif
 B := build/$(CFG)
 
 ifeq ($(V),1)
@@ -74,6 +92,21 @@ PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CMOCKA_CFLAGS := $(shell pkg-config --cflags cmocka 2>/dev/null)
 CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null)
+
+# The wheel's binary runs on any x86_64 Linux with glibc >= WHEEL_GLIBC: zig cc links
+# against stubs of that glibc's symbol versions (the system's glibc would stamp its own,
+# newer ones), and the five libraries are the -dev packages' static archives, found where the
+# host compiler finds them. Their headers come after zig's libc headers, never before.
+ifeq ($(WHEEL),1)
+WHEEL_LIBNAMES := libzstd.a libdeflate.a libjansson.a libpcre2-8.a libcrypto.a
+WHEEL_ARCHIVES := $(foreach a,$(WHEEL_LIBNAMES),$(shell cc -print-file-name=$(a) 2>/dev/null))
+WHEEL_CC ?= $(WHEEL_PYTHON) -m ziglang cc -target $(shell uname -m)-linux-gnu.$(WHEEL_GLIBC)
+CC := $(WHEEL_CC)
+PKG_CFLAGS := $(patsubst -I%,-idirafter %,$(PKG_CFLAGS)) -idirafter /usr/local/include \
+              -idirafter /usr/include -idirafter /usr/include/$(shell cc -print-multiarch 2>/dev/null)
+PKG_LIBS := $(filter /%,$(WHEEL_ARCHIVES))
+LDFLAGS += -s
+endif
 
 WARN := -Wall -Wextra -Wcast-qual -Wcast-align -Wshadow -Wstrict-aliasing=1 \
         -Wstrict-prototypes -Wundef -Wpointer-arith -Wformat-security -Wvla -Wformat=2 \
@@ -130,7 +163,7 @@ FUZZ_BIN := $(patsubst tests/fuzz/%.c,$(B)/fuzz/%,$(FUZZ_SRC))
 GPU_SRC := $(sort $(wildcard tests/gpu/test_*.c))
 GPU_BIN := $(patsubst tests/gpu/%.c,$(B)/gpu/%,$(GPU_SRC))
 
-.PHONY: all fsdpconv check-unused unused-list deps venv demo test test-unit test-cli test-hostile test-interop test-gpu bench-gpu fuzz fuzz-long fuzz-regress \
+.PHONY: all fsdpconv wheel-bin wheel test-wheel check-unused unused-list deps venv demo test test-unit test-cli test-hostile test-interop test-gpu bench-gpu fuzz fuzz-long fuzz-regress \
         asan ubsan valgrind check check-deps check-banned man-lint format format-check \
         install clean bench fixtures config-summary
 .DEFAULT_GOAL := all
@@ -138,13 +171,23 @@ GPU_BIN := $(patsubst tests/gpu/%.c,$(B)/gpu/%,$(GPU_SRC))
 all: config-summary fsdpconv
 
 config-summary:
+ifeq ($(WHEEL),1)
+	@missing=""; for a in $(WHEEL_LIBNAMES); do p=$$(cc -print-file-name=$$a 2>/dev/null); \
+	  [ -f "$$p" ] && [ -s "$$p" ] || missing="$$missing $$a"; done; \
+	  test -z "$$missing" || { echo "fsdpconv: the source build needs the static libraries$$missing (Debian: libzstd-dev libdeflate-dev libjansson-dev libpcre2-dev libssl-dev); without them, pip install the prebuilt fsdpconv wheel instead" >&2; exit 1; }
+	@$(CC) -E -x c /dev/null >/dev/null 2>&1 || { echo "fsdpconv: the wheel build needs zig cc: pip install ziglang into $(WHEEL_PYTHON)'s environment (pip wheel . does)" >&2; exit 1; }
+else
 	@printf 'fsdpconv build %s: CPU ✓  CUDA %s  NCCL %s  sanitizers %s\n' "$(B)" \
 	  "$(if $(filter 1,$(CUDA)),✓,✗)" "$(if $(filter 1,$(NCCL)),✓,✗)" \
 	  "$(if $(SANITIZE),$(SANITIZE),✗)"
 	@pkg-config --exists $(PKGS) || { echo "missing libraries: install libzstd-dev libdeflate-dev libjansson-dev libssl-dev libpcre2-dev pkg-config (or run: make deps)" >&2; exit 1; }
+endif
 ifeq ($(CUDA),1)
 	@test -x "$(NVCC)" || { echo "CUDA=1 but $(NVCC) is missing; set CUDA_HOME or NVCC" >&2; exit 1; }
 endif
+
+# The wheel's binary (WHEEL=1, build/wheel/fsdpconv); pyproject.toml's build step runs this.
+wheel-bin: config-summary $(BIN)
 
 # Phony, so the link always follows the configuration just built (`make` after
 # `make CUDA=1` points it back at build/cpu): the link is older than neither binary.
@@ -216,7 +259,8 @@ demo: deps
 test: deps venv
 	@$(MAKE) --no-print-directory all test-build
 	@$(MAKE) --no-print-directory check-deps check-banned man-lint
-	@sh tests/run_parts.sh test "$(MAKE)" test-unit fuzz-regress test-cli test-hostile test-interop
+	@sh tests/run_parts.sh test "$(MAKE)" test-unit fuzz-regress test-cli test-hostile test-interop \
+	  test-wheel
 
 .PHONY: test-build
 test-build: $(BIN) $(UNIT_BIN) $(FUZZ_BIN)
@@ -233,6 +277,16 @@ test-hostile: $(BIN)
 
 test-interop: $(BIN)
 	@sh tests/interop/run.sh "$(CURDIR)/$(BIN)" "$(PYTHON)"
+
+# The wheel: built, installed into a fresh venv and run where only glibc is left (tests/wheel/).
+test-wheel: $(BIN)
+	@sh tests/wheel/run.sh "$(WHEEL_VENV)" "$(PYTHON)" "$(BIN)"
+
+# The wheel with the build venv's pip: build/wheel/dist/fsdpconv-<version>-py3-none-*.whl.
+wheel:
+	@sh tests/setup/wheel_venv.sh "$(WHEEL_VENV)"
+	@$(WHEEL_VENV)/bin/pip wheel --no-build-isolation --no-deps \
+	  --disable-pip-version-check -w build/wheel/dist .
 
 test-gpu: $(GPU_BIN)
 ifneq ($(CUDA),1)
@@ -311,4 +365,4 @@ install: fsdpconv
 	install -m 644 man/*.1 $(DESTDIR)$(MANDIR)/man1/
 
 clean:
-	rm -rf build fsdpconv
+	rm -rf build fsdpconv python/fsdpconv.egg-info
