@@ -1,6 +1,6 @@
 /*
  * cmd_reshard.c - `fsdpconv reshard`: a DCP checkpoint at one world size or
- * mesh -> another, through the same plan/executor as full-to-dcp.
+ * mesh -> another: options -> fc_reshard() (the write job of full-to-dcp).
  */
 #include <stdio.h>
 
@@ -49,9 +49,8 @@ static int reshard_option(void *ctx, int id, const char *value)
 
 int cmd_reshard(int argc, char **argv)
 {
-    struct fc_full_to_dcp_opts o = {
-        .max_memory = (uint64_t)1 << 30, .compress = -1, .require_dcp = 1};
-    struct fc_cli_job job = {.o = &o, .nproc = 1};
+    struct fc_full_to_dcp_opts o = {.max_memory = (uint64_t)1 << 30, .compress = -1};
+    struct fc_cli_job job = {.o = &o, .nproc = 1, .run = fc_reshard};
     struct fc_cmdline cl;
     const int st = fc_opt_parse(&reshard_spec, argc, argv, reshard_option, &job, &cl);
     if (st >= 0)

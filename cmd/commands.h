@@ -70,6 +70,8 @@ struct fc_cli_job {
     long nproc;                          /* --nproc, default 1 */
     const char *tp[FC_CLI_MAX_TP_RULES]; /* --tp REGEX=DIM, in command-line order */
     size_t ntp;
+    /* the conversion to run: fc_reshard, or NULL for fc_full_to_dcp */
+    int (*run)(const struct fc_full_to_dcp_opts *o, struct fc_full_to_dcp_result *res);
 };
 
 /*
@@ -81,7 +83,7 @@ int fc_cli_job_option(void *ctx, int id, const char *value);
 
 /*
  * fc_cli_run_convert() - job.c: finish the options of full-to-dcp/reshard
- * (world size or mesh, threads, progress) and run fc_full_to_dcp() as rank
+ * (world size or mesh, threads, progress) and run job->run as rank
  * 0 of a multi-process job or alone; returns the exit status.  A worker
  * process of the job returns here only when the job is over.
  */

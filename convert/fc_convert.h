@@ -131,7 +131,6 @@ struct fc_full_to_dcp_opts {
     uint64_t max_memory; /* bytes of data buffers across all threads */
     int threads;
     int compress;             /* -1: keep the input's (DCP), 0: none, 1..22: zstd level */
-    int require_dcp;          /* reshard: the input must be a DCP or safetensors checkpoint */
     const char *optim;        /* --optim FILE: a full optimizer state dict, or NULL */
     const char *optim_select; /* --optim-select KEY inside it (or inside input) */
     int layout;               /* enum fc_layout of xform.h: 0 none, 1 torchtitan, 2 app */
@@ -168,6 +167,13 @@ struct fc_full_to_dcp_result {
  */
 int fc_full_to_dcp(const struct fc_full_to_dcp_opts *opts, struct fc_full_to_dcp_result *res);
 void fc_full_to_dcp_result_release(struct fc_full_to_dcp_result *res);
+
+/*
+ * fc_reshard() - fc_full_to_dcp() for a DCP or per-rank safetensors
+ * checkpoint as input (FC_EFORMAT for any other input), written onto the
+ * mesh of opts.  Same options, result and guarantees.
+ */
+int fc_reshard(const struct fc_full_to_dcp_opts *opts, struct fc_full_to_dcp_result *res);
 
 /* ---- multi-process jobs (convert/comm.h has the protocol) ---- */
 

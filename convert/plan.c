@@ -409,6 +409,7 @@ static int fc_plan__fill_chunks(struct fc_plan *p, const struct fc_plan_tensor_i
         for (int d = t->ndim; d < FC_MAX_DIMS; d++)
             t->shape[d] = 0;
         t->placement = in[i].placement;
+        t->tag = in[i].tag;
         t->tp_dim = -1;
         memcpy(t->pl, pls + (size_t)FC_MESH_MAX_DIMS * i, sizeof(t->pl));
         for (int k = 0; k < p->mesh.ndim; k++) {
