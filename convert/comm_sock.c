@@ -1,6 +1,8 @@
 /*
  * comm_sock.c - the socket transport of comm.h (socketpairs after fork, or TCP
- * for launcher-started jobs) and the file protocol on top of it.
+ * for launcher-started jobs) and the file protocol on top of it; also
+ * fc_local_rank(), the one reading of the launcher's LOCAL_RANK, which picks
+ * both the NCCL device here and the executor's GPU.
  */
 #include "comm.h"
 

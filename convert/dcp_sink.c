@@ -243,7 +243,8 @@ int fc_dcp_sink_write_metadata(const struct fc_dcp_sink *sink, const struct fc_p
     struct fc_dcp_meta *m = NULL;
     char *mpath = NULL;
     int rc;
-    (void)sink;
+    /* Only compressed items land elsewhere than planned. */
+    assert((extents != NULL) == (sink->compress_level > 0));
     FC_TRY(fc_dcp_meta_new(&m));
     FC_TRY_GOTO(fc_dcp_build_meta(plan, xr, extents, output, m), rc, done);
     FC_TRY_GOTO(fc_dcp_meta_write(&buf, m), rc, done);
