@@ -1,7 +1,7 @@
 /*
  * cmd_reshard.c - `fsdpconv reshard`: a DCP or safetensors checkpoint at one
- * world size or mesh -> another, through the same plan/executor as
- * full-to-dcp; only its own options (--replicate, --decompress) and its
+ * world size or mesh -> another, run by fc_reshard() (the write job it shares
+ * with full-to-dcp); only its own options (--replicate, --decompress) and its
  * defaults are here, the job options and the run are job.c's.
  */
 #include <stdio.h>
@@ -53,6 +53,7 @@ int cmd_reshard(int argc, char **argv)
 {
     struct fc_full_to_dcp_opts o = FC_RESHARD_OPTS_INIT;
     struct fc_cli_job job = FC_CLI_JOB_INIT(&o);
+    job.run = fc_reshard;
     struct fc_cmdline cl;
     const int rc = fc_opt_parse(&reshard_spec, argc, argv, reshard_option, &job, &cl);
     if (rc != FC_OK)

@@ -73,6 +73,8 @@ struct fc_cli_job {
     long nproc;                          /* --nproc, default 1 */
     const char *tp[FC_CLI_MAX_TP_RULES]; /* --tp REGEX=DIM, in command-line order */
     size_t ntp;
+    /* the conversion to run: fc_reshard, or NULL for fc_full_to_dcp */
+    int (*run)(const struct fc_full_to_dcp_opts *o, struct fc_full_to_dcp_result *res);
 };
 
 /* The defaults of the job options around opts (an FC_*_OPTS_INIT of fc_convert.h). */
@@ -91,9 +93,9 @@ int fc_cli_job_option(void *ctx, int id, const char *value);
 /*
  * fc_cli_run_convert() - job.c: the top level of a conversion job after its
  * options are parsed: finish them (world size or mesh, threads, progress) and
- * run fc_full_to_dcp() as rank 0 of a multi-process job or alone; returns
- * the exit status.  A worker process of the job returns here only when the
- * job is over.
+ * run job->run (fc_full_to_dcp() when NULL) as rank 0 of a multi-process job
+ * or alone; returns the exit status.  A worker process of the job returns
+ * here only when the job is over.
  */
 int fc_cli_run_convert(struct fc_cli_job *job);
 

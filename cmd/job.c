@@ -176,7 +176,7 @@ int fc_cli_run_convert(struct fc_cli_job *job)
             return worker_exit;
     }
     o->comm = comm;
-    const int rc = fc_full_to_dcp(o, &res);
+    const int rc = (job->run != NULL ? job->run : fc_full_to_dcp)(o, &res);
     if (rc < 0) {
         if (prog.active)
             fputc('\n', stderr);

@@ -37,6 +37,13 @@ struct fc_comm {
     void *nccl; /* the NCCL data path when in use (comm_nccl.c), else NULL */
 };
 
+/*
+ * fc_local_rank() - the GPU of this process: LOCAL_RANK as torchrun sets it
+ * (a decimal in 0..1023), else `fallback` (unset, empty, or not such a
+ * number).
+ */
+int fc_local_rank(int fallback);
+
 /* Owner rank of rank-file r. */
 static inline int fc_comm_owner(const struct fc_comm *c, int file_rank)
 {

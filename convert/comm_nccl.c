@@ -18,6 +18,7 @@
 #include <nccl.h>
 
 #include "comm.h"
+#include "cuda_check.h"
 #include "fc_alloc.h"
 #include "fc_error.h"
 
@@ -31,16 +32,8 @@ struct fc_nccl {
     pthread_mutex_t lock;
 };
 
-#define FC_CUDA_CHECK(call)                                                                        \
-    do {                                                                                           \
-        const cudaError_t e_ = (call);                                                             \
-        if (e_ != cudaSuccess) {                                                                   \
-            (void)cudaGetLastError();                                                              \
-            return fc_error_set(FC_ECUDA, "%s: %s", #call, cudaGetErrorString(e_));                \
-        }                                                                                          \
-    } while (0)
-
-#define FC_NCCL_CHECK(call)                                                                        \
+/* NCCL's counterpart of cuda_check.h's FC_CUDA_TRY: the call, NCCL's reason and its last error. */
+#define FC_NCCL_TRY(call)                                                                          \
     do {                                                                                           \
         const ncclResult_t r_ = (call);                                                            \
         if (r_ != ncclSuccess)                                                                     \
@@ -59,16 +52,16 @@ static int fc_nccl_reserve(struct fc_nccl *nc, size_t n)
     if (n <= nc->cap)
         return FC_OK;
     if (nc->dbuf != NULL)
-        FC_CUDA_CHECK(cudaFree(nc->dbuf));
+        FC_CUDA_TRY(cudaFree(nc->dbuf));
     nc->dbuf = NULL;
     nc->cap = 0;
-    FC_CUDA_CHECK(cudaMalloc(&nc->dbuf, n));
+    FC_CUDA_TRY(cudaMalloc(&nc->dbuf, n));
     nc->cap = n;
     if (nc->pinned != NULL)
-        FC_CUDA_CHECK(cudaFreeHost(nc->pinned));
+        FC_CUDA_TRY(cudaFreeHost(nc->pinned));
     nc->pinned = NULL;
     nc->pinned_cap = 0;
-    FC_CUDA_CHECK(cudaMallocHost(&nc->pinned, n));
+    FC_CUDA_TRY(cudaMallocHost(&nc->pinned, n));
     nc->pinned_cap = n;
     return FC_OK;
 }
@@ -81,16 +74,16 @@ int fc_comm_nccl_init(struct fc_comm *c, int device)
         return fc_error_set(FC_ENOMEM, "out of memory");
     pthread_mutex_init(&nc->lock, NULL);
     c->nccl = nc;
-    FC_CUDA_CHECK(cudaSetDevice(device));
-    FC_CUDA_CHECK(cudaStreamCreateWithFlags(&nc->stream, cudaStreamNonBlocking));
+    FC_CUDA_TRY(cudaSetDevice(device));
+    FC_CUDA_TRY(cudaStreamCreateWithFlags(&nc->stream, cudaStreamNonBlocking));
     if (c->rank == 0) {
-        FC_NCCL_CHECK(ncclGetUniqueId(&id));
+        FC_NCCL_TRY(ncclGetUniqueId(&id));
         for (int p = 1; p < c->size; p++)
             FC_TRY(fc_comm_send_raw(c, p, &id, sizeof(id)));
     } else {
         FC_TRY(fc_comm_recv_raw(c, 0, &id, sizeof(id)));
     }
-    FC_NCCL_CHECK(ncclCommInitRank(&nc->comm, c->size, id, c->rank));
+    FC_NCCL_TRY(ncclCommInitRank(&nc->comm, c->size, id, c->rank));
     return FC_OK;
 }
 
@@ -117,9 +110,9 @@ static int fc_nccl_send_locked(struct fc_nccl *nc, int peer, const void *p, size
 {
     FC_TRY(fc_nccl_reserve(nc, n));
     memcpy(nc->pinned, p, n);
-    FC_CUDA_CHECK(cudaMemcpyAsync(nc->dbuf, nc->pinned, n, cudaMemcpyHostToDevice, nc->stream));
-    FC_NCCL_CHECK(ncclSend(nc->dbuf, n, ncclUint8, peer, nc->comm, nc->stream));
-    FC_CUDA_CHECK(cudaStreamSynchronize(nc->stream));
+    FC_CUDA_TRY(cudaMemcpyAsync(nc->dbuf, nc->pinned, n, cudaMemcpyHostToDevice, nc->stream));
+    FC_NCCL_TRY(ncclSend(nc->dbuf, n, ncclUint8, peer, nc->comm, nc->stream));
+    FC_CUDA_TRY(cudaStreamSynchronize(nc->stream));
     return FC_OK;
 }
 
@@ -138,9 +131,9 @@ int fc_comm_nccl_recv(struct fc_comm *c, size_t n, const void **out)
 {
     struct fc_nccl *nc = c->nccl;
     FC_TRY(fc_nccl_reserve(nc, n));
-    FC_NCCL_CHECK(ncclRecv(nc->dbuf, n, ncclUint8, 0, nc->comm, nc->stream));
-    FC_CUDA_CHECK(cudaMemcpyAsync(nc->pinned, nc->dbuf, n, cudaMemcpyDeviceToHost, nc->stream));
-    FC_CUDA_CHECK(cudaStreamSynchronize(nc->stream));
+    FC_NCCL_TRY(ncclRecv(nc->dbuf, n, ncclUint8, 0, nc->comm, nc->stream));
+    FC_CUDA_TRY(cudaMemcpyAsync(nc->pinned, nc->dbuf, n, cudaMemcpyDeviceToHost, nc->stream));
+    FC_CUDA_TRY(cudaStreamSynchronize(nc->stream));
     *out = nc->pinned;
     return FC_OK;
 }

@@ -1,6 +1,8 @@
 /*
  * comm_sock.c - the socket transport of comm.h (socketpairs after fork, or TCP
- * for launcher-started jobs) and the file protocol on top of it.
+ * for launcher-started jobs) and the file protocol on top of it; also
+ * fc_local_rank(), the one reading of the launcher's LOCAL_RANK, which picks
+ * both the NCCL device here and the executor's GPU.
  */
 #include "comm.h"
 
@@ -529,10 +531,13 @@ int fc_comm_start_nccl(struct fc_comm *c, int engine)
     if (c == NULL || c->size <= 1 || engine == FC_ENGINE_CPU || !fc_comm_nccl_available() ||
         fc_cuda_device_count(&ndev) < 0 || ndev <= 0)
         return FC_OK;
-    const char *lr = getenv("LOCAL_RANK");
+    return fc_comm_nccl_init(c, fc_local_rank(c->rank % ndev) % ndev);
+}
+
+int fc_local_rank(int fallback)
+{
+    const char *s = getenv("LOCAL_RANK");
     char *end = NULL;
-    long device = lr != NULL ? strtol(lr, &end, 10) : c->rank % ndev;
-    if (lr != NULL && (*end != '\0' || device < 0))
-        device = c->rank % ndev;
-    return fc_comm_nccl_init(c, (int)(device % ndev));
+    const long v = s != NULL ? strtol(s, &end, 10) : -1;
+    return s != NULL && end != s && *end == '\0' && v >= 0 && v < 1024 ? (int)v : fallback;
 }

@@ -50,12 +50,6 @@ static int fc_out_put(void *ctx, const void *p, size_t n)
     return FC_OK;
 }
 
-static int fc_ends_with(const char *s, const char *suffix)
-{
-    const size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && strcmp(s + a - b, suffix) == 0;
-}
-
 static uint64_t fc_spec_nbytes(const struct fc_xspec *s)
 {
     return fc_shape_nbytes(s->shape, s->ndim, s->dtype);

@@ -1,5 +1,9 @@
 /*
- * exec.c - the streaming executor (see exec.h).
+ * exec.c - the streaming executor (see exec.h): worker threads, the two
+ * write orders (source order across every file, or file by file), slab
+ * streaming of tensor data into the output format's sink, progress, fsync.
+ * It knows no output format: item framing, file headers and compression are
+ * the sink's (dcp_sink.c, st_sink.c).
  */
 #include "exec.h"
 
@@ -18,12 +22,9 @@
 #include "fc_error.h"
 #include "fc_io.h"
 #include "fc_sort.h"
-#include "fc_torchsave.h"
 #include "fc_zip.h"
 #include "comm.h"
 #include "stream.h"
-
-#include <zstd.h>
 
 /* Items written from one read at most (a tensor and its copies: BAGEL has 2 to 4). */
 #define FC_EXEC_GROUP_MAX 16
@@ -45,66 +46,32 @@ struct fc_exec_shared {
     uint64_t worker_budget;
 };
 
-/*
- * Where an item's bytes go: appended to the rank file at `pos`, through a zstd
- * stream when compressing.  Uncompressed, appending in file order lands every
- * byte exactly at its planned offset (checked per item).
- */
-struct fc_sink {
-    int fd;
-    const char *path;
-    uint64_t pos;
-    ZSTD_CStream *zs; /* NULL: no compression */
-    unsigned char *zbuf;
-    size_t zcap;
-    struct fc_comm *comm; /* non-NULL: the file belongs to worker `peer` */
-    int peer;
-    uint32_t file;
-};
-
-/* Bytes at the file's current end: written here, or sent to the worker that owns the file. */
-static int fc_sink_emit(struct fc_sink *k, const void *p, size_t n)
+int fc_out_write(struct fc_out *o, const void *p, size_t n)
 {
-    if (k->comm != NULL)
-        return fc_comm_write(k->comm, k->peer, k->file, k->pos, p, n);
-    return fc_pwrite_full(k->fd, p, n, k->pos, k->path);
-}
-
-static int fc_sink_put(struct fc_sink *k, const void *p, size_t n)
-{
-    if (k->zs == NULL) {
-        FC_TRY(fc_sink_emit(k, p, n));
-        k->pos += n;
-        return FC_OK;
-    }
-    ZSTD_inBuffer in = {p, n, 0};
-    while (in.pos < in.size) {
-        ZSTD_outBuffer out = {k->zbuf, k->zcap, 0};
-        const size_t r = ZSTD_compressStream2(k->zs, &out, &in, ZSTD_e_continue);
-        if (ZSTD_isError(r))
-            return fc_error_set(FC_ERROR, "%s: zstd: %s", k->path, ZSTD_getErrorName(r));
-        FC_TRY(fc_sink_emit(k, k->zbuf, out.pos));
-        k->pos += out.pos;
-    }
+    if (o->comm != NULL)
+        FC_TRY(fc_comm_write(o->comm, o->peer, o->file, o->pos, p, n));
+    else
+        FC_TRY(fc_pwrite_full(o->fd, p, n, o->pos, o->path));
+    o->pos += n;
     return FC_OK;
 }
 
-/* End the item: close its zstd frame (one frame per item, as torch writes them). */
-static int fc_sink_end_item(struct fc_sink *k)
+/*
+ * One destination of an item's bytes: the file, and the sink's per-file
+ * stream when it has one (then bytes pass through it and the file is
+ * appended to front to back).  Without a stream, appending in file order
+ * lands every byte exactly at its planned offset (checked per item).
+ */
+struct fc_dest {
+    struct fc_out out;
+    void *stream;
+};
+
+static int fc_dest_put(const struct fc_sink *sink, struct fc_dest *d, const void *p, size_t n)
 {
-    if (k->zs == NULL)
-        return FC_OK;
-    for (;;) {
-        ZSTD_inBuffer in = {NULL, 0, 0};
-        ZSTD_outBuffer out = {k->zbuf, k->zcap, 0};
-        const size_t r = ZSTD_compressStream2(k->zs, &out, &in, ZSTD_e_end);
-        if (ZSTD_isError(r))
-            return fc_error_set(FC_ERROR, "%s: zstd: %s", k->path, ZSTD_getErrorName(r));
-        FC_TRY(fc_sink_emit(k, k->zbuf, out.pos));
-        k->pos += out.pos;
-        if (r == 0)
-            return FC_OK;
-    }
+    if (d->stream != NULL)
+        return sink->ops->stream_put(d->stream, &d->out, p, n);
+    return fc_out_write(&d->out, p, n);
 }
 
 struct fc_worker {
@@ -115,8 +82,8 @@ struct fc_worker {
 
 /* Slab sink of tensor items holding the same bytes: CRC once, write to each, count progress. */
 struct fc_item_sink {
-    struct fc_sink *const *k;
-    size_t nk;
+    struct fc_dest *const *d;
+    size_t nd;
     struct fc_exec_shared *sh;
     uint32_t crc;
     uint64_t nbytes;
@@ -126,81 +93,71 @@ static int fc_item_sink_put(void *ctx, const void *p, size_t n)
 {
     struct fc_item_sink *is = ctx;
     if (fc_cancel_requested())
-        return fc_error_set(FC_ERROR, "%s: interrupted", is->k[0]->path);
+        return fc_error_set(FC_ERROR, "%s: interrupted", is->d[0]->out.path);
     is->crc = fc_crc32(is->crc, p, n);
-    for (size_t i = 0; i < is->nk; i++)
-        FC_TRY(fc_sink_put(is->k[i], p, n));
+    for (size_t i = 0; i < is->nd; i++)
+        FC_TRY(fc_dest_put(&is->sh->ex->sink, is->d[i], p, n));
     is->nbytes += n;
-    atomic_fetch_add(&is->sh->bytes_done, n * is->nk);
+    atomic_fetch_add(&is->sh->bytes_done, n * is->nd);
     return FC_OK;
 }
 
-static int fc_sinks_put(struct fc_sink *const *k, size_t nk, const struct fc_buf *b)
+/* The sink's bytes before file fi's first item, or NULL. */
+static const struct fc_buf *fc_file_head(const struct fc_sink *sink, size_t fi)
 {
-    for (size_t i = 0; i < nk; i++)
-        FC_TRY(fc_sink_put(k[i], b->data, b->len));
+    return sink->ops->file_head != NULL ? sink->ops->file_head(sink->ctx, fi) : NULL;
+}
+
+static int fc_dests_put(const struct fc_sink *sink, struct fc_dest *const *d, size_t nd,
+                        const struct fc_buf *b)
+{
+    for (size_t i = 0; i < nd && b->len > 0; i++)
+        FC_TRY(fc_dest_put(sink, d[i], b->data, b->len));
     return FC_OK;
 }
 
 /*
  * Write tensor chunk items that hold the same bytes (one item, or a chunk and
- * its --copy twins, all with the same box, dtype and ops): blob head, data
- * slabs read once and written to every sink (CRC on the fly), tail.
+ * its --copy twins, all with the same box, dtype and ops): the sink's head,
+ * data slabs read once and written to every destination (CRC on the fly),
+ * the sink's tail.
  */
-static int fc_write_tensor_items(struct fc_worker *w, struct fc_sink *const *k,
+static int fc_write_tensor_items(struct fc_worker *w, struct fc_dest *const *d,
                                  const struct fc_plan_item *const *its, size_t n)
 {
     const struct fc_exec *ex = w->sh->ex;
+    const struct fc_sink *sink = &ex->sink;
     const struct fc_plan_item *it = its[0];
     const struct fc_plan_chunk *ch = &ex->plan->chunks[it->chunk];
     const struct fc_plan_tensor *pt = &ex->plan->tensors[it->index];
-    const struct fc_xspec *spec = &ex->xr->specs[ex->tensor_spec[it->index]];
-    struct fc_item_sink is = {k, n, w->sh, 0, 0};
-    struct fc_tsblob blob;
-    int rc = FC_OK;
-    if (ex->raw_items) {
-        FC_TRY(fc_stream_box(ex->src, spec, ch->box.offsets, ch->box.sizes, w->sh->worker_budget,
-                             &w->slabs, fc_item_sink_put, &is));
-        if (is.nbytes != it->length)
-            return fc_error_set(FC_ERROR,
-                                "%s: internal error: wrote %" PRIu64 " bytes of '%s', "
-                                "planned %" PRIu64,
-                                k[0]->path, is.nbytes, pt->key, it->length);
-        return FC_OK;
-    }
-    FC_TRY(fc_tsblob_init(&blob, pt->dtype, ch->box.sizes, pt->ndim));
+    const struct fc_xspec *spec = &ex->xr->specs[pt->tag];
+    struct fc_item_sink is = {d, n, w->sh, 0, 0};
+    uint64_t item_len = 0;
+    fc_buf_clear(&w->hdr);
+    FC_TRY(sink->ops->tensor_head(sink->ctx, ex->plan, it, &w->hdr, &item_len));
     for (size_t i = 0; i < n; i++)
-        if (blob.total_size != its[i]->length) {
-            rc = fc_error_set(
+        if (item_len != its[i]->length)
+            return fc_error_set(
                 FC_ERROR, "%s: internal error: item of '%s' is %" PRIu64 " bytes, planned %" PRIu64,
-                k[i]->path, pt->key, blob.total_size, its[i]->length);
-            goto done;
-        }
+                d[i]->out.path, pt->key, item_len, its[i]->length);
+    const uint64_t head_len = w->hdr.len;
+    FC_TRY(fc_dests_put(sink, d, n, &w->hdr));
+    FC_TRY(fc_stream_box(ex->src, spec, ch->box.offsets, ch->box.sizes, w->sh->worker_budget,
+                         &w->slabs, fc_item_sink_put, &is));
     fc_buf_clear(&w->hdr);
-    FC_TRY_GOTO(fc_tsblob_head(&blob, &w->hdr), rc, done);
-    FC_TRY_GOTO(fc_sinks_put(k, n, &w->hdr), rc, done);
-    FC_TRY_GOTO(fc_stream_box(ex->src, spec, ch->box.offsets, ch->box.sizes, w->sh->worker_budget,
-                              &w->slabs, fc_item_sink_put, &is),
-                rc, done);
-    if (is.nbytes != blob.data_size) {
-        rc = fc_error_set(FC_ERROR,
-                          "%s: internal error: wrote %" PRIu64 " data bytes of '%s', "
-                          "planned %" PRIu64,
-                          k[0]->path, is.nbytes, pt->key, blob.data_size);
-        goto done;
-    }
-    fc_buf_clear(&w->hdr);
-    FC_TRY_GOTO(fc_tsblob_tail(&blob, is.crc, &w->hdr), rc, done);
-    FC_TRY_GOTO(fc_sinks_put(k, n, &w->hdr), rc, done);
-done:
-    fc_tsblob_release(&blob);
-    return rc;
+    FC_TRY(sink->ops->tensor_tail(sink->ctx, ex->plan, it, is.crc, &w->hdr));
+    if (head_len + is.nbytes + w->hdr.len != item_len)
+        return fc_error_set(FC_ERROR,
+                            "%s: internal error: wrote %" PRIu64 " data bytes of '%s', "
+                            "planned %" PRIu64,
+                            d[0]->out.path, is.nbytes, pt->key, item_len - head_len - w->hdr.len);
+    return fc_dests_put(sink, d, n, &w->hdr);
 }
 
-static int fc_write_tensor_item(struct fc_worker *w, struct fc_sink *k,
+static int fc_write_tensor_item(struct fc_worker *w, struct fc_dest *d,
                                 const struct fc_plan_item *it)
 {
-    return fc_write_tensor_items(w, &k, &it, 1);
+    return fc_write_tensor_items(w, &d, &it, 1);
 }
 
 /*
@@ -211,7 +168,7 @@ static int fc_write_tensor_item(struct fc_worker *w, struct fc_sink *k,
  */
 static const struct fc_xspec *fc_item_spec(const struct fc_exec *ex, const struct fc_plan_item *it)
 {
-    return &ex->xr->specs[ex->tensor_spec[it->index]];
+    return &ex->xr->specs[ex->plan->tensors[it->index].tag];
 }
 
 static int fc_cmp_source_order(const void *ctx, size_t a, size_t b)
@@ -268,9 +225,9 @@ static int fc_source_order_setup(struct fc_exec_shared *sh)
 {
     const struct fc_exec *ex = sh->ex;
     const size_t nf = ex->plan->nfiles;
-    /* Compression appends per file, remote files go through their owner, and very wide
-     * meshes would need too many descriptors: those run file by file. */
-    if (ex->compress_level > 0 || ex->comm != NULL || nf > 512)
+    /* A sink's stream (compression) appends per file, remote files go through their owner,
+     * and very wide meshes would need too many descriptors: those run file by file. */
+    if (ex->sink.ops->open_stream != NULL || ex->comm != NULL || nf > 512)
         return FC_OK;
     sh->fds = fc_calloc(nf, sizeof(*sh->fds));
     sh->paths = fc_calloc(nf, sizeof(*sh->paths));
@@ -284,9 +241,9 @@ static int fc_source_order_setup(struct fc_exec_shared *sh)
         if (sh->paths[f] == NULL)
             return fc_error_set(FC_ENOMEM, "out of memory");
         FC_TRY(fc_file_create(sh->paths[f], &sh->fds[f]));
-        if (ex->file_head != NULL)
-            FC_TRY(fc_pwrite_full(sh->fds[f], ex->file_head[f].data, ex->file_head[f].len, 0,
-                                  sh->paths[f]));
+        const struct fc_buf *head = fc_file_head(&ex->sink, f);
+        if (head != NULL)
+            FC_TRY(fc_pwrite_full(sh->fds[f], head->data, head->len, 0, sh->paths[f]));
     }
     for (size_t i = 0; i < ex->plan->nitems; i++)
         sh->order[i] = i;
@@ -333,12 +290,47 @@ static int fc_source_order_finish(struct fc_exec_shared *sh, int rc)
     return rc;
 }
 
+/* File-by-file mode: write file fi's items in file order; *d is its open destination. */
+static int fc_write_file_items(struct fc_worker *w, size_t fi, struct fc_dest *d)
+{
+    const struct fc_exec *ex = w->sh->ex;
+    const struct fc_plan_file *f = &ex->plan->files[fi];
+    const struct fc_buf *head = fc_file_head(&ex->sink, fi);
+    if (head != NULL)
+        FC_TRY(fc_dest_put(&ex->sink, d, head->data, head->len));
+    for (size_t i = 0; i < f->nitems; i++) {
+        const size_t item = f->first_item + i;
+        const struct fc_plan_item *it = &ex->plan->items[item];
+        const uint64_t start = d->out.pos;
+        if (d->stream == NULL && start != it->offset)
+            return fc_error_set(FC_ERROR,
+                                "%s: internal error: item %zu at %" PRIu64 ", planned %" PRIu64,
+                                d->out.path, item, start, it->offset);
+        if (it->kind == FC_ITEM_BYTES) {
+            const struct fc_buf *b = ex->sink.ops->value_bytes(ex->sink.ctx, it->index);
+            FC_TRY(fc_dest_put(&ex->sink, d, b->data, b->len));
+            atomic_fetch_add(&w->sh->bytes_done, b->len);
+        } else {
+            FC_TRY(fc_write_tensor_item(w, d, it));
+        }
+        if (d->stream != NULL)
+            FC_TRY(ex->sink.ops->end_item(d->stream, &d->out));
+        if (ex->extents != NULL)
+            ex->extents[item] = (struct fc_extent){start, d->out.pos - start};
+        /* Stop early when another worker failed: the output is discarded anyway. */
+        if (w->sh->rc < 0)
+            break;
+    }
+    return FC_OK;
+}
+
+/* File-by-file mode: create file fi (here or at its owner), write it, make it durable. */
 static int fc_write_file(struct fc_worker *w, size_t fi)
 {
     const struct fc_exec *ex = w->sh->ex;
     const struct fc_plan_file *f = &ex->plan->files[fi];
     char *path = fc_path_join(ex->dir, f->name);
-    struct fc_sink k = {-1, path, 0, NULL, NULL, 0, NULL, 0, (uint32_t)fi};
+    struct fc_dest d = {{-1, path, 0, NULL, 0, (uint32_t)fi}, NULL};
     const int owner = fc_comm_owner(ex->comm, f->rank);
     int locked = 0;
     int rc = FC_OK;
@@ -346,66 +338,33 @@ static int fc_write_file(struct fc_worker *w, size_t fi)
         return fc_error_set(FC_ENOMEM, "out of memory");
     if (owner != 0) {
         /* The worker owning this rank file writes it; one file at a time per worker. */
-        k.comm = ex->comm;
-        k.peer = owner;
+        d.out.comm = ex->comm;
+        d.out.peer = owner;
         pthread_mutex_lock(&ex->comm->locks[owner]);
         locked = 1;
-        FC_TRY_GOTO(fc_comm_open(ex->comm, owner, k.file, path), rc, done);
+        FC_TRY_GOTO(fc_comm_open(ex->comm, owner, d.out.file, path), rc, done);
     } else {
-        FC_TRY_GOTO(fc_file_create(path, &k.fd), rc, done);
+        FC_TRY_GOTO(fc_file_create(path, &d.out.fd), rc, done);
     }
-    if (ex->compress_level > 0) {
-        k.zs = ZSTD_createCStream();
-        k.zcap = ZSTD_CStreamOutSize();
-        k.zbuf = fc_malloc(k.zcap);
-        if (k.zs == NULL || k.zbuf == NULL) {
-            rc = fc_error_set(FC_ENOMEM, "out of memory");
-            goto done;
-        }
-        ZSTD_CCtx_setParameter(k.zs, ZSTD_c_compressionLevel, ex->compress_level);
-    }
-    if (ex->file_head != NULL)
-        FC_TRY_GOTO(fc_sink_put(&k, ex->file_head[fi].data, ex->file_head[fi].len), rc, done);
-    for (size_t i = 0; i < f->nitems; i++) {
-        const size_t item = f->first_item + i;
-        const struct fc_plan_item *it = &ex->plan->items[item];
-        const uint64_t start = k.pos;
-        if (k.zs == NULL && start != it->offset) {
-            rc = fc_error_set(FC_ERROR,
-                              "%s: internal error: item %zu at %" PRIu64 ", planned %" PRIu64, path,
-                              item, start, it->offset);
-            goto done;
-        }
-        if (it->kind == FC_ITEM_BYTES) {
-            const struct fc_buf *b = &ex->value_blob[it->index];
-            FC_TRY_GOTO(fc_sink_put(&k, b->data, b->len), rc, done);
-            atomic_fetch_add(&w->sh->bytes_done, b->len);
-        } else {
-            FC_TRY_GOTO(fc_write_tensor_item(w, &k, it), rc, done);
-        }
-        FC_TRY_GOTO(fc_sink_end_item(&k), rc, done);
-        if (ex->extents != NULL)
-            ex->extents[item] = (struct fc_extent){start, k.pos - start};
-        /* Stop early when another worker failed: the output is discarded anyway. */
-        if (w->sh->rc < 0)
-            break;
-    }
-    if (k.comm != NULL) {
-        FC_TRY_GOTO(fc_comm_close(k.comm, k.peer, k.file), rc, done);
+    if (ex->sink.ops->open_stream != NULL)
+        FC_TRY_GOTO(ex->sink.ops->open_stream(ex->sink.ctx, path, &d.stream), rc, done);
+    FC_TRY_GOTO(fc_write_file_items(w, fi, &d), rc, done);
+    if (d.out.comm != NULL) {
+        FC_TRY_GOTO(fc_comm_close(d.out.comm, d.out.peer, d.out.file), rc, done);
     } else if (fc_cancel_requested()) {
         rc = fc_error_set(FC_ERROR, "%s: interrupted", path);
         goto done;
-    } else if (fsync(k.fd) != 0) {
+    } else if (fsync(d.out.fd) != 0) {
         rc = fc_error_set(FC_EIO, "%s: fsync failed: %s", path, strerror(errno));
         goto done;
     }
 done:
     if (locked)
         pthread_mutex_unlock(&ex->comm->locks[owner]);
-    if (k.fd >= 0 && close(k.fd) != 0 && rc == FC_OK)
+    if (d.out.fd >= 0 && close(d.out.fd) != 0 && rc == FC_OK)
         rc = fc_error_set(FC_EIO, "%s: close failed: %s", path, strerror(errno));
-    ZSTD_freeCStream(k.zs);
-    fc_free(k.zbuf);
+    if (d.stream != NULL)
+        ex->sink.ops->free_stream(d.stream);
     fc_free(path);
     return rc;
 }
@@ -416,29 +375,22 @@ static int fc_write_items_at(struct fc_worker *w, size_t i)
     struct fc_exec_shared *sh = w->sh;
     const struct fc_exec *ex = sh->ex;
     const size_t n = sh->group_end[i] - i;
-    struct fc_sink k[FC_EXEC_GROUP_MAX];
-    struct fc_sink *kp[FC_EXEC_GROUP_MAX];
+    struct fc_dest d[FC_EXEC_GROUP_MAX];
+    struct fc_dest *dp[FC_EXEC_GROUP_MAX];
     const struct fc_plan_item *its[FC_EXEC_GROUP_MAX];
     for (size_t g = 0; g < n; g++) {
         its[g] = &ex->plan->items[sh->order[i + g]];
-        k[g] = (struct fc_sink){sh->fds[its[g]->rank],
-                                sh->paths[its[g]->rank],
-                                its[g]->offset,
-                                NULL,
-                                NULL,
-                                0,
-                                NULL,
-                                0,
-                                0};
-        kp[g] = &k[g];
+        const int r = its[g]->rank;
+        d[g] = (struct fc_dest){{sh->fds[r], sh->paths[r], its[g]->offset, NULL, 0, 0}, NULL};
+        dp[g] = &d[g];
     }
     if (its[0]->kind == FC_ITEM_BYTES) {
-        const struct fc_buf *b = &ex->value_blob[its[0]->index];
-        FC_TRY(fc_sink_put(&k[0], b->data, b->len));
+        const struct fc_buf *b = ex->sink.ops->value_bytes(ex->sink.ctx, its[0]->index);
+        FC_TRY(fc_dest_put(&ex->sink, &d[0], b->data, b->len));
         atomic_fetch_add(&sh->bytes_done, b->len);
         return FC_OK;
     }
-    return fc_write_tensor_items(w, kp, its, n);
+    return fc_write_tensor_items(w, dp, its, n);
 }
 
 static void *fc_worker_main(void *arg)

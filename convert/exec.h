@@ -2,12 +2,18 @@
  * exec.h - run a write plan: read boxes, transform, write at planned offsets.
  *
  * The executor only moves bytes: every file name, item, offset and length
- * comes from the plan.  Rank files are written by `threads` workers (one file
- * at a time each), every item with pwrite at its planned offset, big tensors
- * in row slabs so data buffers never exceed max_memory in total (plus one
- * row when a single row is larger than a worker's share).  CRC-32 is computed
- * on the bytes as they pass.  Every file is fsynced before fc_exec_run()
- * returns FC_OK.
+ * comes from the plan, and every byte that is not tensor data (file headers,
+ * item framing, compression) comes from the output format's sink
+ * (struct fc_sink: dcp_sink.h, st_sink.h).  `threads` workers write.  By
+ * default every rank file is open at once and the workers take items in the
+ * order their bytes sit in the inputs (a chunk and its --copy twins are read
+ * once), each item with pwrite at its planned offset.  When items pass
+ * through a per-file stream (compression), go to another process (--nproc),
+ * or there are more than 512 files, the workers take whole files instead, one
+ * file at a time each, appending.  Big tensors go in row slabs so data
+ * buffers never exceed max_memory in total (plus one row when a single row is
+ * larger than a worker's share).  CRC-32 is computed on the bytes as they
+ * pass.  Every file is fsynced before fc_exec_run() returns FC_OK.
  */
 #ifndef FC_EXEC_H
 #define FC_EXEC_H
@@ -29,24 +35,68 @@ struct fc_extent {
     uint64_t length;
 };
 
+/*
+ * Where bytes land: the rank file at `pos` (pwrite), or, in a multi-process
+ * job, the worker process `peer` that owns the file.
+ */
+struct fc_out {
+    int fd;
+    const char *path;
+    uint64_t pos;
+    struct fc_comm *comm; /* non-NULL: the file belongs to worker `peer` */
+    int peer;
+    uint32_t file;
+};
+
+/* fc_out_write() - write n bytes at o->pos and advance it.  FC_OK or FC_EIO. */
+int fc_out_write(struct fc_out *o, const void *p, size_t n);
+
+/*
+ * An output format's encoding of the plan's items, which the executor drives
+ * (one interface, two implementations: dcp_sink.c and st_sink.c).  A tensor
+ * item is tensor_head's bytes, the chunk's C-contiguous data, then
+ * tensor_tail's bytes.  When open_stream is non-NULL, every byte of a file
+ * passes through a per-file stream that it creates (compression): such files
+ * are written front to back, one item after the other, and each item ends
+ * with end_item.
+ */
+struct fc_sink_ops {
+    /* Bytes of file `file` before its first item, or NULL for none. */
+    const struct fc_buf *(*file_head)(const void *sink, size_t file);
+    /* The stored bytes of plan value `value` (a DCP bytes item). */
+    const struct fc_buf *(*value_bytes)(const void *sink, size_t value);
+    /* Append the bytes before tensor item it's data to hdr; *item_len: the whole item's bytes. */
+    int (*tensor_head)(const void *sink, const struct fc_plan *plan, const struct fc_plan_item *it,
+                       struct fc_buf *hdr, uint64_t *item_len);
+    /* Append the bytes after its data to out, given the data's CRC-32. */
+    int (*tensor_tail)(const void *sink, const struct fc_plan *plan, const struct fc_plan_item *it,
+                       uint32_t data_crc, struct fc_buf *out);
+    /* NULL, or a new stream for file `path` into *stream (freed by free_stream). */
+    int (*open_stream)(const void *sink, const char *path, void **stream);
+    int (*stream_put)(void *stream, struct fc_out *out, const void *p, size_t n);
+    int (*end_item)(void *stream, struct fc_out *out);
+    void (*free_stream)(void *stream);
+};
+
+struct fc_sink {
+    const struct fc_sink_ops *ops;
+    const void *ctx; /* the format's state: struct fc_dcp_sink or struct fc_st_sink */
+};
+
 struct fc_exec {
-    const struct fc_plan *plan;
+    const struct fc_plan *plan; /* plan->tensors[t].tag: the tensor's index in xr->specs */
     const struct fc_source *src;
     const struct fc_xform_result *xr;
-    const size_t *tensor_spec;       /* plan tensor index -> xr spec index */
-    const struct fc_buf *value_blob; /* plan value index -> its torch.save blob */
-    const char *dir;                 /* directory the rank files go to */
+    struct fc_sink sink;
+    const char *dir; /* directory the rank files go to */
     uint64_t max_memory;
     int threads;
     fc_progress_fn progress;
     void *progress_ctx;
-    int compress_level;             /* > 0: each item is one zstd frame (torch's stream.zstd/1) */
-    struct fc_extent *extents;      /* per plan item, filled by fc_exec_run (may be NULL) */
-    int engine;                     /* resolved fc_engine: FC_ENGINE_CPU or FC_ENGINE_CUDA */
-    int device;                     /* CUDA device (LOCAL_RANK, default 0) */
-    struct fc_comm *comm;           /* multi-process: files of other ranks go to their owner */
-    const struct fc_buf *file_head; /* per plan file: bytes before its first item, or NULL */
-    int raw_items; /* tensor items are the chunk's bare bytes (safetensors), not torch.save blobs */
+    struct fc_extent *extents; /* per plan item, filled by fc_exec_run (may be NULL) */
+    int engine;                /* resolved fc_engine: FC_ENGINE_CPU or FC_ENGINE_CUDA */
+    int device;                /* CUDA device (fc_local_rank()) */
+    struct fc_comm *comm;      /* multi-process: files of other ranks go to their owner */
 };
 
 /* Returns FC_OK, FC_EIO (with the file named), FC_ECORRUPT (source), FC_ENOMEM. */

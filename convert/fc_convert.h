@@ -137,7 +137,6 @@ struct fc_full_to_dcp_opts {
     uint64_t max_memory; /* bytes of data buffers across all threads */
     int threads;
     int compress;             /* -1: keep the input's (DCP), 0: none, 1..22: zstd level */
-    int require_dcp;          /* reshard: the input must be a DCP or safetensors checkpoint */
     const char *optim;        /* --optim FILE: a full optimizer state dict, or NULL */
     const char *optim_select; /* --optim-select KEY inside it (or inside input) */
     int layout;               /* enum fc_layout of xform.h: 0 none, 1 torchtitan, 2 app */
@@ -159,7 +158,7 @@ struct fc_full_to_dcp_opts {
 /* The defaults of reshard: the input's compression kept, only checkpoints as input. */
 #define FC_RESHARD_OPTS_INIT                                                                       \
     {                                                                                              \
-        .max_memory = FC_MAX_MEMORY_DEFAULT, .compress = -1, .require_dcp = 1, .engine = 0         \
+        .max_memory = FC_MAX_MEMORY_DEFAULT, .compress = -1, .engine = 0                           \
     }
 
 struct fc_full_to_dcp_result {
@@ -189,6 +188,13 @@ struct fc_full_to_dcp_result {
  */
 int fc_full_to_dcp(const struct fc_full_to_dcp_opts *opts, struct fc_full_to_dcp_result *res);
 void fc_full_to_dcp_result_release(struct fc_full_to_dcp_result *res);
+
+/*
+ * fc_reshard() - fc_full_to_dcp() for a DCP or per-rank safetensors
+ * checkpoint as input (FC_EFORMAT for any other input), written onto the
+ * mesh of opts.  Same options, result and guarantees.
+ */
+int fc_reshard(const struct fc_full_to_dcp_opts *opts, struct fc_full_to_dcp_result *res);
 
 /* ---- multi-process jobs (convert/comm.h has the protocol) ---- */
 

@@ -1,6 +1,9 @@
 /*
- * full_to_dcp.c - full checkpoint -> DCP directory: source, transforms,
- * plan, executor, metadata, atomic commit.
+ * full_to_dcp.c - the write job that full-to-dcp and reshard share (see
+ * write_job.h): open the inputs, run the rules, plan every item, hand the
+ * plan to the executor with the output format's sink (dcp_sink.c or
+ * st_sink.c), then commit the staged directory atomically.  reshard.c holds
+ * only what sets reshard apart.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -19,10 +22,12 @@
 #include "fc_torchsave.h"
 #include "hf.h"
 #include "keys.h"
+#include "dcp_sink.h"
 #include "plan.h"
 #include "st_sink.h"
 #include "stream.h"
 #include "tp.h"
+#include "write_job.h"
 #include "xform.h"
 
 #define FC_PLAN_TEXT_CAP ((size_t)1 << 30)
@@ -36,78 +41,6 @@ void fc_full_to_dcp_result_release(struct fc_full_to_dcp_result *res)
     memset(res, 0, sizeof(*res));
 }
 
-/* The GPU of this process: LOCAL_RANK as torchrun sets it, else 0. */
-static int fc_local_rank(void)
-{
-    const char *s = getenv("LOCAL_RANK");
-    char *end = NULL;
-    const long v = s != NULL ? strtol(s, &end, 10) : 0;
-    return s != NULL && *end == '\0' && v >= 0 && v < 1024 ? (int)v : 0;
-}
-
-static int fc_blob_size(void *ctx, fc_dtype dtype, const int64_t *sizes, int ndim,
-                        uint64_t *nbytes_out)
-{
-    struct fc_tsblob b;
-    (void)ctx;
-    FC_TRY(fc_tsblob_init(&b, dtype, sizes, ndim));
-    *nbytes_out = b.total_size;
-    fc_tsblob_release(&b);
-    return FC_OK;
-}
-
-/* Build the .metadata model from the plan: entries in the transformed input's order. */
-static int fc_set_storage(struct fc_dcp_meta *m, struct fc_dcp_storage *st,
-                          const struct fc_plan *plan, size_t item, const struct fc_extent *extents)
-{
-    const struct fc_plan_item *it = &plan->items[item];
-    if (extents == NULL)
-        return fc_dcp_storage_set(m, st, plan->files[it->rank].name, it->offset, it->length);
-    FC_TRY(fc_dcp_storage_set(m, st, plan->files[it->rank].name, extents[item].offset,
-                              extents[item].length));
-    return fc_dcp_storage_add_transform(m, st, FC_DCP_TRANSFORM_ZSTD);
-}
-
-static int fc_build_meta(const struct fc_plan *plan, const struct fc_xform_result *xr,
-                         const long *spec_tensor, const long *spec_value, const char *output,
-                         const struct fc_extent *extents, struct fc_dcp_meta **out)
-{
-    struct fc_dcp_meta *m = NULL;
-    int rc;
-    FC_TRY(fc_dcp_meta_new(&m));
-    for (size_t i = 0; i < xr->n; i++) {
-        const struct fc_xspec *s = &xr->specs[i];
-        size_t ei;
-        if (s->kind == FC_ENTRY_VALUE) {
-            const struct fc_plan_value *v = &plan->values[spec_value[i]];
-            FC_TRY_GOTO(fc_dcp_meta_add_bytes(m, s->key, &ei), rc, fail);
-            FC_TRY_GOTO(fc_set_storage(m, &m->entries[ei].storage, plan, v->item, extents), rc,
-                        fail);
-        } else {
-            const struct fc_plan_tensor *t = &plan->tensors[spec_tensor[i]];
-            FC_TRY_GOTO(fc_dcp_meta_add_tensor(m, s->key, t->dtype, t->ndim, t->shape, &ei), rc,
-                        fail);
-            for (size_t c = 0; c < t->nchunks; c++) {
-                const struct fc_plan_chunk *ch = &plan->chunks[t->first_chunk + c];
-                size_t ci;
-                FC_TRY_GOTO(fc_dcp_meta_add_chunk(m, ei, ch->box.offsets, ch->box.sizes, &ci), rc,
-                            fail);
-                FC_TRY_GOTO(
-                    fc_set_storage(m, &m->entries[ei].chunks[ci].storage, plan, ch->item, extents),
-                    rc, fail);
-            }
-        }
-        if (s->path_len > 0)
-            FC_TRY_GOTO(fc_dcp_meta_set_path(m, ei, s->path, s->path_len), rc, fail);
-    }
-    FC_TRY_GOTO(fc_dcp_meta_set_storage_meta(m, output, NULL), rc, fail);
-    *out = m;
-    return FC_OK;
-fail:
-    fc_dcp_meta_free(m);
-    return rc;
-}
-
 /* Everything owned by one conversion, released in one place. */
 struct fc_job {
     struct fc_source **srcs; /* the inputs, in command-line order */
@@ -116,18 +49,11 @@ struct fc_job {
     struct fc_source *optim_src; /* --optim FILE, when it is not the input itself */
     struct fc_xform_rules rules;
     struct fc_xform_result xr;
-    struct fc_plan_tensor_in *tin;
-    struct fc_plan_value_in *vin;
-    struct fc_buf *blobs;
-    size_t nvalues;
-    size_t *tensor_spec;
-    long *spec_tensor;
-    long *spec_value;
     int *tp_dims; /* per spec: the dim its tp plan rule shards, -1 replicated (NULL: no tp) */
-    struct fc_plan *plan;
-    struct fc_dcp_meta *meta;
+    struct fc_plan *plan; /* its tensors' tags: their index in xr.specs */
     struct fc_extent *extents;
-    struct fc_st_sink st; /* --format safetensors: per-file headers */
+    struct fc_dcp_sink dcp; /* --format dcp: value blobs, compression */
+    struct fc_st_sink st;   /* --format safetensors: per-file headers */
     struct fc_stage out;
 };
 
@@ -139,24 +65,17 @@ static void fc_job_release(struct fc_job *j)
     fc_source_free(j->optim_src);
     fc_xform_rules_release(&j->rules);
     fc_xform_result_release(&j->xr);
-    fc_free(j->tin);
-    fc_free(j->vin);
-    for (size_t i = 0; j->blobs != NULL && i < j->nvalues; i++)
-        fc_buf_release(&j->blobs[i]);
-    fc_free(j->blobs);
-    fc_free(j->tensor_spec);
-    fc_free(j->spec_tensor);
-    fc_free(j->spec_value);
     fc_free(j->tp_dims);
     fc_plan_free(j->plan);
-    fc_dcp_meta_free(j->meta);
     fc_free(j->extents);
+    fc_dcp_sink_release(&j->dcp);
     fc_st_sink_release(&j->st);
     fc_stage_release(&j->out);
 }
 
 /* Open every input and run the rules over all of them. */
-static int fc_open_inputs(const struct fc_full_to_dcp_opts *o, struct fc_job *j)
+static int fc_open_inputs(const struct fc_full_to_dcp_opts *o, const struct fc_job_kind *kind,
+                          struct fc_job *j)
 {
     const struct fc_input_arg one = {NULL, o->input};
     const struct fc_input_arg *args = o->ninputs > 0 ? o->inputs : &one;
@@ -174,12 +93,8 @@ static int fc_open_inputs(const struct fc_full_to_dcp_opts *o, struct fc_job *j)
             break;
         j->nsrcs++;
         in[i] = (struct fc_xform_input){j->srcs[i], args[i].prefix};
-        if (o->require_dcp && strcmp(j->srcs[i]->format, "dcp") != 0 &&
-            strncmp(j->srcs[i]->format, "safetensors", 11) != 0)
-            rc = fc_error_set(FC_EFORMAT,
-                              "%s: not a DCP or safetensors checkpoint (a %s input; use "
-                              "full-to-dcp)",
-                              args[i].path, j->srcs[i]->format);
+        if (kind->check_input != NULL)
+            rc = kind->check_input(args[i].path, j->srcs[i]);
     }
     j->src = j->srcs[0];
     if (rc == FC_OK)
@@ -291,19 +206,11 @@ done:
     return rc;
 }
 
-static int fc_plan_job(const struct fc_full_to_dcp_opts *o, struct fc_job *j)
+/* The rules of the command line, in its order (--rules FILE runs its lines where it stands). */
+static int fc_job_rules(const struct fc_full_to_dcp_opts *o, struct fc_job *j)
 {
-    const int st = o->format == FC_OUT_SAFETENSORS;
-    if (st && (o->optim != NULL || o->optim_select != NULL))
-        return fc_error_set(FC_EINVAL, "--optim: optimizer state holds non-tensor values "
-                                       "(param_groups) that safetensors cannot store; use "
-                                       "--format dcp");
-    if (st && o->compress > 0)
-        return fc_error_set(FC_EINVAL, "--compress: safetensors files are not compressed; use "
-                                       "--format dcp");
     for (size_t i = 0; i < o->nrules; i++) {
         char where[64];
-        /* --rules FILE runs its lines where the option stands. */
         if (strcmp(o->rules[i].op, "rules") == 0) {
             FC_TRY(fc_xform_rules_load(&j->rules, o->rules[i].arg));
             continue;
@@ -311,55 +218,65 @@ static int fc_plan_job(const struct fc_full_to_dcp_opts *o, struct fc_job *j)
         snprintf(where, sizeof(where), "--%s", o->rules[i].op);
         FC_TRY(fc_xform_rules_add(&j->rules, o->rules[i].op, o->rules[i].arg, where));
     }
-    FC_TRY(fc_open_inputs(o, j));
-    if (o->optim != NULL || o->optim_select != NULL || o->layout != FC_LAYOUT_NONE) {
-        if (fc_xform_rules_have(&j->rules, FC_RULE_ADD_PREFIX))
-            return fc_error_set(FC_EINVAL, "--layout and --optim set the key prefixes; drop "
-                                           "--add-prefix");
-        const struct fc_source *os = NULL;
-        if (o->optim != NULL) {
-            FC_TRY(fc_source_open(&j->optim_src, o->optim));
-            os = j->optim_src;
-        } else if (o->optim_select != NULL) {
-            os = j->src;
-        }
-        FC_TRY(fc_xform_add_optimizer(&j->xr, &j->rules, os, o->optim_select,
-                                      (enum fc_layout)o->layout));
+    return FC_OK;
+}
+
+/* --optim / --optim-select / --layout: add the optimizer state's entries to the specs. */
+static int fc_job_optim(const struct fc_full_to_dcp_opts *o, struct fc_job *j)
+{
+    if (o->optim == NULL && o->optim_select == NULL && o->layout == FC_LAYOUT_NONE)
+        return FC_OK;
+    if (fc_xform_rules_have(&j->rules, FC_RULE_ADD_PREFIX))
+        return fc_error_set(FC_EINVAL, "--layout and --optim set the key prefixes; drop "
+                                       "--add-prefix");
+    const struct fc_source *os = NULL;
+    if (o->optim != NULL) {
+        FC_TRY(fc_source_open(&j->optim_src, o->optim));
+        os = j->optim_src;
+    } else if (o->optim_select != NULL) {
+        os = j->src;
     }
-    const size_t n = j->xr.n;
-    FC_TRY(fc_tp_dims(o, &j->xr, &j->tp_dims));
-    j->tin = fc_calloc(n + 1, sizeof(*j->tin));
-    j->vin = fc_calloc(n + 1, sizeof(*j->vin));
-    j->blobs = fc_calloc(n + 1, sizeof(*j->blobs));
-    j->tensor_spec = fc_calloc(n + 1, sizeof(*j->tensor_spec));
-    j->spec_tensor = fc_calloc(n + 1, sizeof(*j->spec_tensor));
-    j->spec_value = fc_calloc(n + 1, sizeof(*j->spec_value));
-    if (j->tin == NULL || j->vin == NULL || j->blobs == NULL || j->tensor_spec == NULL ||
-        j->spec_tensor == NULL || j->spec_value == NULL)
-        return fc_error_set(FC_ENOMEM, "out of memory");
-    size_t nt = 0, nv = 0;
-    for (size_t i = 0; i < n; i++) {
+    return fc_xform_add_optimizer(&j->xr, &j->rules, os, o->optim_select,
+                                  (enum fc_layout)o->layout);
+}
+
+/* The plan tensor made from spec `spec` (tin is in spec order, so tags ascend); -1: none. */
+static int64_t fc_tensor_of_spec(const struct fc_plan_tensor_in *tin, size_t nt, size_t spec)
+{
+    size_t lo = 0, hi = nt;
+    while (lo < hi) {
+        const size_t mid = lo + (hi - lo) / 2;
+        if (tin[mid].tag < spec)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < nt && tin[lo].tag == spec ? (int64_t)lo : -1;
+}
+
+/*
+ * The planner's inputs from the specs, in spec order: tensors into tin (each
+ * tagged with its spec), values into vin with their bytes in the DCP sink.
+ */
+static int fc_plan_inputs(const struct fc_full_to_dcp_opts *o, struct fc_job *j,
+                          struct fc_plan_tensor_in *tin, size_t *nt, struct fc_plan_value_in *vin,
+                          size_t *nv)
+{
+    const int st = o->format == FC_OUT_SAFETENSORS;
+    for (size_t i = 0; i < j->xr.n; i++) {
         const struct fc_xspec *s = &j->xr.specs[i];
-        j->spec_tensor[i] = -1;
-        j->spec_value[i] = -1;
         if (s->kind == FC_ENTRY_VALUE && st)
             return fc_error_set(FC_EFORMAT,
                                 "'%s' is a non-tensor value, which safetensors cannot store; "
                                 "leave it out with --drop or use --format dcp",
                                 s->key);
         if (s->kind == FC_ENTRY_VALUE) {
-            fc_buf_init(&j->blobs[nv], (size_t)1 << 30);
-            j->nvalues = nv + 1;
-            /* DCP bytes items are carried verbatim; other sources' values are pickled. */
-            if (s->value != NULL)
-                FC_TRY(fc_torchsave_value_blob(&j->blobs[nv], s->value));
-            else
-                FC_TRY(fc_source_value_blob(s->src, &s->src->entries[s->entry], &j->blobs[nv]));
-            j->vin[nv] = (struct fc_plan_value_in){s->key, j->blobs[nv].len};
-            j->spec_value[i] = (long)nv++;
+            vin[*nv].key = s->key;
+            FC_TRY(fc_dcp_sink_add_value(&j->dcp, s, &vin[*nv].blob_size));
+            ++*nv;
             continue;
         }
-        struct fc_plan_tensor_in *t = &j->tin[nt];
+        struct fc_plan_tensor_in *t = &tin[*nt];
         t->key = s->key;
         t->dtype = s->dtype;
         t->ndim = s->ndim;
@@ -367,16 +284,12 @@ static int fc_plan_job(const struct fc_full_to_dcp_opts *o, struct fc_job *j)
         t->placement = s->ndim == 0 || s->replicate ? FC_PLACE_REPLICATE : FC_PLACE_SHARD0;
         t->tp_dim = j->tp_dims != NULL ? j->tp_dims[i] : -1;
         /* Safetensors cannot share bytes between names: a tied tensor is stored again. */
-        t->alias_of = s->alias_of >= 0 && !st ? j->spec_tensor[s->alias_of] : -1;
-        j->tensor_spec[nt] = i;
-        j->spec_tensor[i] = (long)nt++;
+        t->alias_of =
+            s->alias_of >= 0 && !st ? fc_tensor_of_spec(tin, *nt, (size_t)s->alias_of) : -1;
+        t->tag = i;
+        ++*nt;
     }
-    struct fc_mesh mesh;
-    FC_TRY(fc_mesh_init(&mesh, o->replicate, o->shard, o->tp > 0 ? o->tp : 1));
-    if (!st)
-        return fc_plan_build(&j->plan, &mesh, j->tin, nt, j->vin, nv, fc_blob_size, NULL);
-    FC_TRY(fc_plan_build(&j->plan, &mesh, j->tin, nt, NULL, 0, fc_st_sink_item_size, NULL));
-    return fc_st_sink_layout(&j->st, j->plan);
+    return FC_OK;
 }
 
 /* --compress / --decompress / default: keep the input's compression (DCP inputs). */
@@ -389,6 +302,48 @@ static int fc_compress_level(const struct fc_full_to_dcp_opts *o, const struct f
     if (strcmp(src->format, "dcp") == 0 && fc_source_is_compressed(src))
         return 3;
     return 0;
+}
+
+/* Open the inputs, run the rules and plan every item into j->plan, for either output format. */
+static int fc_plan_job(const struct fc_full_to_dcp_opts *o, const struct fc_job_kind *kind,
+                       struct fc_job *j)
+{
+    const int st = o->format == FC_OUT_SAFETENSORS;
+    if (st && (o->optim != NULL || o->optim_select != NULL))
+        return fc_error_set(FC_EINVAL, "--optim: optimizer state holds non-tensor values "
+                                       "(param_groups) that safetensors cannot store; use "
+                                       "--format dcp");
+    if (st && o->compress > 0)
+        return fc_error_set(FC_EINVAL, "--compress: safetensors files are not compressed; use "
+                                       "--format dcp");
+    FC_TRY(fc_job_rules(o, j));
+    FC_TRY(fc_open_inputs(o, kind, j));
+    FC_TRY(fc_job_optim(o, j));
+    FC_TRY(fc_tp_dims(o, &j->xr, &j->tp_dims));
+    const size_t n = j->xr.n;
+    struct fc_plan_tensor_in *tin = fc_calloc(n + 1, sizeof(*tin));
+    struct fc_plan_value_in *vin = fc_calloc(n + 1, sizeof(*vin));
+    size_t nt = 0, nv = 0;
+    struct fc_mesh mesh;
+    int rc = FC_OK;
+    if (tin == NULL || vin == NULL) {
+        rc = fc_error_set(FC_ENOMEM, "out of memory");
+        goto done;
+    }
+    FC_TRY_GOTO(fc_dcp_sink_init(&j->dcp, n, fc_compress_level(o, j->src)), rc, done);
+    FC_TRY_GOTO(fc_plan_inputs(o, j, tin, &nt, vin, &nv), rc, done);
+    FC_TRY_GOTO(fc_mesh_init(&mesh, o->replicate, o->shard, o->tp > 0 ? o->tp : 1), rc, done);
+    if (!st) {
+        rc = fc_plan_build(&j->plan, &mesh, tin, nt, vin, nv, fc_dcp_sink_item_size, NULL);
+        goto done;
+    }
+    FC_TRY_GOTO(fc_plan_build(&j->plan, &mesh, tin, nt, NULL, 0, fc_st_sink_item_size, NULL), rc,
+                done);
+    rc = fc_st_sink_layout(&j->st, j->plan);
+done:
+    fc_free(tin);
+    fc_free(vin);
+    return rc;
 }
 
 static int fc_copy_notes(const struct fc_xform_result *xr, struct fc_full_to_dcp_result *res)
@@ -407,33 +362,17 @@ static int fc_copy_notes(const struct fc_xform_result *xr, struct fc_full_to_dcp
     return FC_OK;
 }
 
+/* Safetensors files carry their own headers; a DCP exists once its .metadata does. */
 static int fc_commit(const struct fc_full_to_dcp_opts *o, struct fc_job *j)
 {
-    struct fc_buf meta = FC_BUF_INIT((size_t)1 << 31);
-    int rc = FC_OK;
-    /* Safetensors files carry their own headers: there is no .metadata to add. */
-    if (o->format == FC_OUT_DCP) {
-        FC_TRY_GOTO(fc_build_meta(j->plan, &j->xr, j->spec_tensor, j->spec_value, o->output,
-                                  j->extents, &j->meta),
-                    rc, done);
-        FC_TRY_GOTO(fc_dcp_meta_write(&meta, j->meta), rc, done);
-        char *mpath = fc_path_join(j->out.path, ".metadata");
-        if (mpath == NULL) {
-            rc = fc_error_set(FC_ENOMEM, "out of memory");
-            goto done;
-        }
-        rc = fc_write_file_atomic(mpath, meta.data, meta.len);
-        fc_free(mpath);
-        if (rc < 0)
-            goto done;
-    }
-    rc = fc_stage_commit(&j->out);
-done:
-    fc_buf_release(&meta);
-    return rc;
+    if (o->format == FC_OUT_DCP)
+        FC_TRY(fc_dcp_sink_write_metadata(&j->dcp, j->plan, &j->xr, j->extents, j->out.path,
+                                          o->output));
+    return fc_stage_commit(&j->out);
 }
 
-int fc_full_to_dcp(const struct fc_full_to_dcp_opts *o, struct fc_full_to_dcp_result *res)
+int fc_write_job_run(const struct fc_full_to_dcp_opts *o, const struct fc_job_kind *kind,
+                     struct fc_full_to_dcp_result *res)
 {
     struct fc_job j;
     int rc;
@@ -451,9 +390,9 @@ int fc_full_to_dcp(const struct fc_full_to_dcp_opts *o, struct fc_full_to_dcp_re
         if (rc < 0)
             goto done;
     }
-    FC_TRY_GOTO(fc_plan_job(o, &j), rc, done);
+    FC_TRY_GOTO(fc_plan_job(o, kind, &j), rc, done);
     FC_TRY_GOTO(fc_copy_notes(&j.xr, res), rc, done);
-    if (!o->require_dcp)
+    if (kind->hf_notes)
         FC_TRY_GOTO(fc_hf_tie_note(o, &j.xr, res), rc, done);
     res->nfiles = j.plan->nfiles;
     res->ntensors = j.plan->ntensors;
@@ -472,8 +411,7 @@ int fc_full_to_dcp(const struct fc_full_to_dcp_opts *o, struct fc_full_to_dcp_re
         res->plan_text = (char *)fc_buf_detach(&text, NULL);
         goto done;
     }
-    const int level = fc_compress_level(o, j.src);
-    if (level > 0) {
+    if (j.dcp.compress_level > 0) {
         j.extents = fc_calloc(j.plan->nitems + 1, sizeof(*j.extents));
         if (j.extents == NULL) {
             rc = fc_error_set(FC_ENOMEM, "out of memory");
@@ -493,20 +431,16 @@ int fc_full_to_dcp(const struct fc_full_to_dcp_opts *o, struct fc_full_to_dcp_re
         .plan = j.plan,
         .src = j.src,
         .xr = &j.xr,
-        .tensor_spec = j.tensor_spec,
-        .value_blob = j.blobs,
+        .sink = o->format == FC_OUT_SAFETENSORS ? fc_st_sink_sink(&j.st) : fc_dcp_sink_sink(&j.dcp),
         .dir = j.out.path,
         .max_memory = o->max_memory,
         .threads = o->threads,
         .progress = o->progress,
         .progress_ctx = o->progress_ctx,
-        .compress_level = level,
         .extents = j.extents,
         .engine = engine,
-        .device = fc_local_rank(),
+        .device = fc_local_rank(0),
         .comm = o->comm,
-        .file_head = j.st.heads,
-        .raw_items = o->format == FC_OUT_SAFETENSORS,
     };
     fc_cancel_polled(); /* files appear in the staging dir from here on */
     FC_TRY_GOTO(fc_exec_run(&ex), rc, done);
@@ -526,4 +460,10 @@ done:
     fc_job_release(&j);
     fc_cancel_staged(NULL);
     return rc;
+}
+
+int fc_full_to_dcp(const struct fc_full_to_dcp_opts *o, struct fc_full_to_dcp_result *res)
+{
+    static const struct fc_job_kind full = {NULL, 1};
+    return fc_write_job_run(o, &full, res);
 }

@@ -1,3 +1,9 @@
+/*
+ * plan.c - the write planner (see plan.h): coordinate classes of every
+ * tensor's placements -> deduplicated chunks and their holders -> items
+ * balanced over the holders -> files laid out back to back; relayout for
+ * other item encodings, lookups, and the --dry-run text.  Pure: no I/O.
+ */
 #include "plan.h"
 
 #include <assert.h>
@@ -409,6 +415,7 @@ static int fc_plan__fill_chunks(struct fc_plan *p, const struct fc_plan_tensor_i
         for (int d = t->ndim; d < FC_MAX_DIMS; d++)
             t->shape[d] = 0;
         t->placement = in[i].placement;
+        t->tag = in[i].tag;
         t->tp_dim = -1;
         memcpy(t->pl, pls + (size_t)FC_MESH_MAX_DIMS * i, sizeof(t->pl));
         for (int k = 0; k < p->mesh.ndim; k++) {
@@ -541,6 +548,116 @@ static void fc_plan__layout(struct fc_plan *p, const struct fc_plan_item *tmp, s
     fc_plan__point_aliases(p);
 }
 
+/* Upper bounds (one chunk per coordinate-class tuple), so every array is allocated once. */
+struct fc_plan__bounds {
+    size_t nbound; /* chunks (and holder boxes) */
+    size_t ndims;  /* box offsets and sizes */
+    size_t nstrings;
+    size_t maxtuples; /* of one tensor */
+};
+
+static int fc_plan__count(const struct fc_mesh *mesh, const struct fc_plan_tensor_in *tensors,
+                          size_t ntensors, const struct fc_plan_value_in *values, size_t nvalues,
+                          const struct fc_dim_placement *pls, size_t *ntuples,
+                          struct fc_plan__bounds *b)
+{
+    int overflow = 0;
+    *b = (struct fc_plan__bounds){0, 0, 0, 1};
+    for (size_t i = 0; i < ntensors; i++) {
+        FC_TRY(fc_plan__tuples(mesh, pls + (size_t)FC_MESH_MAX_DIMS * i, tensors[i].shape,
+                               &ntuples[i]));
+        size_t d;
+        b->maxtuples = ntuples[i] > b->maxtuples ? ntuples[i] : b->maxtuples;
+        overflow |= fc_add_size(b->nbound, ntuples[i], &b->nbound);
+        overflow |= fc_mul_size(ntuples[i], 2 * (size_t)tensors[i].ndim, &d);
+        overflow |= fc_add_size(b->ndims, d, &b->ndims);
+        overflow |= fc_add_size(b->nstrings, strlen(tensors[i].key) + 1, &b->nstrings);
+    }
+    for (size_t v = 0; v < nvalues; v++) {
+        assert(values[v].key != NULL);
+        overflow |= fc_add_size(b->nstrings, strlen(values[v].key) + 1, &b->nstrings);
+    }
+    if (overflow)
+        return fc_error_set(FC_EINVAL, "plan: chunk or item count overflows");
+    return FC_OK;
+}
+
+/* A new plan with its arrays allocated to the bounds; *out is set even on failure. */
+static int fc_plan__new(const struct fc_mesh *mesh, size_t ntensors, size_t nvalues,
+                        const struct fc_plan__bounds *b, struct fc_plan **out)
+{
+    struct fc_plan *p = fc_calloc(1, sizeof(*p));
+    *out = p;
+    if (p == NULL)
+        return fc_error_set(FC_ENOMEM, "plan: out of memory");
+    p->mesh = *mesh;
+    p->ntensors = ntensors;
+    p->nvalues = nvalues;
+    p->nfiles = (size_t)fc_mesh_world_size(mesh);
+    p->tensors = fc_calloc(ntensors + 1, sizeof(*p->tensors));
+    p->values = fc_calloc(nvalues + 1, sizeof(*p->values));
+    p->chunks = fc_calloc(b->nbound + 1, sizeof(*p->chunks));
+    p->holders = fc_calloc(b->nbound + 1, sizeof(*p->holders));
+    p->dims_ = fc_calloc(b->ndims + 1, sizeof(*p->dims_));
+    p->strings_ = fc_calloc(b->nstrings + 1, 1);
+    if (p->tensors == NULL || p->values == NULL || p->chunks == NULL || p->holders == NULL ||
+        p->dims_ == NULL || p->strings_ == NULL)
+        return fc_error_set(FC_ENOMEM, "plan: out of memory for %zu chunks", b->nbound);
+    return FC_OK;
+}
+
+#ifdef FC_DEBUG
+/*
+ * Debug builds check what plan.h promises of every built plan (invariants
+ * 1, 3 and 5: chunks in offset order and tiling counts, items pointing back
+ * at what they store, files back to back), as SQLite's pager asserts its
+ * state.  O(items + chunks * ndim).
+ */
+static int fc_plan__offsets_before(const struct fc_box *a, const struct fc_box *b, int ndim)
+{
+    for (int d = 0; d < ndim; d++)
+        if (a->offsets[d] != b->offsets[d])
+            return a->offsets[d] < b->offsets[d];
+    return 0;
+}
+
+static void fc_plan__assert_invariants(const struct fc_plan *p)
+{
+    uint64_t total = 0;
+    for (size_t i = 0; i < p->ntensors; i++) {
+        const struct fc_plan_tensor *t = &p->tensors[i];
+        assert(t->nchunks >= 1 && t->first_chunk + t->nchunks <= p->nchunks);
+        assert(t->alias_of == FC_PLAN_NONE ||
+               (t->alias_of < i && p->tensors[t->alias_of].alias_of == FC_PLAN_NONE));
+        for (size_t c = t->first_chunk; c < t->first_chunk + t->nchunks; c++) {
+            const struct fc_plan_chunk *ch = &p->chunks[c];
+            assert(ch->tensor == i && ch->nholders >= 1 && ch->item < p->nitems);
+            if (c > t->first_chunk) /* offsets strictly ascending */
+                assert(fc_plan__offsets_before(&p->chunks[c - 1].box, &ch->box, t->ndim));
+            const struct fc_plan_item *it = &p->items[ch->item];
+            assert(it->kind == FC_ITEM_TENSOR &&
+                   (t->alias_of != FC_PLAN_NONE || (it->index == i && it->chunk == c)));
+            assert(fc_plan_chunk_holds(p, it->chunk, it->rank));
+        }
+    }
+    for (size_t v = 0; v < p->nvalues; v++)
+        assert(p->items[p->values[v].item].kind == FC_ITEM_BYTES &&
+               p->items[p->values[v].item].index == v);
+    for (size_t r = 0; r < p->nfiles; r++) {
+        const struct fc_plan_file *f = &p->files[r];
+        uint64_t off = 0;
+        assert(f->rank == (int)r);
+        for (size_t k = f->first_item; k < f->first_item + f->nitems; k++) {
+            assert(p->items[k].rank == (int)r && p->items[k].offset == off);
+            off += p->items[k].length;
+        }
+        assert(off == f->nbytes);
+        total += f->nbytes;
+    }
+    assert(total == p->total_bytes);
+}
+#endif
+
 int fc_plan_build(struct fc_plan **out, const struct fc_mesh *mesh,
                   const struct fc_plan_tensor_in *tensors, size_t ntensors,
                   const struct fc_plan_value_in *values, size_t nvalues,
@@ -570,49 +687,14 @@ int fc_plan_build(struct fc_plan **out, const struct fc_mesh *mesh,
                     done);
     FC_TRY_GOTO(fc_plan__check_keys(tensors, ntensors, values, nvalues), rc, done);
 
-    /* Upper bounds (one chunk per coordinate-class tuple), so every array is allocated once. */
-    size_t nbound = 0, ndims = 0, nstrings = 0, maxtuples = 1;
-    int overflow = 0;
-    for (size_t i = 0; i < ntensors; i++) {
-        FC_TRY_GOTO(fc_plan__tuples(mesh, pls + (size_t)FC_MESH_MAX_DIMS * i, tensors[i].shape,
-                                    &ntuples[i]),
-                    rc, done);
-        size_t d;
-        maxtuples = ntuples[i] > maxtuples ? ntuples[i] : maxtuples;
-        overflow |= fc_add_size(nbound, ntuples[i], &nbound);
-        overflow |= fc_mul_size(ntuples[i], 2 * (size_t)tensors[i].ndim, &d);
-        overflow |= fc_add_size(ndims, d, &ndims);
-        overflow |= fc_add_size(nstrings, strlen(tensors[i].key) + 1, &nstrings);
-    }
-    for (size_t v = 0; v < nvalues; v++) {
-        assert(values[v].key != NULL);
-        overflow |= fc_add_size(nstrings, strlen(values[v].key) + 1, &nstrings);
-    }
-    if (overflow) {
-        rc = fc_error_set(FC_EINVAL, "plan: chunk or item count overflows");
-        goto done;
-    }
-
-    p = fc_calloc(1, sizeof(*p));
-    if (p == NULL) {
-        rc = fc_error_set(FC_ENOMEM, "plan: out of memory");
-        goto done;
-    }
-    p->mesh = *mesh;
-    p->ntensors = ntensors;
-    p->nvalues = nvalues;
-    p->nfiles = (size_t)fc_mesh_world_size(mesh);
-    p->tensors = fc_calloc(ntensors + 1, sizeof(*p->tensors));
-    p->values = fc_calloc(nvalues + 1, sizeof(*p->values));
-    p->chunks = fc_calloc(nbound + 1, sizeof(*p->chunks));
-    p->holders = fc_calloc(nbound + 1, sizeof(*p->holders));
-    p->dims_ = fc_calloc(ndims + 1, sizeof(*p->dims_));
-    p->strings_ = fc_calloc(nstrings + 1, 1);
-    tup = fc_calloc(maxtuples, sizeof(*tup));
-    order = fc_calloc(maxtuples, sizeof(*order));
-    if (p->tensors == NULL || p->values == NULL || p->chunks == NULL || p->holders == NULL ||
-        p->dims_ == NULL || p->strings_ == NULL || tup == NULL || order == NULL) {
-        rc = fc_error_set(FC_ENOMEM, "plan: out of memory for %zu chunks", nbound);
+    struct fc_plan__bounds b;
+    FC_TRY_GOTO(fc_plan__count(mesh, tensors, ntensors, values, nvalues, pls, ntuples, &b), rc,
+                done);
+    FC_TRY_GOTO(fc_plan__new(mesh, ntensors, nvalues, &b, &p), rc, done);
+    tup = fc_calloc(b.maxtuples, sizeof(*tup));
+    order = fc_calloc(b.maxtuples, sizeof(*order));
+    if (tup == NULL || order == NULL) {
+        rc = fc_error_set(FC_ENOMEM, "plan: out of memory for %zu chunks", b.nbound);
         goto done;
     }
 
@@ -649,6 +731,9 @@ int fc_plan_build(struct fc_plan **out, const struct fc_mesh *mesh,
     }
     fc_plan__layout(p, tmp, cursor);
     assert(p->total_bytes == total);
+#ifdef FC_DEBUG
+    fc_plan__assert_invariants(p);
+#endif
 
 done:
     fc_free(tmp);

@@ -89,6 +89,7 @@ struct fc_plan_tensor_in {
                                     ignored on a mesh without tp */
     int64_t alias_of;            /* -1, or index of an EARLIER tensor sharing the same bytes
                                     (same dtype, ndim, shape, placement, tp_dim); chains allowed */
+    size_t tag;                  /* the caller's own index of the tensor, kept in the plan */
 };
 
 /* One non-tensor value (a DCP bytes item): blob_size = its torch.save blob length. */
@@ -124,6 +125,7 @@ struct fc_plan_tensor {
     size_t alias_of;    /* SIZE_MAX, or the ROOT (non-alias) tensor whose items it shares */
     size_t first_chunk; /* its chunks are chunks[first_chunk .. first_chunk + nchunks) */
     size_t nchunks;     /* >= 1 */
+    size_t tag;         /* the input's tag, untouched (full-to-dcp: its xform spec) */
 };
 
 struct fc_plan_chunk {

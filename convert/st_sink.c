@@ -1,5 +1,8 @@
 /*
- * st_sink.c - safetensors item encoding and headers (see st_sink.h).
+ * st_sink.c - the safetensors sink (see st_sink.h): the plan re-laid as one
+ * safetensors file per rank, each file's header, and the sink operations the
+ * executor drives (a header before each file's items, items as bare bytes).
+ * The DCP sink (dcp_sink.c) is the other implementation of the interface.
  */
 #include "st_sink.h"
 
@@ -127,4 +130,46 @@ void fc_st_sink_release(struct fc_st_sink *sink)
         fc_buf_release(&sink->heads[i]);
     fc_free(sink->heads);
     memset(sink, 0, sizeof(*sink));
+}
+
+static const struct fc_buf *fc_st_sink_file_head(const void *ctx, size_t file)
+{
+    const struct fc_st_sink *sink = ctx;
+    return &sink->heads[file];
+}
+
+/* Items are the chunk's bare bytes: nothing before or after them. */
+static int fc_st_sink_tensor_head(const void *ctx, const struct fc_plan *plan,
+                                  const struct fc_plan_item *it, struct fc_buf *hdr,
+                                  uint64_t *item_len)
+{
+    (void)ctx;
+    (void)plan;
+    (void)hdr;
+    *item_len = it->length;
+    return FC_OK;
+}
+
+static int fc_st_sink_tensor_tail(const void *ctx, const struct fc_plan *plan,
+                                  const struct fc_plan_item *it, uint32_t data_crc,
+                                  struct fc_buf *out)
+{
+    (void)ctx;
+    (void)plan;
+    (void)it;
+    (void)data_crc;
+    (void)out;
+    return FC_OK;
+}
+
+/* No value_bytes: fc_st_sink_layout refuses plans with values. */
+static const struct fc_sink_ops fc_st_sink_ops = {
+    .file_head = fc_st_sink_file_head,
+    .tensor_head = fc_st_sink_tensor_head,
+    .tensor_tail = fc_st_sink_tensor_tail,
+};
+
+struct fc_sink fc_st_sink_sink(const struct fc_st_sink *sink)
+{
+    return (struct fc_sink){&fc_st_sink_ops, sink};
 }

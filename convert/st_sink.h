@@ -3,7 +3,8 @@
  * safetensors file per rank that torch's HuggingFaceStorageReader loads
  * (torch >= 2.8; the layout of HuggingFaceStorageWriter(save_distributed=True)).
  *
- * Only the item encoding and the metadata differ from DCP: an item is the
+ * Only the item encoding and the metadata differ from DCP (dcp_sink.h; both
+ * implement exec.h's struct fc_sink_ops): an item is the
  * chunk's bare C-contiguous bytes, and instead of .metadata every file
  * starts with a safetensors header listing its chunks with their global
  * offsets (__metadata__.DCP_SHARDING_INFO).  Files are named
@@ -21,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "exec.h"
 #include "fc_buf.h"
 #include "fc_dtype.h"
 #include "plan.h"
@@ -50,5 +52,8 @@ int fc_st_sink_item_size(void *ctx, fc_dtype dtype, const int64_t *sizes, int nd
  */
 int fc_st_sink_layout(struct fc_st_sink *sink, struct fc_plan *plan);
 void fc_st_sink_release(struct fc_st_sink *sink);
+
+/* The executor's view of the sink (borrows it; after fc_st_sink_layout()). */
+struct fc_sink fc_st_sink_sink(const struct fc_st_sink *sink);
 
 #endif

@@ -1,6 +1,7 @@
 /*
  * cuda_check.h - the CUDA runtime boundary: error conversion and launch
- * sizing.  Included only by the .cu files in kernels/ (it pulls in cuda_runtime.h).
+ * sizing.  Included only by the .cu files in kernels/ and by convert/comm_nccl.c
+ * (it pulls in cuda_runtime.h).
  *
  * Why these macros (NCCL's CUDACHECK pattern): every runtime call is checked
  * where it is made, the message names the call and CUDA's own reason, and

@@ -400,6 +400,12 @@ char *fc_path_join(const char *dir, const char *name)
     return p;
 }
 
+int fc_ends_with(const char *s, const char *suffix)
+{
+    const size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
 int fc_path_is_dir(const char *path)
 {
     struct stat st;

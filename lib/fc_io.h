@@ -152,4 +152,7 @@ int fc_path_is_dir(const char *path);
 /* Join dir and name with '/' into a new string (owned by caller). */
 char *fc_path_join(const char *dir, const char *name);
 
+/* 1 if s (a path, a file name) ends with suffix, else 0. */
+int fc_ends_with(const char *s, const char *suffix);
+
 #endif

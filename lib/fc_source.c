@@ -591,12 +591,6 @@ done:
     return rc;
 }
 
-static int fc_ends_with(const char *s, const char *suffix)
-{
-    const size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && strcmp(s + a - b, suffix) == 0;
-}
-
 static int fc_source_open_index(struct fc_source *src, const char *index_path)
 {
     struct fc_st_index idx;

@@ -76,12 +76,33 @@ static void test_comm_job_failure_on_rank_0_fails_every_worker(void **state)
     assert_fc_fails(fc_comm_free(c), FC_ERROR, "exited with status 1");
 }
 
+/* One LOCAL_RANK parser for the executor's GPU and NCCL's: what torchrun sets, else the fallback.
+ */
+static void test_comm_local_rank_reads_torchrun_or_falls_back(void **state)
+{
+    static const struct {
+        const char *value; /* NULL: unset */
+        int want;
+    } cases[] = {{NULL, 7}, {"3", 3},  {"0", 0},    {"1023", 1023}, {"", 7},
+                 {"2x", 7}, {"-1", 7}, {"1024", 7}, {" 4", 4},      {"0x2", 7}};
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        if (cases[i].value == NULL)
+            unsetenv("LOCAL_RANK");
+        else
+            setenv("LOCAL_RANK", cases[i].value, 1);
+        assert_int_equal(fc_local_rank(7), cases[i].want);
+    }
+    unsetenv("LOCAL_RANK");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_comm_workers_write_the_files_they_own),
         cmocka_unit_test(test_comm_worker_failure_reaches_rank_0_and_every_exit_status),
         cmocka_unit_test(test_comm_job_failure_on_rank_0_fails_every_worker),
+        cmocka_unit_test(test_comm_local_rank_reads_torchrun_or_falls_back),
     };
     return cmocka_run_group_tests_name("comm", tests, NULL, NULL);
 }

@@ -1,0 +1,64 @@
+/*
+ * dcp_sink.h - the DCP sink: how a plan's items are stored in DCP rank files
+ * (__{r}_0.distcp) and described by .metadata, as torch's
+ * FileSystemWriter writes them.
+ *
+ * A tensor item is one torch.save archive of the chunk (fc_tsblob: a zip
+ * head, the chunk's C-contiguous bytes, a tail carrying their CRC-32); a
+ * value item is its torch.save blob, built before planning so the planner
+ * knows its length.  With compress_level > 0 each item is one zstd frame
+ * (torch's stream.zstd/1 transform): items then land at other offsets than
+ * planned, which the executor records in extents and .metadata names.  The
+ * safetensors sink (st_sink.h) is the other implementation of struct
+ * fc_sink_ops.
+ */
+#ifndef FC_DCP_SINK_H
+#define FC_DCP_SINK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "exec.h"
+#include "fc_buf.h"
+#include "fc_dtype.h"
+#include "plan.h"
+#include "xform.h"
+
+struct fc_dcp_sink {
+    struct fc_buf *values; /* per plan value, in plan order: its torch.save blob */
+    size_t nvalues;
+    size_t cap;
+    int compress_level; /* 0: plain items; 1..22: zstd level */
+};
+
+/* fc_dcp_sink_init() - room for up to `cap` values.  FC_OK or FC_ENOMEM. */
+int fc_dcp_sink_init(struct fc_dcp_sink *sink, size_t cap, int compress_level);
+void fc_dcp_sink_release(struct fc_dcp_sink *sink);
+
+/*
+ * fc_dcp_sink_add_value() - store the bytes of value spec s as the next plan
+ * value (a DCP bytes item from the input is carried verbatim, other values
+ * are pickled) and set *size to their length.  Returns FC_OK, FC_ENOMEM,
+ * or the source's or pickler's error.
+ */
+int fc_dcp_sink_add_value(struct fc_dcp_sink *sink, const struct fc_xspec *s, uint64_t *size);
+
+/* fc_plan_blob_size_fn of DCP tensor items: the torch.save blob's length. */
+int fc_dcp_sink_item_size(void *ctx, fc_dtype dtype, const int64_t *sizes, int ndim,
+                          uint64_t *nbytes_out);
+
+/* The executor's view of the sink (borrows it). */
+struct fc_sink fc_dcp_sink_sink(const struct fc_dcp_sink *sink);
+
+/*
+ * fc_dcp_sink_write_metadata() - build .metadata from the plan and write it
+ * atomically into dir: entries in xr's order (the plan's tensors and values
+ * are in that order), each item where extents says it landed when
+ * compressed (extents non-NULL), else where the plan put it; storage_meta
+ * names `output`.  Returns FC_OK, FC_EIO, FC_ENOMEM.
+ */
+int fc_dcp_sink_write_metadata(const struct fc_dcp_sink *sink, const struct fc_plan *plan,
+                               const struct fc_xform_result *xr, const struct fc_extent *extents,
+                               const char *dir, const char *output);
+
+#endif
