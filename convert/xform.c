@@ -1,5 +1,8 @@
 /*
- * xform.c - the transform pipeline: each rule, in order, over the specs.
+ * xform.c - the transform pipeline: each rule, in order, over the specs
+ * (renames, selects, drops, copies, ties, marks, and the generic step of the
+ * rules that append an op from ops.c's table), then the automatic aliases of
+ * tied storage; debug builds check the result's invariants (xform.h).
  */
 #include "xform.h"
 
@@ -139,8 +142,7 @@ int fc_xspec_push_op(struct fc_xspec *s, const struct fc_op *op, const char *lab
     return FC_OK;
 }
 
-/* Text of a path element (list indices in decimal). */
-static const char *fc_elem_text(const struct fc_path_elem *e, char *tmp, size_t tmplen)
+const char *fc_path_elem_text(const struct fc_path_elem *e, char *tmp, size_t tmplen)
 {
     if (!e->is_index)
         return e->key;
@@ -159,7 +161,7 @@ static int fc_xspec_rekey(struct fc_xspec *s, char *newkey)
     size_t keep = 0, pos = 0;
     char tmp[32];
     while (keep + 1 < s->path_len) {
-        const char *t = fc_elem_text(&s->path[keep], tmp, sizeof(tmp));
+        const char *t = fc_path_elem_text(&s->path[keep], tmp, sizeof(tmp));
         const size_t tl = strlen(t);
         if (strncmp(newkey + pos, t, tl) != 0 || newkey[pos + tl] != '.')
             break;
@@ -577,13 +579,9 @@ static int fc_same_ops(const struct fc_xspec *a, const struct fc_xspec *b)
 {
     if (a->nops != b->nops)
         return 0;
-    for (size_t k = 0; k < a->nops; k++) {
-        const struct fc_op *x = &a->ops[k], *y = &b->ops[k];
-        if (x->kind != y->kind || x->dtype != y->dtype || x->rows != y->rows ||
-            x->fill != y->fill || x->in_dtype != y->in_dtype || x->in_ndim != y->in_ndim ||
-            memcmp(x->in_shape, y->in_shape, sizeof(x->in_shape)) != 0)
+    for (size_t k = 0; k < a->nops; k++)
+        if (!fc_op_same(&a->ops[k], &b->ops[k]))
             return 0;
-    }
     return 1;
 }
 
@@ -657,61 +655,33 @@ static int fc_check_untied(const struct fc_xform_result *out, const struct fc_ru
     return FC_OK;
 }
 
-static int fc_step_conv2d(struct fc_pipe *p, const struct fc_rule *rule)
+/* A rule of the op table: the op on the key it names, or on every tensor the op admits. */
+static int fc_step_op(struct fc_pipe *p, const struct fc_rule *rule)
 {
-    long i;
-    FC_TRY(fc_find_tensor(p, rule, rule->a, &i));
-    struct fc_xspec *s = &p->out->specs[i];
-    if (s->ndim == 2) {
-        char msg[512];
-        snprintf(msg, sizeof(msg), "--conv2d-to-linear: '%s' is already 2-D; left alone", s->key);
-        return fc_note(p->out, msg);
+    const struct fc_op_def *def = fc_op_def(rule->append.kind);
+    char note[512] = "";
+    if (def->target == FC_OP_EVERY_TENSOR) {
+        for (size_t i = 0; i < p->out->n; i++) {
+            struct fc_xspec *s = &p->out->specs[i];
+            if (s->kind != FC_ENTRY_TENSOR)
+                continue;
+            const int m = def->admit(&rule->append, s, rule->label, note, sizeof(note));
+            FC_TRY(m);
+            if (m == 1)
+                FC_TRY(fc_xspec_push_op(s, &rule->append, rule->label));
+        }
+        return FC_OK;
     }
-    if (s->ndim != 4)
-        return fc_error_set(FC_EINVAL, "%s: '%s' has %d dims; expected a 4-D [O, C, kh, kw] weight",
-                            rule->label, s->key, s->ndim);
-    FC_TRY(fc_check_untied(p->out, rule, i));
-    const struct fc_op op = {.kind = FC_OP_CONV2D_TO_LINEAR};
-    return fc_xspec_push_op(s, &op, rule->label);
-}
-
-static int fc_step_resize(struct fc_pipe *p, const struct fc_rule *rule)
-{
     long i;
     FC_TRY(fc_find_tensor(p, rule, rule->a, &i));
-    struct fc_xspec *s = &p->out->specs[i];
-    const struct fc_dtype_info *info = fc_dtype_info(s->dtype);
-    if (s->ndim == 0)
-        return fc_error_set(FC_EINVAL, "%s: '%s' is 0-d: it has no rows", rule->label, s->key);
-    if (rule->fill == FC_FILL_MEAN && rule->rows > s->shape[0] &&
-        (info == NULL || !info->is_floating || s->shape[0] == 0))
-        return fc_error_set(FC_EINVAL, "%s: '%s' (%s, %lld rows) has no mean row; use :zero",
-                            rule->label, s->key, fc_dtype_name(s->dtype), (long long)s->shape[0]);
-    for (size_t k = 0; k < s->nops; k++)
-        if (s->ops[k].kind == FC_OP_RESIZE_ROWS)
-            return fc_error_set(FC_EINVAL, "%s: '%s' is resized twice", rule->label, s->key);
-    if (rule->rows == s->shape[0])
+    const int m = def->admit(&rule->append, &p->out->specs[i], rule->label, note, sizeof(note));
+    FC_TRY(m);
+    if (note[0] != '\0')
+        FC_TRY(fc_note(p->out, note));
+    if (m == 0)
         return FC_OK;
     FC_TRY(fc_check_untied(p->out, rule, i));
-    const struct fc_op op = {.kind = FC_OP_RESIZE_ROWS, .rows = rule->rows, .fill = rule->fill};
-    return fc_xspec_push_op(s, &op, rule->label);
-}
-
-static int fc_step_dtype(struct fc_xform_result *out, const struct fc_rule *rule)
-{
-    for (size_t i = 0; i < out->n; i++) {
-        struct fc_xspec *s = &out->specs[i];
-        const struct fc_dtype_info *info = fc_dtype_info(s->dtype);
-        /* Optimizer step counters stay exact: bf16 cannot count past 256. */
-        const char *last = strrchr(s->key, '.');
-        const int is_step = s->ndim == 0 && strcmp(last != NULL ? last + 1 : s->key, "step") == 0;
-        if (s->kind != FC_ENTRY_TENSOR || info == NULL || !info->is_floating || is_step ||
-            s->dtype == rule->dtype)
-            continue;
-        const struct fc_op op = {.kind = FC_OP_CAST, .dtype = rule->dtype};
-        FC_TRY(fc_xspec_push_op(s, &op, rule->label));
-    }
-    return FC_OK;
+    return fc_xspec_push_op(&p->out->specs[i], &rule->append, rule->label);
 }
 
 static int fc_step(struct fc_pipe *p, const struct fc_rule *rule)
@@ -724,12 +694,10 @@ static int fc_step(struct fc_pipe *p, const struct fc_rule *rule)
     case FC_RULE_ADD_PREFIX: return fc_step_add_prefix(p->out, rule->a);
     case FC_RULE_DROP: return fc_step_drop(p, rule);
     case FC_RULE_COPY: return fc_step_copy(p, rule);
-    case FC_RULE_CONV2D: return fc_step_conv2d(p, rule);
     case FC_RULE_TIE: return fc_step_tie(p, rule);
-    case FC_RULE_DTYPE: return fc_step_dtype(p->out, rule);
-    case FC_RULE_RESIZE: return fc_step_resize(p, rule);
     case FC_RULE_REPLICATE:
     case FC_RULE_OPTIM_SKIP: return fc_step_mark(p->out, rule);
+    case FC_RULE_OP: return fc_step_op(p, rule);
     }
     return FC_OK;
 }

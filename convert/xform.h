@@ -49,13 +49,11 @@ enum fc_rule_kind {
     FC_RULE_RENAME,         /* FROM=TO (regex, replacement) */
     FC_RULE_DROP,           /* REGEX */
     FC_RULE_COPY,           /* FROM=TO: an independent copy under TO */
-    FC_RULE_CONV2D,         /* KEY */
     FC_RULE_TIE,            /* DST=SRC: DST stores SRC's bytes (dst = src) */
-    FC_RULE_DTYPE,          /* DTYPE: every floating tensor */
-    FC_RULE_RESIZE,         /* KEY=N[:zero|mean] */
     FC_RULE_STRIP_WRAPPERS, /* FSDP1, activation-checkpoint, torch.compile, DDP names */
     FC_RULE_REPLICATE,      /* REGEX: stored whole instead of Shard(0) */
-    FC_RULE_OPTIM_SKIP      /* REGEX: no optimizer parameter (frozen, float buffer) */
+    FC_RULE_OPTIM_SKIP,     /* REGEX: no optimizer parameter (frozen, float buffer) */
+    FC_RULE_OP              /* appends an op (ops.c's table: conv2d-to-linear, dtype, ...) */
 };
 
 struct fc_rule {
@@ -65,9 +63,7 @@ struct fc_rule {
     char *arg;   /* its argument as written */
     char *a, *b; /* pattern or key or prefix; replacement or SRC (tie) */
     struct fc_regex *re;
-    fc_dtype dtype;
-    int64_t rows;
-    enum fc_fill fill;
+    struct fc_op append; /* FC_RULE_OP: the op it appends (kind and parameters; no input yet) */
 };
 
 struct fc_xform_rules {
@@ -77,9 +73,10 @@ struct fc_xform_rules {
 
 /*
  * fc_xform_rules_add() - append one rule.  op is the flag name without dashes
- * ("select", "strip-prefix", "add-prefix", "rename", "drop", "copy",
- * "conv2d-to-linear", "tie", "dtype", "resize-rows", "strip-wrappers",
- * "replicate", "optim-skip"); arg its value (ignored by strip-wrappers).
+ * ("select", "strip-prefix", "add-prefix", "rename", "drop", "copy", "tie",
+ * "strip-wrappers", "replicate", "optim-skip", or the rule of an op in
+ * ops.c's table: "conv2d-to-linear", "dtype", "resize-rows"); arg its value
+ * (ignored by strip-wrappers).
  * `where` names the origin for messages ("--rename", "rules.txt:3").
  * Returns FC_OK, FC_EINVAL (unknown op, bad regex or replacement group,
  * missing '=', bad dtype or row count), FC_ENOMEM.
@@ -174,6 +171,9 @@ int fc_xspec_dup(struct fc_xspec *dst, const struct fc_xspec *src);
 
 /* Append a blank spec (alias_of = copy_of = -1) to xr; *out is its index. */
 int fc_xform_push(struct fc_xform_result *xr, size_t *out);
+
+/* Text of a path element: its key, or a list index in decimal (in tmp). */
+const char *fc_path_elem_text(const struct fc_path_elem *e, char *tmp, size_t tmplen);
 
 /* Append an op to spec s (its output dtype/shape follow).  FC_EINVAL past FC_XFORM_MAX_OPS. */
 int fc_xspec_push_op(struct fc_xspec *s, const struct fc_op *op, const char *label);

@@ -166,7 +166,9 @@ static void test_xform_reads_a_rules_file_with_comments(void **state)
     assert_int_equal(r.v[0].kind, FC_RULE_DROP);
     assert_string_equal(r.v[0].label, path_line(path, 3));
     assert_int_equal(r.v[1].kind, FC_RULE_TIE);
-    assert_int_equal(r.v[2].dtype, FC_DTYPE_FLOAT16);
+    assert_int_equal(r.v[2].kind, FC_RULE_OP);
+    assert_int_equal(r.v[2].append.kind, FC_OP_CAST);
+    assert_int_equal(r.v[2].append.dtype, FC_DTYPE_FLOAT16);
     assert_fc_ok(fc_xform_apply(src, &r, &xr));
     assert_int_equal(find(&xr, "extra.qkv_bf16"), -1);
     fc_xform_result_release(&xr);
