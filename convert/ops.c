@@ -274,21 +274,21 @@ static const struct fc_op_def fc_op_table[] = {
          "reshape a [O,C,kh,kw] conv weight to [O, kh*kw*C] (BAGEL)",
          FC_RULE_SCOPE_IMPORT, NULL},
         NULL, FC_OP_ONE_KEY, fc_parse_none, fc_admit_conv2d,
-        fc_shape_conv2d, fc_cpu_conv2d, fc_cuda_conv2d, fc_same_always},
+        fc_shape_conv2d, 1, fc_cpu_conv2d, fc_cuda_conv2d, fc_same_always},
     [FC_OP_RESIZE_ROWS] = {
         {"resize-rows", "<key>=<n>[:zero|mean]",
          "dim 0 of <key> becomes <n>: truncate, or new rows of zeros\n"
          "or (default) the mean row, summed in float64",
          FC_RULE_SCOPE_PIPELINE, NULL},
         "KEY=N[:zero|mean]", FC_OP_ONE_KEY, fc_parse_resize, fc_admit_resize,
-        fc_shape_resize, fc_cpu_resize, fc_cuda_resize, fc_same_resize},
+        fc_shape_resize, 0, fc_cpu_resize, fc_cuda_resize, fc_same_resize},
     [FC_OP_CAST] = {
         {"dtype", "<dtype>",
          "cast floating tensors: float32 (fp32, f32, float), bfloat16\n"
          "(bf16), float16 (fp16, f16, half), float64 (fp64, f64, double)",
          FC_RULE_SCOPE_PIPELINE, fc_check_float_dtype},
         NULL, FC_OP_EVERY_TENSOR, fc_parse_cast, fc_admit_cast,
-        fc_shape_cast, fc_cpu_cast, fc_cuda_cast_op, fc_same_cast},
+        fc_shape_cast, 0, fc_cpu_cast, fc_cuda_cast_op, fc_same_cast},
 };
 /* clang-format on */
 

@@ -33,8 +33,8 @@
 
 /*
  * The ops other modules name (the optimizer drops casts, the streamer
- * computes mean rows and reads conv2d inputs whole): rows of the table in
- * this order.  A new op needs no name here: its kind is its row.
+ * computes mean rows): rows of the table in this order.  A new op needs no name here: its kind is
+ * its row.
  */
 enum fc_op_kind {
     FC_OP_CONV2D_TO_LINEAR, /* [O, C, kh, kw] -> [O, kh*kw*C] (BAGEL's patch embedding) */
@@ -137,6 +137,8 @@ struct fc_op_def {
     int (*admit)(const struct fc_op *op, const struct fc_xspec *s, const char *label, char *note,
                  size_t note_size);
     fc_op_shape_fn shape; /* dtype/shape leaving the op (entering it on input) */
+    /* 1 when the op changes dims past the first: the streamer then reads whole input rows. */
+    int whole_rows;
     fc_op_cpu_fn cpu;
     fc_op_cuda_fn cuda;
     /* Parameters equal (kinds and inputs already are): the same bytes come out. */

@@ -6,6 +6,7 @@
  */
 #include "xform.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -774,6 +775,68 @@ static int fc_add_input(struct fc_xform_result *out, const struct fc_xform_input
     return FC_OK;
 }
 
+#ifdef FC_DEBUG
+/* Alias a reads target t's bytes: the same entry, or one sharing its torch.save storage. */
+static int fc_same_source_bytes(const struct fc_xspec *a, const struct fc_xspec *t)
+{
+    if (a->src != t->src)
+        return 0;
+    if (a->entry == t->entry)
+        return 1;
+    const struct fc_entry *ea = &a->src->entries[a->entry], *et = &t->src->entries[t->entry];
+    return ea->storage < a->src->nstorages && ea->storage == et->storage;
+}
+
+/* The first invariant spec i breaks (keys are checked by the caller), or NULL. */
+static const char *fc_xspec_broken(const struct fc_xform_result *xr, size_t i)
+{
+    const struct fc_xspec *s = &xr->specs[i];
+    if (s->key == NULL || s->nops > FC_XFORM_MAX_OPS || (s->nops > 0) != (s->ops != NULL))
+        return "a spec without its key or op list";
+    if (s->copy_of >= 0 && s->alias_of >= 0)
+        return "a copy is an alias";
+    if (s->copy_of >= (long)xr->n)
+        return "copy_of past the specs";
+    if (s->alias_of < 0)
+        return NULL;
+    if (s->alias_of >= (long)i)
+        return "alias_of is not an earlier spec";
+    const struct fc_xspec *t = &xr->specs[s->alias_of];
+    if (s->dtype != t->dtype || s->ndim != t->ndim ||
+        memcmp(s->shape, t->shape, sizeof(int64_t) * (size_t)s->ndim) != 0)
+        return "an alias has another dtype or shape than its target";
+    if (!fc_same_ops(s, t))
+        return "an alias has another op list than its target";
+    if (!fc_same_source_bytes(s, t))
+        return "an alias reads other bytes than its target";
+    return NULL;
+}
+
+const char *fc_xform_broken(const struct fc_xform_result *xr, size_t *at)
+{
+    struct fc_strmap seen = FC_STRMAP_INIT;
+    const char *why = NULL;
+    for (size_t i = 0; i < xr->n && why == NULL; i++) {
+        *at = i;
+        why = fc_xspec_broken(xr, i);
+        if (why == NULL && fc_strmap_put(&seen, xr->specs[i].key, i, NULL) != 0)
+            why = "a key twice"; /* or out of memory, which a debug check may call broken */
+    }
+    fc_strmap_release(&seen);
+    return why;
+}
+
+void fc_xform_assert_valid(const struct fc_xform_result *xr)
+{
+    size_t at = 0;
+    const char *why = fc_xform_broken(xr, &at);
+    if (why != NULL)
+        fprintf(stderr, "fsdpconv: xform invariant broken at spec %zu '%s': %s\n", at,
+                xr->specs[at].key != NULL ? xr->specs[at].key : "(null)", why);
+    assert(why == NULL);
+}
+#endif
+
 int fc_xform_apply_inputs(const struct fc_xform_input *in, size_t nin,
                           const struct fc_xform_rules *r, struct fc_xform_result *out)
 {
@@ -790,8 +853,10 @@ int fc_xform_apply_inputs(const struct fc_xform_input *in, size_t nin,
         if (rc == FC_OK && out->n > p.max_keys)
             rc = fc_pipe_room(&p, &r->v[i]);
     }
-    if (rc == FC_OK)
+    if (rc == FC_OK) {
         fc_auto_alias(out);
+        fc_xform_assert_valid(out);
+    }
     for (size_t i = 0; i < p.ngone; i++)
         fc_free(p.gone[i].key);
     fc_free(p.gone);

@@ -153,6 +153,19 @@ struct fc_xform_input {
 int fc_xform_apply_inputs(const struct fc_xform_input *in, size_t nin,
                           const struct fc_xform_rules *r, struct fc_xform_result *out);
 
+/*
+ * Debug builds (FC_DEBUG) check a result's invariants (above) where the
+ * pipeline ends, as SQLite's pager asserts its state: fc_xform_broken() says
+ * which one spec *at breaks first (NULL: none), fc_xform_assert_valid()
+ * prints it and fails an assert.
+ */
+#ifdef FC_DEBUG
+const char *fc_xform_broken(const struct fc_xform_result *xr, size_t *at);
+void fc_xform_assert_valid(const struct fc_xform_result *xr);
+#else
+#define fc_xform_assert_valid(xr) ((void)0)
+#endif
+
 /* fc_xform_apply() - the same for one input without a prefix. */
 int fc_xform_apply(const struct fc_source *src, const struct fc_xform_rules *r,
                    struct fc_xform_result *out);
