@@ -393,7 +393,7 @@ static int fc_map_one(const struct fc_rule *rule, const char *key, char **out)
     }
 }
 
-static int fc_step_rekey(struct fc_pipe *p, const struct fc_rule *rule)
+int fc_step_rekey(struct fc_pipe *p, const struct fc_rule *rule)
 {
     struct fc_xform_result *out = p->out;
     size_t hits = 0;
@@ -420,7 +420,7 @@ static int fc_step_rekey(struct fc_pipe *p, const struct fc_rule *rule)
     return fc_check_unique(out, rule);
 }
 
-static int fc_step_select(struct fc_pipe *p, const struct fc_rule *rule)
+int fc_step_select(struct fc_pipe *p, const struct fc_rule *rule)
 {
     struct fc_xform_result *out = p->out;
     const size_t sl = strlen(rule->a);
@@ -447,8 +447,10 @@ static int fc_step_select(struct fc_pipe *p, const struct fc_rule *rule)
     return rc;
 }
 
-static int fc_step_add_prefix(struct fc_xform_result *out, const char *prefix)
+int fc_step_add_prefix(struct fc_pipe *p, const struct fc_rule *rule)
 {
+    struct fc_xform_result *out = p->out;
+    const char *prefix = rule->a;
     const size_t pl = strlen(prefix);
     /* "model." becomes a path component of its own, like get_state_dict apps nest. */
     const int as_component = pl > 1 && prefix[pl - 1] == '.' && memchr(prefix, '.', pl - 1) == NULL;
@@ -483,7 +485,7 @@ static int fc_step_add_prefix(struct fc_xform_result *out, const char *prefix)
     return FC_OK;
 }
 
-static int fc_step_drop(struct fc_pipe *p, const struct fc_rule *rule)
+int fc_step_drop(struct fc_pipe *p, const struct fc_rule *rule)
 {
     struct fc_xform_result *out = p->out;
     size_t hits = 0;
@@ -506,8 +508,9 @@ static int fc_step_drop(struct fc_pipe *p, const struct fc_rule *rule)
 }
 
 /* Regex marks: --replicate and --optim-skip set a flag on the tensors they match now. */
-static int fc_step_mark(struct fc_xform_result *out, const struct fc_rule *rule)
+int fc_step_mark(struct fc_pipe *p, const struct fc_rule *rule)
 {
+    struct fc_xform_result *out = p->out;
     for (size_t i = 0; i < out->n; i++) {
         struct fc_xspec *s = &out->specs[i];
         if (s->kind != FC_ENTRY_TENSOR)
@@ -524,7 +527,7 @@ static int fc_step_mark(struct fc_xform_result *out, const struct fc_rule *rule)
 
 /* ---- rules that make new tensors: copy and tie ---- */
 
-static int fc_step_copy(struct fc_pipe *p, const struct fc_rule *rule)
+int fc_step_copy(struct fc_pipe *p, const struct fc_rule *rule)
 {
     struct fc_xform_result *out = p->out;
     struct fc_strmap keys = FC_STRMAP_INIT;
@@ -586,7 +589,7 @@ static int fc_same_ops(const struct fc_xspec *a, const struct fc_xspec *b)
     return 1;
 }
 
-static int fc_step_tie(struct fc_pipe *p, const struct fc_rule *rule)
+int fc_step_tie(struct fc_pipe *p, const struct fc_rule *rule)
 {
     struct fc_xform_result *out = p->out;
     long si;
@@ -657,7 +660,7 @@ static int fc_check_untied(const struct fc_xform_result *out, const struct fc_ru
 }
 
 /* A rule of the op table: the op on the key it names, or on every tensor the op admits. */
-static int fc_step_op(struct fc_pipe *p, const struct fc_rule *rule)
+int fc_step_op(struct fc_pipe *p, const struct fc_rule *rule)
 {
     const struct fc_op_def *def = fc_op_def(rule->append.kind);
     char note[512] = "";
@@ -683,24 +686,6 @@ static int fc_step_op(struct fc_pipe *p, const struct fc_rule *rule)
         return FC_OK;
     FC_TRY(fc_check_untied(p->out, rule, i));
     return fc_xspec_push_op(&p->out->specs[i], &rule->append, rule->label);
-}
-
-static int fc_step(struct fc_pipe *p, const struct fc_rule *rule)
-{
-    switch (rule->kind) {
-    case FC_RULE_SELECT: return fc_step_select(p, rule);
-    case FC_RULE_STRIP_PREFIX:
-    case FC_RULE_RENAME:
-    case FC_RULE_STRIP_WRAPPERS: return fc_step_rekey(p, rule);
-    case FC_RULE_ADD_PREFIX: return fc_step_add_prefix(p->out, rule->a);
-    case FC_RULE_DROP: return fc_step_drop(p, rule);
-    case FC_RULE_COPY: return fc_step_copy(p, rule);
-    case FC_RULE_TIE: return fc_step_tie(p, rule);
-    case FC_RULE_REPLICATE:
-    case FC_RULE_OPTIM_SKIP: return fc_step_mark(p->out, rule);
-    case FC_RULE_OP: return fc_step_op(p, rule);
-    }
-    return FC_OK;
 }
 
 /* Tensors of one input that read the same bytes the same way share stored bytes. */
@@ -849,7 +834,7 @@ int fc_xform_apply_inputs(const struct fc_xform_input *in, size_t nin,
     fc_strmap_release(&owner); /* keys change from here on */
     p.max_keys = fc_xform_key_cap(out->n);
     for (size_t i = 0; i < r->n && rc == FC_OK; i++) {
-        rc = fc_step(&p, &r->v[i]);
+        rc = r->v[i].step(&p, &r->v[i]);
         if (rc == FC_OK && out->n > p.max_keys)
             rc = fc_pipe_room(&p, &r->v[i]);
     }

@@ -56,8 +56,15 @@ enum fc_rule_kind {
     FC_RULE_OP              /* appends an op (ops.c's table: conv2d-to-linear, dtype, ...) */
 };
 
+struct fc_rule;
+struct fc_pipe; /* xform.c: the specs and what the rules so far renamed away */
+
+/* What a rule does to the specs (xform.c); each kind's is named in xform_rules.c's table. */
+typedef int (*fc_rule_step_fn)(struct fc_pipe *p, const struct fc_rule *rule);
+
 struct fc_rule {
     enum fc_rule_kind kind;
+    fc_rule_step_fn step;
     char *label; /* "--rename '^a=b'" or "rules.txt:3", for messages */
     char *op;    /* the rule's name as written ("rename") */
     char *arg;   /* its argument as written */
@@ -190,6 +197,20 @@ const char *fc_path_elem_text(const struct fc_path_elem *e, char *tmp, size_t tm
 
 /* Append an op to spec s (its output dtype/shape follow).  FC_EINVAL past FC_XFORM_MAX_OPS. */
 int fc_xspec_push_op(struct fc_xspec *s, const struct fc_op *op, const char *label);
+
+/*
+ * The steps of the rule kinds, for xform_rules.c's table: select; strip-prefix,
+ * rename and strip-wrappers (rekey); add-prefix; drop; copy; tie; replicate
+ * and optim-skip (mark); and the rules of the op table (op).
+ */
+int fc_step_select(struct fc_pipe *p, const struct fc_rule *rule);
+int fc_step_rekey(struct fc_pipe *p, const struct fc_rule *rule);
+int fc_step_add_prefix(struct fc_pipe *p, const struct fc_rule *rule);
+int fc_step_drop(struct fc_pipe *p, const struct fc_rule *rule);
+int fc_step_copy(struct fc_pipe *p, const struct fc_rule *rule);
+int fc_step_tie(struct fc_pipe *p, const struct fc_rule *rule);
+int fc_step_mark(struct fc_pipe *p, const struct fc_rule *rule);
+int fc_step_op(struct fc_pipe *p, const struct fc_rule *rule);
 
 /* The checkpoint layouts of --layout (input-formats.md C.5). */
 enum fc_layout {

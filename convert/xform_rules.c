@@ -1,6 +1,6 @@
 /*
  * xform_rules.c - transform rules from flags and --rules files: the table of
- * rule kinds (name, argument form, parser), the file reader and the
+ * rule kinds (name, argument form, parser, step in xform.c), the file reader and the
  * pipeline's description.  Rules that append an op come from the op table
  * (ops.c), so a new op needs nothing here.
  */
@@ -56,19 +56,20 @@ struct fc_rule_name {
     const char *form; /* NULL: one plain argument; else split at '=' (the message's form) */
     int split_last;   /* split at the last '=' (a regex never needs one; a key may) */
     int (*parse)(struct fc_rule *rule);
+    fc_rule_step_fn step;
 };
 
 static const struct fc_rule_name fc_rule_names[] = {
-    {"select", FC_RULE_SELECT, NULL, 0, fc_parse_prefix},
-    {"strip-prefix", FC_RULE_STRIP_PREFIX, NULL, 0, fc_parse_prefix},
-    {"add-prefix", FC_RULE_ADD_PREFIX, NULL, 0, fc_parse_prefix},
-    {"rename", FC_RULE_RENAME, "FROM=TO", 1, fc_parse_subst},
-    {"drop", FC_RULE_DROP, NULL, 0, fc_parse_regex},
-    {"copy", FC_RULE_COPY, "FROM=TO", 1, fc_parse_subst},
-    {"tie", FC_RULE_TIE, "DST=SRC", 0, fc_parse_plain},
-    {"strip-wrappers", FC_RULE_STRIP_WRAPPERS, NULL, 0, fc_parse_plain},
-    {"replicate", FC_RULE_REPLICATE, NULL, 0, fc_parse_regex},
-    {"optim-skip", FC_RULE_OPTIM_SKIP, NULL, 0, fc_parse_regex},
+    {"select", FC_RULE_SELECT, NULL, 0, fc_parse_prefix, fc_step_select},
+    {"strip-prefix", FC_RULE_STRIP_PREFIX, NULL, 0, fc_parse_prefix, fc_step_rekey},
+    {"add-prefix", FC_RULE_ADD_PREFIX, NULL, 0, fc_parse_prefix, fc_step_add_prefix},
+    {"rename", FC_RULE_RENAME, "FROM=TO", 1, fc_parse_subst, fc_step_rekey},
+    {"drop", FC_RULE_DROP, NULL, 0, fc_parse_regex, fc_step_drop},
+    {"copy", FC_RULE_COPY, "FROM=TO", 1, fc_parse_subst, fc_step_copy},
+    {"tie", FC_RULE_TIE, "DST=SRC", 0, fc_parse_plain, fc_step_tie},
+    {"strip-wrappers", FC_RULE_STRIP_WRAPPERS, NULL, 0, fc_parse_plain, fc_step_rekey},
+    {"replicate", FC_RULE_REPLICATE, NULL, 0, fc_parse_regex, fc_step_mark},
+    {"optim-skip", FC_RULE_OPTIM_SKIP, NULL, 0, fc_parse_regex, fc_step_mark},
 };
 
 static void fc_rule_release(struct fc_rule *r)
@@ -110,6 +111,7 @@ static int fc_rule_init(struct fc_rule *rule, const struct fc_rule_name *nm, con
 {
     const size_t n = strlen(where) + strlen(arg) + 8;
     rule->kind = nm->kind;
+    rule->step = nm->step;
     rule->label = fc_malloc(n);
     rule->op = fc_strdup(nm->name);
     rule->arg = fc_strdup(arg);
@@ -142,7 +144,8 @@ static const struct fc_rule_name *fc_rule_lookup(const char *op, struct fc_rule_
     if (def == NULL)
         return NULL;
     /* An op's key may hold '=', its parameters never do. */
-    *scratch = (struct fc_rule_name){def->opt.name, FC_RULE_OP, def->form, 1, fc_parse_op};
+    *scratch =
+        (struct fc_rule_name){def->opt.name, FC_RULE_OP, def->form, 1, fc_parse_op, fc_step_op};
     return scratch;
 }
 
