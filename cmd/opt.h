@@ -12,8 +12,9 @@
  * Options that are transform rules (FC_OPT_RULE) are collected by the parser
  * itself, in command-line order, into one growable list.  The options of the
  * rules that append an op are not written here: a FC_OPT_OP_RULES(scope) row
- * stands for those of convert's op table (fc_op_rule_option) with that scope.  -q/--quiet,
- * -v/--verbose and -h/--help belong to every command.
+ * stands for those of convert's op table (fc_op_rule_option) with that
+ * scope, so a new op needs no line in cmd/.  -q/--quiet, -v/--verbose and
+ * -h/--help belong to every command.
  *
  * Messages: a usage error is one line "fsdpconv: <cmd>: <what>" followed by
  * "see 'fsdpconv help <cmd>'"; the value parsers below print that themselves
@@ -49,10 +50,9 @@ struct fc_opt {
 };
 
 /* Here: the options of the op table's rules of this enum fc_rule_scope, in the table's order. */
-#define FC_OPT_OP_RULES(scope)                                                                     \
-    {                                                                                              \
-        (scope), 0, "", NULL, FC_OPT_OPS, NULL, NULL, NULL                                         \
-    }
+/* clang-format off */
+#define FC_OPT_OP_RULES(scope) {(scope), 0, "", NULL, FC_OPT_OPS, NULL, NULL, NULL}
+/* clang-format on */
 
 struct fc_operand {
     const char *name; /* "<input>"; a trailing "..." in the synopsis when repeatable */

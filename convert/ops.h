@@ -18,8 +18,9 @@
  * once, and the command-line option) plus its tests.  Nothing else names it:
  * the rules parser, the pipeline (xform.c), the executor and the CLI all go
  * through the table.  An op with a new kernel also adds the kernel pair
- * (kernels/<name>_cpu.c, <name>_cuda.cu) and its declarations in
- * fc_kernels.h; an op whose parameters do not fit struct fc_op adds a field.
+ * (kernels/<name>_cpu.c, <name>_cuda.cu), its declarations in fc_kernels.h
+ * and its CPU-only stub in cuda_stub.c; an op whose parameters do not fit
+ * struct fc_op adds a field here.
  */
 #ifndef FC_OPS_H
 #define FC_OPS_H
@@ -33,8 +34,8 @@
 
 /*
  * The ops other modules name (the optimizer drops casts, the streamer
- * computes mean rows): rows of the table in this order.  A new op needs no name here: its kind is
- * its row.
+ * computes mean rows): rows of the table in this order.  A new op needs no
+ * name here: its kind is its row.
  */
 enum fc_op_kind {
     FC_OP_CONV2D_TO_LINEAR, /* [O, C, kh, kw] -> [O, kh*kw*C] (BAGEL's patch embedding) */
