@@ -21,8 +21,7 @@ static const struct fc_opt full_to_dcp_opts[] = {
      "take one subtree of a nested checkpoint (e.g. model)"},
     {0, 0, "strip-prefix", "<p>", FC_OPT_RULE | FC_OPT_REPEAT, "strip-prefix", NULL,
      "remove <p> from keys that start with it (e.g. module.)"},
-    {0, 0, "conv2d-to-linear", "<key>", FC_OPT_RULE | FC_OPT_REPEAT, "conv2d-to-linear", NULL,
-     "reshape a [O,C,kh,kw] conv weight to [O, kh*kw*C] (BAGEL)"},
+    FC_OPT_OP_RULES(FC_RULE_SCOPE_IMPORT),
     {0, 0, "tie", "<dst>=<src>", FC_OPT_RULE | FC_OPT_REPEAT, "tie", NULL,
      "<dst> = <src>: <dst> stores <src>'s bytes (once); an existing\n"
      "<dst> must have <src>'s dtype and shape"},

@@ -61,16 +61,10 @@ const struct fc_opt fc_cli_pipeline_opts[] = {
     {0, 0, "copy", "<from>=<to>", FC_OPT_RULE | FC_OPT_REPEAT, "copy", NULL,
      "every key matching <from> also appears as <to>: an\n"
      "independent tensor (rows read once, written to both)"},
-    {0, 0, "resize-rows", "<key>=<n>[:zero|mean]", FC_OPT_RULE | FC_OPT_REPEAT, "resize-rows",
-     NULL,
-     "dim 0 of <key> becomes <n>: truncate, or new rows of zeros\n"
-     "or (default) the mean row, summed in float64"},
     {0, 0, "strip-wrappers", NULL, FC_OPT_RULE | FC_OPT_REPEAT, "strip-wrappers", NULL,
      "remove _fsdp_wrapped_module., _checkpoint_wrapped_module.,\n"
      "_orig_mod. anywhere in a key and a leading module."},
-    {0, 0, "dtype", "<dtype>", FC_OPT_RULE | FC_OPT_REPEAT, "dtype", fc_opt_check_float_dtype,
-     "cast floating tensors: float32 (fp32, f32, float), bfloat16\n"
-     "(bf16), float16 (fp16, f16, half), float64 (fp64, f64, double)"},
+    FC_OPT_OP_RULES(FC_RULE_SCOPE_PIPELINE),
     {0, 0, NULL, NULL, 0, NULL, NULL, NULL},
 };
 

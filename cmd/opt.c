@@ -34,9 +34,15 @@ enum { FC_OPT_VAL_BASE = 1000 };
 #define FC_USAGE_WIDTH 100
 #define FC_HELP_COLUMN 29
 
+/*
+ * A command's options in order: its tables with each FC_OPT_OP_RULES row
+ * replaced by the op table's options of that scope (built into `made`), then
+ * the common ones from index `ncmd` on.
+ */
 struct fc_opt_list {
     const struct fc_opt **opts;
-    size_t n;
+    size_t n, ncmd;
+    struct fc_opt *made;
 };
 
 /* The command's own table and the shared ones its row's flags name; the common ones are apart. */
@@ -60,26 +66,67 @@ static void fc_opt_tables(const struct fc_cmd_spec *spec, const struct fc_opt **
     t[n] = NULL;
 }
 
+/* An op rule's option as an FC_OPT_RULE row. */
+static struct fc_opt fc_opt_of_rule(const struct fc_rule_option *r)
+{
+    return (struct fc_opt){.name = r->name,
+                           .value = r->value,
+                           .flags = FC_OPT_RULE | FC_OPT_REPEAT,
+                           .rule = r->name,
+                           .check = r->check != NULL ? fc_opt_check_op : NULL,
+                           .help = r->help};
+}
+
+/* Append what row o stands for: itself, or the op rules of its scope. */
+static void fc_opt_expand(const struct fc_opt *o, struct fc_opt_list *out, size_t *nmade)
+{
+    if (!(o->flags & FC_OPT_OPS)) {
+        out->opts[out->n++] = o;
+        return;
+    }
+    const struct fc_rule_option *r;
+    for (size_t i = 0; (r = fc_op_rule_option(i)) != NULL; i++)
+        if ((int)r->scope == o->id) {
+            out->made[*nmade] = fc_opt_of_rule(r);
+            out->opts[out->n++] = &out->made[(*nmade)++];
+        }
+}
+
 static int fc_opt_flatten(const struct fc_cmd_spec *spec, struct fc_opt_list *out)
 {
     const struct fc_opt *tables[FC_OPT_MAX_TABLES + 1];
-    size_t n = 0, k = 0;
+    size_t n = 0, nrules = 0, nmade = 0;
     fc_opt_tables(spec, tables);
+    while (fc_op_rule_option(nrules) != NULL)
+        nrules++;
     for (size_t t = 0; tables[t] != NULL; t++)
         for (const struct fc_opt *o = tables[t]; o->name != NULL; o++)
-            n++;
+            n += o->flags & FC_OPT_OPS ? nrules : 1;
     for (const struct fc_opt *o = fc_opt_common; o->name != NULL; o++)
         n++;
+    out->n = 0;
     out->opts = fc_calloc(n, sizeof(*out->opts));
-    if (out->opts == NULL)
+    out->made = fc_calloc(n, sizeof(*out->made));
+    if (out->opts == NULL || out->made == NULL) {
+        fc_free(out->opts);
+        fc_free(out->made);
+        out->opts = NULL;
+        out->made = NULL;
         return fc_error_set(FC_ENOMEM, "out of memory");
+    }
     for (size_t t = 0; tables[t] != NULL; t++)
         for (const struct fc_opt *o = tables[t]; o->name != NULL; o++)
-            out->opts[k++] = o;
+            fc_opt_expand(o, out, &nmade);
+    out->ncmd = out->n;
     for (const struct fc_opt *o = fc_opt_common; o->name != NULL; o++)
-        out->opts[k++] = o;
-    out->n = n;
+        out->opts[out->n++] = o;
     return FC_OK;
+}
+
+static void fc_opt_list_release(struct fc_opt_list *l)
+{
+    fc_free(l->opts);
+    fc_free(l->made);
 }
 
 static int fc_opt_add_rule(struct fc_cmdline *c, const char *op, const char *arg)
@@ -136,7 +183,7 @@ static int fc_opt_operands(const struct fc_cmd_spec *spec, struct fc_cmdline *ou
 int fc_opt_parse(const struct fc_cmd_spec *spec, int argc, char **argv, fc_opt_fn fn, void *ctx,
                  struct fc_cmdline *out)
 {
-    struct fc_opt_list l = {NULL, 0};
+    struct fc_opt_list l = {NULL, 0, 0, NULL};
     struct option *longopts = NULL;
     char *shortopts = NULL;
     int rc, c;
@@ -200,7 +247,7 @@ int fc_opt_parse(const struct fc_cmd_spec *spec, int argc, char **argv, fc_opt_f
 done:
     fc_free(shortopts);
     fc_free(longopts);
-    fc_free(l.opts);
+    fc_opt_list_release(&l);
     if (rc != FC_OK)
         fc_cmdline_release(out);
     return rc;
@@ -249,39 +296,36 @@ static void fc_opt_synopsis_item(const struct fc_opt *o, char *buf, size_t size)
                  o->value != NULL ? o->value : "");
 }
 
-static void fc_opt_synopsis(const struct fc_cmd_spec *spec, FILE *f)
+static void fc_opt_synopsis(const struct fc_cmd_spec *spec, const struct fc_opt_list *l, FILE *f)
 {
     char head[64];
     snprintf(head, sizeof(head), "usage: fsdpconv %s", spec->name);
     struct fc_usage_line u = {f, strlen(head), strlen(head) + 1};
-    const struct fc_opt *tables[FC_OPT_MAX_TABLES + 1];
-    fc_opt_tables(spec, tables);
     fputs(head, f);
-    for (size_t t = 0; tables[t] != NULL; t++) {
-        for (const struct fc_opt *o = tables[t]; o->name != NULL; o++) {
-            char item[160], word[200];
-            if (o->flags & FC_OPT_ONE_OF) {
-                /* "(--a <x> | --b <y>)": the group is the run of entries with FC_OPT_ONE_OF. */
-                size_t len = 0;
-                word[len++] = '(';
-                for (;; o++) {
-                    fc_opt_synopsis_item(o, item, sizeof(item));
-                    len += (size_t)snprintf(
-                        word + len, sizeof(word) - len, "%s%s", item,
-                        (o[1].name != NULL && (o[1].flags & FC_OPT_ONE_OF)) ? " | " : ")");
-                    if (len >= sizeof(word) || o[1].name == NULL || !(o[1].flags & FC_OPT_ONE_OF))
-                        break;
-                }
-                fc_usage_word(&u, word);
-                continue;
+    for (size_t i = 0; i < l->ncmd; i++) {
+        const struct fc_opt *o = l->opts[i];
+        char item[160], word[200];
+        if (o->flags & FC_OPT_ONE_OF) {
+            /* "(--a <x> | --b <y>)": the group is the run of entries with FC_OPT_ONE_OF. */
+            size_t len = 0;
+            word[len++] = '(';
+            for (;; o = l->opts[++i]) {
+                const int more = i + 1 < l->ncmd && (l->opts[i + 1]->flags & FC_OPT_ONE_OF);
+                fc_opt_synopsis_item(o, item, sizeof(item));
+                len += (size_t)snprintf(word + len, sizeof(word) - len, "%s%s", item,
+                                        more ? " | " : ")");
+                if (len >= sizeof(word) || !more)
+                    break;
             }
-            fc_opt_synopsis_item(o, item, sizeof(item));
-            if (o->flags & FC_OPT_REQUIRED)
-                snprintf(word, sizeof(word), "%s", item);
-            else
-                snprintf(word, sizeof(word), "[%s]%s", item, o->flags & FC_OPT_REPEAT ? "..." : "");
             fc_usage_word(&u, word);
+            continue;
         }
+        fc_opt_synopsis_item(o, item, sizeof(item));
+        if (o->flags & FC_OPT_REQUIRED)
+            snprintf(word, sizeof(word), "%s", item);
+        else
+            snprintf(word, sizeof(word), "[%s]%s", item, o->flags & FC_OPT_REPEAT ? "..." : "");
+        fc_usage_word(&u, word);
     }
     for (const struct fc_operand *op = spec->operands; op != NULL && op->name != NULL; op++)
         fc_usage_word(&u, op->name);
@@ -306,13 +350,13 @@ static void fc_usage_entry(FILE *f, const char *left, const char *help)
 
 void fc_opt_usage(const struct fc_cmd_spec *spec, FILE *f)
 {
-    fc_opt_synopsis(spec, f);
+    struct fc_opt_list l = {NULL, 0, 0, NULL};
+    if (fc_opt_flatten(spec, &l) < 0)
+        return;
+    fc_opt_synopsis(spec, &l, f);
     fputc('\n', f);
     for (const struct fc_operand *op = spec->operands; op != NULL && op->name != NULL; op++)
         fc_usage_entry(f, op->name, op->help);
-    struct fc_opt_list l = {NULL, 0};
-    if (fc_opt_flatten(spec, &l) < 0)
-        return;
     for (size_t i = 0; i < l.n; i++) {
         const struct fc_opt *o = l.opts[i];
         {
@@ -326,7 +370,7 @@ void fc_opt_usage(const struct fc_cmd_spec *spec, FILE *f)
             fc_usage_entry(f, left, o->help);
         }
     }
-    fc_free(l.opts);
+    fc_opt_list_release(&l);
     if (spec->epilog != NULL)
         fprintf(f, "\n%s", spec->epilog);
 }
@@ -413,11 +457,14 @@ int fc_opt_max_memory(const char *s, uint64_t *out)
     return fc_opt_size("--max-memory", s, 4096, out);
 }
 
-int fc_opt_check_float_dtype(const char *opt, const char *s)
+int fc_opt_check_op(const char *opt, const char *s)
 {
-    const struct fc_dtype_info *info = fc_dtype_info(fc_dtype_parse_user(s));
-    if (info == NULL || !info->is_floating)
-        return fc_opt_bad(opt, s, "expected float32, bfloat16, float16 or float64");
+    const struct fc_rule_option *r;
+    for (size_t i = 0; (r = fc_op_rule_option(i)) != NULL; i++) {
+        const char *why = strcmp(r->name, opt + 2) == 0 && r->check != NULL ? r->check(s) : NULL;
+        if (why != NULL)
+            return fc_opt_bad(opt, s, why);
+    }
     return 0;
 }
 

@@ -12,8 +12,11 @@
  *   - the man-page check (tests/setup/check_man.sh compares each page with
  *     the option list of `<command> --help`, which is the table).
  * Options that are transform rules (FC_OPT_RULE) are collected by the parser
- * itself, in command-line order, into one growable list.  -q/--quiet,
- * -v/--verbose and -h/--help belong to every command.
+ * itself, in command-line order, into one growable list.  The options of the
+ * rules that append an op are not written here: a FC_OPT_OP_RULES(scope) row
+ * stands for those of convert's op table (fc_op_rule_option) with that
+ * scope, so a new op needs no line in cmd/.  -q/--quiet, -v/--verbose and
+ * -h/--help belong to every command.
  *
  * Errors follow cli.h's one convention: the parser, the callbacks and the
  * value parsers return FC_OK or a negative code with the message set
@@ -32,7 +35,8 @@ enum fc_opt_flags {
     FC_OPT_REQUIRED = 1u << 0, /* synopsis shows it bare, not in [ ] (the command checks it) */
     FC_OPT_ONE_OF = 1u << 1,   /* with the next entries that have it: "(a | b)" in the synopsis */
     FC_OPT_REPEAT = 1u << 2,   /* may be given several times: "[...]..." in the synopsis */
-    FC_OPT_RULE = 1u << 3      /* a transform rule: collected into fc_cmdline.rules as `rule` */
+    FC_OPT_RULE = 1u << 3,     /* a transform rule: collected into fc_cmdline.rules as `rule` */
+    FC_OPT_OPS = 1u << 4       /* FC_OPT_OP_RULES: the op table's options of scope `id` */
 };
 
 struct fc_opt {
@@ -46,6 +50,11 @@ struct fc_opt {
     int (*check)(const char *opt, const char *value);
     const char *help; /* usage text; '\n' continues on the next line, aligned */
 };
+
+/* Here: the options of the op table's rules of this enum fc_rule_scope, in the table's order. */
+/* clang-format off */
+#define FC_OPT_OP_RULES(scope) {(scope), 0, "", NULL, FC_OPT_OPS, NULL, NULL, NULL}
+/* clang-format on */
 
 struct fc_operand {
     const char *name; /* "<input>"; a trailing "..." in the synopsis when repeatable */
@@ -110,8 +119,8 @@ int fc_opt_size(const char *opt, const char *s, uint64_t min, uint64_t *out);
  */
 #define FC_OPT_MAX_MEMORY_HELP "cap on data buffers (default 1GiB)"
 int fc_opt_max_memory(const char *s, uint64_t *out);
-/* FC_OPT_RULE check of --dtype: a floating dtype name (float32/fp32/bf16/...). */
-int fc_opt_check_float_dtype(const char *opt, const char *s);
+/* FC_OPT_RULE check of an op rule's option ("--dtype"): its check in the op table. */
+int fc_opt_check_op(const char *opt, const char *s);
 /* "[replicate=R,]shard=S[,tp=T]" (any order; each >= 1; R and T default to 1). */
 int fc_opt_mesh(const char *opt, const char *s, int *replicate, int *shard, int *tp);
 /* "zstd" or "zstd:<level>" (1..22; default 3) -> *level. */

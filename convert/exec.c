@@ -207,16 +207,9 @@ static int fc_same_bytes(const struct fc_exec *ex, const struct fc_plan_item *x,
         memcmp(cx->box.offsets, cy->box.offsets, dims) != 0 ||
         memcmp(cx->box.sizes, cy->box.sizes, dims) != 0)
         return 0;
-    for (size_t k = 0; k < sx->nops; k++) {
-        const struct fc_op *a = &sx->ops[k], *b = &sy->ops[k];
-        if (a->kind != b->kind || a->dtype != b->dtype || a->rows != b->rows ||
-            a->fill != b->fill || (a->fill_row == NULL) != (b->fill_row == NULL))
+    for (size_t k = 0; k < sx->nops; k++)
+        if (!fc_op_same(&sx->ops[k], &sy->ops[k]))
             return 0;
-        if (a->fill_row != NULL &&
-            memcmp(a->fill_row, b->fill_row,
-                   (size_t)fc_op_row_elems(a) * fc_dtype_size(a->in_dtype)) != 0)
-            return 0;
-    }
     return 1;
 }
 

@@ -103,6 +103,25 @@ struct fc_rule_arg {
     const char *arg;
 };
 
+/* Which commands offer an op's rule as an option. */
+enum fc_rule_scope {
+    FC_RULE_SCOPE_IMPORT,  /* full-to-dcp only: ops on tensors of full checkpoints */
+    FC_RULE_SCOPE_PIPELINE /* every command with a rule pipeline */
+};
+
+/* The command-line option of a rule that appends an op (a row of convert/ops.c's table). */
+struct fc_rule_option {
+    const char *name;  /* the option without "--", which is also the rule's name ("dtype") */
+    const char *value; /* placeholder ("<dtype>") */
+    const char *help;  /* usage text; '\n' continues on the next line */
+    enum fc_rule_scope scope;
+    /* NULL, or a check of the value before the run: NULL when fine, else why not. */
+    const char *(*check)(const char *value);
+};
+
+/* The option of the i-th op rule, in the table's order; NULL past the last. */
+const struct fc_rule_option *fc_op_rule_option(size_t i);
+
 /*
  * Progress callback: called from the calling thread about 5 times a second
  * while data moves, and once at the end with done == total.

@@ -63,15 +63,6 @@ struct fc_optim {
     long *first_copy;
 };
 
-/* A path element as text (list indices as decimal). */
-static const char *fc_elem_str(const struct fc_path_elem *e, char *tmp, size_t n)
-{
-    if (!e->is_index)
-        return e->key;
-    snprintf(tmp, n, "%lld", (long long)e->index);
-    return tmp;
-}
-
 /* Append a spec with key and path (texts copied); its index in *out. */
 static int fc_spec_push(struct fc_xform_result *xr, const char *key, const char *const *path,
                         size_t plen, size_t *out)
@@ -168,7 +159,7 @@ static size_t fc_select_depth(const struct fc_entry *e, const char *select)
     if (strncmp(e->key, select, sl) != 0 || e->key[sl] != '.')
         return SIZE_MAX;
     while (k < e->path_len && len < sl) {
-        len += strlen(fc_elem_str(&e->path[k], tmp, sizeof(tmp))) + (k > 0);
+        len += strlen(fc_path_elem_text(&e->path[k], tmp, sizeof(tmp))) + (k > 0);
         k++;
     }
     return len == sl ? k : SIZE_MAX;
@@ -187,7 +178,8 @@ static void fc_top_keys(const struct fc_source *osrc, char *buf, size_t cap)
     buf[0] = '\0';
     for (size_t i = 0; i < osrc->nentries; i++) {
         const struct fc_entry *e = &osrc->entries[i];
-        const char *top = e->path_len > 0 ? fc_elem_str(&e->path[0], tmp, sizeof(tmp)) : e->key;
+        const char *top =
+            e->path_len > 0 ? fc_path_elem_text(&e->path[0], tmp, sizeof(tmp)) : e->key;
         size_t j = 0;
         while (j < nseen && strncmp(seen[j], top, sizeof(seen[j]) - 1) != 0)
             j++;
@@ -224,7 +216,7 @@ static int fc_optim_collect(struct fc_optim *o, const char *select)
         nseen++;
         if (e->path_len < k + 3)
             continue;
-        const char *top = fc_elem_str(&e->path[k], tmp, sizeof(tmp));
+        const char *top = fc_path_elem_text(&e->path[k], tmp, sizeof(tmp));
         if (strcmp(top, "state") == 0) {
             o->state_skip[o->nstate] = k;
             o->state[o->nstate++] = e;
@@ -235,7 +227,7 @@ static int fc_optim_collect(struct fc_optim *o, const char *select)
         const size_t g = (size_t)e->path[k + 1].index;
         FC_TRY(fc_group_at(o, g));
         struct fc_group *grp = &o->groups[g];
-        if (strcmp(fc_elem_str(&e->path[k + 2], tmp, sizeof(tmp)), "params") == 0) {
+        if (strcmp(fc_path_elem_text(&e->path[k + 2], tmp, sizeof(tmp)), "params") == 0) {
             grp->params = e;
             continue;
         }
@@ -439,7 +431,7 @@ static int fc_state_spec(struct fc_optim *o, const struct fc_entry *e, size_t k,
     int rc = FC_OK;
     for (size_t d = k + 2; d < e->path_len && rc == FC_OK; d++)
         rc = fc_buf_printf(&name, d > k + 2 ? ".%s" : "%s",
-                           fc_elem_str(&e->path[d], tmp, sizeof(tmp)));
+                           fc_path_elem_text(&e->path[d], tmp, sizeof(tmp)));
     if (rc == FC_OK)
         rc = fc_buf_putc(&name, '\0');
     if (rc == FC_OK)
@@ -487,7 +479,7 @@ static int fc_optim_state(struct fc_optim *o)
         const struct fc_entry *e = o->state[i];
         const size_t k = o->state_skip[i];
         size_t slot;
-        if (!fc_strmap_get(&o->ids, fc_elem_str(&e->path[k + 1], tmp, sizeof(tmp)), &slot))
+        if (!fc_strmap_get(&o->ids, fc_path_elem_text(&e->path[k + 1], tmp, sizeof(tmp)), &slot))
             return fc_error_set(FC_EINVAL, "%s: optimizer state '%s' belongs to no parameter group",
                                 o->osrc->path, e->key);
         const long p = o->param_of_slot[slot];
@@ -520,7 +512,7 @@ static int fc_groups_per_group(struct fc_optim *o, size_t g, size_t slot)
     snprintf(gs, sizeof(gs), "%zu", g);
     for (size_t h = 0; h <= grp->nhps; h++) {
         const struct fc_entry *e = h < grp->nhps ? grp->hps[h] : grp->params;
-        const char *hp = fc_elem_str(&e->path[e->path_len - 1], tmp, sizeof(tmp));
+        const char *hp = fc_path_elem_text(&e->path[e->path_len - 1], tmp, sizeof(tmp));
         size_t si;
         FC_TRY(fc_push_optim_entry(o, "param_groups", gs, hp, &si));
         struct fc_xspec *s = &o->xr->specs[si];
@@ -568,7 +560,7 @@ static int fc_groups_per_param(struct fc_optim *o, size_t g, size_t slot)
         for (long c = param; c >= 0; c = c == param ? o->first_copy[param] : o->next_copy[c]) {
             for (size_t h = 0; h < grp->nhps; h++) {
                 const struct fc_entry *e = grp->hps[h];
-                const char *hp = fc_elem_str(&e->path[e->path_len - 1], tmp, sizeof(tmp));
+                const char *hp = fc_path_elem_text(&e->path[e->path_len - 1], tmp, sizeof(tmp));
                 size_t si;
                 FC_TRY(fc_push_optim_entry(o, "param_groups", o->xr->specs[c].key + o->model_prefix,
                                            hp, &si));

@@ -1,5 +1,7 @@
 /*
- * stream.c - row-slab streaming of one output box (see stream.h).
+ * stream.c - row-slab streaming of one output box through its op list (see
+ * stream.h), so that a tensor bigger than the memory budget is read, run
+ * through the ops' CPU or CUDA steps (ops.c) and written in bounded slabs.
  */
 #include "stream.h"
 
@@ -118,10 +120,10 @@ static int fc_stream_ops(const struct fc_source *src, const struct fc_entry *e,
                          const int64_t *off, const int64_t *size, uint64_t budget,
                          struct fc_slabs *slabs, fc_stream_sink_fn sink, void *ctx)
 {
-    int whole_rows = 0; /* an op that needs whole input rows (conv2d) fixes the trailing box */
+    int whole_rows = 0; /* an op that changes trailing dims (conv2d) fixes the trailing box */
     size_t max_esz = fc_dtype_size(e->t.dtype);
     for (size_t k = 0; k < nops; k++) {
-        whole_rows |= ops[k].kind == FC_OP_CONV2D_TO_LINEAR;
+        whole_rows |= fc_op_def(ops[k].kind)->whole_rows;
         const size_t esz = fc_stage_esz(ops, nops, k + 1, out_dtype);
         max_esz = esz > max_esz ? esz : max_esz;
     }

@@ -1,8 +1,12 @@
 /*
- * xform.c - the transform pipeline: each rule, in order, over the specs.
+ * xform.c - the transform pipeline: each rule, in order, over the specs
+ * (renames, selects, drops, copies, ties, marks, and the generic step of the
+ * rules that append an op from ops.c's table), then the automatic aliases of
+ * tied storage; debug builds check the result's invariants (xform.h).
  */
 #include "xform.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -139,8 +143,7 @@ int fc_xspec_push_op(struct fc_xspec *s, const struct fc_op *op, const char *lab
     return FC_OK;
 }
 
-/* Text of a path element (list indices in decimal). */
-static const char *fc_elem_text(const struct fc_path_elem *e, char *tmp, size_t tmplen)
+const char *fc_path_elem_text(const struct fc_path_elem *e, char *tmp, size_t tmplen)
 {
     if (!e->is_index)
         return e->key;
@@ -159,7 +162,7 @@ static int fc_xspec_rekey(struct fc_xspec *s, char *newkey)
     size_t keep = 0, pos = 0;
     char tmp[32];
     while (keep + 1 < s->path_len) {
-        const char *t = fc_elem_text(&s->path[keep], tmp, sizeof(tmp));
+        const char *t = fc_path_elem_text(&s->path[keep], tmp, sizeof(tmp));
         const size_t tl = strlen(t);
         if (strncmp(newkey + pos, t, tl) != 0 || newkey[pos + tl] != '.')
             break;
@@ -390,7 +393,7 @@ static int fc_map_one(const struct fc_rule *rule, const char *key, char **out)
     }
 }
 
-static int fc_step_rekey(struct fc_pipe *p, const struct fc_rule *rule)
+int fc_step_rekey(struct fc_pipe *p, const struct fc_rule *rule)
 {
     struct fc_xform_result *out = p->out;
     size_t hits = 0;
@@ -417,7 +420,7 @@ static int fc_step_rekey(struct fc_pipe *p, const struct fc_rule *rule)
     return fc_check_unique(out, rule);
 }
 
-static int fc_step_select(struct fc_pipe *p, const struct fc_rule *rule)
+int fc_step_select(struct fc_pipe *p, const struct fc_rule *rule)
 {
     struct fc_xform_result *out = p->out;
     const size_t sl = strlen(rule->a);
@@ -444,8 +447,10 @@ static int fc_step_select(struct fc_pipe *p, const struct fc_rule *rule)
     return rc;
 }
 
-static int fc_step_add_prefix(struct fc_xform_result *out, const char *prefix)
+int fc_step_add_prefix(struct fc_pipe *p, const struct fc_rule *rule)
 {
+    struct fc_xform_result *out = p->out;
+    const char *prefix = rule->a;
     const size_t pl = strlen(prefix);
     /* "model." becomes a path component of its own, like get_state_dict apps nest. */
     const int as_component = pl > 1 && prefix[pl - 1] == '.' && memchr(prefix, '.', pl - 1) == NULL;
@@ -480,7 +485,7 @@ static int fc_step_add_prefix(struct fc_xform_result *out, const char *prefix)
     return FC_OK;
 }
 
-static int fc_step_drop(struct fc_pipe *p, const struct fc_rule *rule)
+int fc_step_drop(struct fc_pipe *p, const struct fc_rule *rule)
 {
     struct fc_xform_result *out = p->out;
     size_t hits = 0;
@@ -503,8 +508,9 @@ static int fc_step_drop(struct fc_pipe *p, const struct fc_rule *rule)
 }
 
 /* Regex marks: --replicate and --optim-skip set a flag on the tensors they match now. */
-static int fc_step_mark(struct fc_xform_result *out, const struct fc_rule *rule)
+int fc_step_mark(struct fc_pipe *p, const struct fc_rule *rule)
 {
+    struct fc_xform_result *out = p->out;
     for (size_t i = 0; i < out->n; i++) {
         struct fc_xspec *s = &out->specs[i];
         if (s->kind != FC_ENTRY_TENSOR)
@@ -521,7 +527,7 @@ static int fc_step_mark(struct fc_xform_result *out, const struct fc_rule *rule)
 
 /* ---- rules that make new tensors: copy and tie ---- */
 
-static int fc_step_copy(struct fc_pipe *p, const struct fc_rule *rule)
+int fc_step_copy(struct fc_pipe *p, const struct fc_rule *rule)
 {
     struct fc_xform_result *out = p->out;
     struct fc_strmap keys = FC_STRMAP_INIT;
@@ -577,17 +583,13 @@ static int fc_same_ops(const struct fc_xspec *a, const struct fc_xspec *b)
 {
     if (a->nops != b->nops)
         return 0;
-    for (size_t k = 0; k < a->nops; k++) {
-        const struct fc_op *x = &a->ops[k], *y = &b->ops[k];
-        if (x->kind != y->kind || x->dtype != y->dtype || x->rows != y->rows ||
-            x->fill != y->fill || x->in_dtype != y->in_dtype || x->in_ndim != y->in_ndim ||
-            memcmp(x->in_shape, y->in_shape, sizeof(x->in_shape)) != 0)
+    for (size_t k = 0; k < a->nops; k++)
+        if (!fc_op_same(&a->ops[k], &b->ops[k]))
             return 0;
-    }
     return 1;
 }
 
-static int fc_step_tie(struct fc_pipe *p, const struct fc_rule *rule)
+int fc_step_tie(struct fc_pipe *p, const struct fc_rule *rule)
 {
     struct fc_xform_result *out = p->out;
     long si;
@@ -657,81 +659,33 @@ static int fc_check_untied(const struct fc_xform_result *out, const struct fc_ru
     return FC_OK;
 }
 
-static int fc_step_conv2d(struct fc_pipe *p, const struct fc_rule *rule)
+/* A rule of the op table: the op on the key it names, or on every tensor the op admits. */
+int fc_step_op(struct fc_pipe *p, const struct fc_rule *rule)
 {
-    long i;
-    FC_TRY(fc_find_tensor(p, rule, rule->a, &i));
-    struct fc_xspec *s = &p->out->specs[i];
-    if (s->ndim == 2) {
-        char msg[512];
-        snprintf(msg, sizeof(msg), "--conv2d-to-linear: '%s' is already 2-D; left alone", s->key);
-        return fc_note(p->out, msg);
+    const struct fc_op_def *def = fc_op_def(rule->append.kind);
+    char note[512] = "";
+    if (def->target == FC_OP_EVERY_TENSOR) {
+        for (size_t i = 0; i < p->out->n; i++) {
+            struct fc_xspec *s = &p->out->specs[i];
+            if (s->kind != FC_ENTRY_TENSOR)
+                continue;
+            const int m = def->admit(&rule->append, s, rule->label, note, sizeof(note));
+            FC_TRY(m);
+            if (m == 1)
+                FC_TRY(fc_xspec_push_op(s, &rule->append, rule->label));
+        }
+        return FC_OK;
     }
-    if (s->ndim != 4)
-        return fc_error_set(FC_EINVAL, "%s: '%s' has %d dims; expected a 4-D [O, C, kh, kw] weight",
-                            rule->label, s->key, s->ndim);
-    FC_TRY(fc_check_untied(p->out, rule, i));
-    const struct fc_op op = {.kind = FC_OP_CONV2D_TO_LINEAR};
-    return fc_xspec_push_op(s, &op, rule->label);
-}
-
-static int fc_step_resize(struct fc_pipe *p, const struct fc_rule *rule)
-{
     long i;
     FC_TRY(fc_find_tensor(p, rule, rule->a, &i));
-    struct fc_xspec *s = &p->out->specs[i];
-    const struct fc_dtype_info *info = fc_dtype_info(s->dtype);
-    if (s->ndim == 0)
-        return fc_error_set(FC_EINVAL, "%s: '%s' is 0-d: it has no rows", rule->label, s->key);
-    if (rule->fill == FC_FILL_MEAN && rule->rows > s->shape[0] &&
-        (info == NULL || !info->is_floating || s->shape[0] == 0))
-        return fc_error_set(FC_EINVAL, "%s: '%s' (%s, %lld rows) has no mean row; use :zero",
-                            rule->label, s->key, fc_dtype_name(s->dtype), (long long)s->shape[0]);
-    for (size_t k = 0; k < s->nops; k++)
-        if (s->ops[k].kind == FC_OP_RESIZE_ROWS)
-            return fc_error_set(FC_EINVAL, "%s: '%s' is resized twice", rule->label, s->key);
-    if (rule->rows == s->shape[0])
+    const int m = def->admit(&rule->append, &p->out->specs[i], rule->label, note, sizeof(note));
+    FC_TRY(m);
+    if (note[0] != '\0')
+        FC_TRY(fc_note(p->out, note));
+    if (m == 0)
         return FC_OK;
     FC_TRY(fc_check_untied(p->out, rule, i));
-    const struct fc_op op = {.kind = FC_OP_RESIZE_ROWS, .rows = rule->rows, .fill = rule->fill};
-    return fc_xspec_push_op(s, &op, rule->label);
-}
-
-static int fc_step_dtype(struct fc_xform_result *out, const struct fc_rule *rule)
-{
-    for (size_t i = 0; i < out->n; i++) {
-        struct fc_xspec *s = &out->specs[i];
-        const struct fc_dtype_info *info = fc_dtype_info(s->dtype);
-        /* Optimizer step counters stay exact: bf16 cannot count past 256. */
-        const char *last = strrchr(s->key, '.');
-        const int is_step = s->ndim == 0 && strcmp(last != NULL ? last + 1 : s->key, "step") == 0;
-        if (s->kind != FC_ENTRY_TENSOR || info == NULL || !info->is_floating || is_step ||
-            s->dtype == rule->dtype)
-            continue;
-        const struct fc_op op = {.kind = FC_OP_CAST, .dtype = rule->dtype};
-        FC_TRY(fc_xspec_push_op(s, &op, rule->label));
-    }
-    return FC_OK;
-}
-
-static int fc_step(struct fc_pipe *p, const struct fc_rule *rule)
-{
-    switch (rule->kind) {
-    case FC_RULE_SELECT: return fc_step_select(p, rule);
-    case FC_RULE_STRIP_PREFIX:
-    case FC_RULE_RENAME:
-    case FC_RULE_STRIP_WRAPPERS: return fc_step_rekey(p, rule);
-    case FC_RULE_ADD_PREFIX: return fc_step_add_prefix(p->out, rule->a);
-    case FC_RULE_DROP: return fc_step_drop(p, rule);
-    case FC_RULE_COPY: return fc_step_copy(p, rule);
-    case FC_RULE_CONV2D: return fc_step_conv2d(p, rule);
-    case FC_RULE_TIE: return fc_step_tie(p, rule);
-    case FC_RULE_DTYPE: return fc_step_dtype(p->out, rule);
-    case FC_RULE_RESIZE: return fc_step_resize(p, rule);
-    case FC_RULE_REPLICATE:
-    case FC_RULE_OPTIM_SKIP: return fc_step_mark(p->out, rule);
-    }
-    return FC_OK;
+    return fc_xspec_push_op(&p->out->specs[i], &rule->append, rule->label);
 }
 
 /* Tensors of one input that read the same bytes the same way share stored bytes. */
@@ -806,6 +760,68 @@ static int fc_add_input(struct fc_xform_result *out, const struct fc_xform_input
     return FC_OK;
 }
 
+#ifdef FC_DEBUG
+/* Alias a reads target t's bytes: the same entry, or one sharing its torch.save storage. */
+static int fc_same_source_bytes(const struct fc_xspec *a, const struct fc_xspec *t)
+{
+    if (a->src != t->src)
+        return 0;
+    if (a->entry == t->entry)
+        return 1;
+    const struct fc_entry *ea = &a->src->entries[a->entry], *et = &t->src->entries[t->entry];
+    return ea->storage < a->src->nstorages && ea->storage == et->storage;
+}
+
+/* The first invariant spec i breaks (keys are checked by the caller), or NULL. */
+static const char *fc_xspec_broken(const struct fc_xform_result *xr, size_t i)
+{
+    const struct fc_xspec *s = &xr->specs[i];
+    if (s->key == NULL || s->nops > FC_XFORM_MAX_OPS || (s->nops > 0) != (s->ops != NULL))
+        return "a spec without its key or op list";
+    if (s->copy_of >= 0 && s->alias_of >= 0)
+        return "a copy is an alias";
+    if (s->copy_of >= (long)xr->n)
+        return "copy_of past the specs";
+    if (s->alias_of < 0)
+        return NULL;
+    if (s->alias_of >= (long)i)
+        return "alias_of is not an earlier spec";
+    const struct fc_xspec *t = &xr->specs[s->alias_of];
+    if (s->dtype != t->dtype || s->ndim != t->ndim ||
+        memcmp(s->shape, t->shape, sizeof(int64_t) * (size_t)s->ndim) != 0)
+        return "an alias has another dtype or shape than its target";
+    if (!fc_same_ops(s, t))
+        return "an alias has another op list than its target";
+    if (!fc_same_source_bytes(s, t))
+        return "an alias reads other bytes than its target";
+    return NULL;
+}
+
+const char *fc_xform_broken(const struct fc_xform_result *xr, size_t *at)
+{
+    struct fc_strmap seen = FC_STRMAP_INIT;
+    const char *why = NULL;
+    for (size_t i = 0; i < xr->n && why == NULL; i++) {
+        *at = i;
+        why = fc_xspec_broken(xr, i);
+        if (why == NULL && fc_strmap_put(&seen, xr->specs[i].key, i, NULL) != 0)
+            why = "a key twice"; /* or out of memory, which a debug check may call broken */
+    }
+    fc_strmap_release(&seen);
+    return why;
+}
+
+void fc_xform_assert_valid(const struct fc_xform_result *xr)
+{
+    size_t at = 0;
+    const char *why = fc_xform_broken(xr, &at);
+    if (why != NULL)
+        fprintf(stderr, "fsdpconv: xform invariant broken at spec %zu '%s': %s\n", at,
+                xr->specs[at].key != NULL ? xr->specs[at].key : "(null)", why);
+    assert(why == NULL);
+}
+#endif
+
 int fc_xform_apply_inputs(const struct fc_xform_input *in, size_t nin,
                           const struct fc_xform_rules *r, struct fc_xform_result *out)
 {
@@ -818,12 +834,14 @@ int fc_xform_apply_inputs(const struct fc_xform_input *in, size_t nin,
     fc_strmap_release(&owner); /* keys change from here on */
     p.max_keys = fc_xform_key_cap(out->n);
     for (size_t i = 0; i < r->n && rc == FC_OK; i++) {
-        rc = fc_step(&p, &r->v[i]);
+        rc = r->v[i].step(&p, &r->v[i]);
         if (rc == FC_OK && out->n > p.max_keys)
             rc = fc_pipe_room(&p, &r->v[i]);
     }
-    if (rc == FC_OK)
+    if (rc == FC_OK) {
         fc_auto_alias(out);
+        fc_xform_assert_valid(out);
+    }
     for (size_t i = 0; i < p.ngone; i++)
         fc_free(p.gone[i].key);
     fc_free(p.gone);

@@ -49,25 +49,28 @@ enum fc_rule_kind {
     FC_RULE_RENAME,         /* FROM=TO (regex, replacement) */
     FC_RULE_DROP,           /* REGEX */
     FC_RULE_COPY,           /* FROM=TO: an independent copy under TO */
-    FC_RULE_CONV2D,         /* KEY */
     FC_RULE_TIE,            /* DST=SRC: DST stores SRC's bytes (dst = src) */
-    FC_RULE_DTYPE,          /* DTYPE: every floating tensor */
-    FC_RULE_RESIZE,         /* KEY=N[:zero|mean] */
     FC_RULE_STRIP_WRAPPERS, /* FSDP1, activation-checkpoint, torch.compile, DDP names */
     FC_RULE_REPLICATE,      /* REGEX: stored whole instead of Shard(0) */
-    FC_RULE_OPTIM_SKIP      /* REGEX: no optimizer parameter (frozen, float buffer) */
+    FC_RULE_OPTIM_SKIP,     /* REGEX: no optimizer parameter (frozen, float buffer) */
+    FC_RULE_OP              /* appends an op (ops.c's table: conv2d-to-linear, dtype, ...) */
 };
+
+struct fc_rule;
+struct fc_pipe; /* xform.c: the specs and what the rules so far renamed away */
+
+/* What a rule does to the specs (xform.c); each kind's is named in xform_rules.c's table. */
+typedef int (*fc_rule_step_fn)(struct fc_pipe *p, const struct fc_rule *rule);
 
 struct fc_rule {
     enum fc_rule_kind kind;
+    fc_rule_step_fn step;
     char *label; /* "--rename '^a=b'" or "rules.txt:3", for messages */
     char *op;    /* the rule's name as written ("rename") */
     char *arg;   /* its argument as written */
     char *a, *b; /* pattern or key or prefix; replacement or SRC (tie) */
     struct fc_regex *re;
-    fc_dtype dtype;
-    int64_t rows;
-    enum fc_fill fill;
+    struct fc_op append; /* FC_RULE_OP: the op it appends (kind and parameters; no input yet) */
 };
 
 struct fc_xform_rules {
@@ -77,9 +80,10 @@ struct fc_xform_rules {
 
 /*
  * fc_xform_rules_add() - append one rule.  op is the flag name without dashes
- * ("select", "strip-prefix", "add-prefix", "rename", "drop", "copy",
- * "conv2d-to-linear", "tie", "dtype", "resize-rows", "strip-wrappers",
- * "replicate", "optim-skip"); arg its value (ignored by strip-wrappers).
+ * ("select", "strip-prefix", "add-prefix", "rename", "drop", "copy", "tie",
+ * "strip-wrappers", "replicate", "optim-skip", or the rule of an op in
+ * ops.c's table: "conv2d-to-linear", "dtype", "resize-rows"); arg its value
+ * (ignored by strip-wrappers).
  * `where` names the origin for messages ("--rename", "rules.txt:3").
  * Returns FC_OK, FC_EINVAL (unknown op, bad regex or replacement group,
  * missing '=', bad dtype or row count), FC_ENOMEM.
@@ -156,6 +160,19 @@ struct fc_xform_input {
 int fc_xform_apply_inputs(const struct fc_xform_input *in, size_t nin,
                           const struct fc_xform_rules *r, struct fc_xform_result *out);
 
+/*
+ * Debug builds (FC_DEBUG) check a result's invariants (above) where the
+ * pipeline ends, as SQLite's pager asserts its state: fc_xform_broken() says
+ * which one spec *at breaks first (NULL: none), fc_xform_assert_valid()
+ * prints it and fails an assert.
+ */
+#ifdef FC_DEBUG
+const char *fc_xform_broken(const struct fc_xform_result *xr, size_t *at);
+void fc_xform_assert_valid(const struct fc_xform_result *xr);
+#else
+#define fc_xform_assert_valid(xr) ((void)0)
+#endif
+
 /* fc_xform_apply() - the same for one input without a prefix. */
 int fc_xform_apply(const struct fc_source *src, const struct fc_xform_rules *r,
                    struct fc_xform_result *out);
@@ -175,8 +192,25 @@ int fc_xspec_dup(struct fc_xspec *dst, const struct fc_xspec *src);
 /* Append a blank spec (alias_of = copy_of = -1) to xr; *out is its index. */
 int fc_xform_push(struct fc_xform_result *xr, size_t *out);
 
+/* Text of a path element: its key, or a list index in decimal (in tmp). */
+const char *fc_path_elem_text(const struct fc_path_elem *e, char *tmp, size_t tmplen);
+
 /* Append an op to spec s (its output dtype/shape follow).  FC_EINVAL past FC_XFORM_MAX_OPS. */
 int fc_xspec_push_op(struct fc_xspec *s, const struct fc_op *op, const char *label);
+
+/*
+ * The steps of the rule kinds, for xform_rules.c's table: select; strip-prefix,
+ * rename and strip-wrappers (rekey); add-prefix; drop; copy; tie; replicate
+ * and optim-skip (mark); and the rules of the op table (op).
+ */
+int fc_step_select(struct fc_pipe *p, const struct fc_rule *rule);
+int fc_step_rekey(struct fc_pipe *p, const struct fc_rule *rule);
+int fc_step_add_prefix(struct fc_pipe *p, const struct fc_rule *rule);
+int fc_step_drop(struct fc_pipe *p, const struct fc_rule *rule);
+int fc_step_copy(struct fc_pipe *p, const struct fc_rule *rule);
+int fc_step_tie(struct fc_pipe *p, const struct fc_rule *rule);
+int fc_step_mark(struct fc_pipe *p, const struct fc_rule *rule);
+int fc_step_op(struct fc_pipe *p, const struct fc_rule *rule);
 
 /* The checkpoint layouts of --layout (input-formats.md C.5). */
 enum fc_layout {

@@ -1,5 +1,8 @@
 /*
- * xform_rules.c - parsing transform rules from flags and --rules files.
+ * xform_rules.c - transform rules from flags and --rules files: the table of
+ * rule kinds (name, argument form, parser, step in xform.c), the file reader and the
+ * pipeline's description.  Rules that append an op come from the op table
+ * (ops.c), so a new op needs nothing here.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,27 +15,61 @@
 
 #define FC_RULES_FILE_CAP ((size_t)1 << 20)
 
+/* SELECT, STRIP_PREFIX, ADD_PREFIX: a prefix of at least one character. */
+static int fc_parse_prefix(struct fc_rule *rule)
+{
+    if (rule->a[0] == '\0')
+        return fc_error_set(FC_EINVAL, "%s: needs a non-empty prefix", rule->label);
+    return FC_OK;
+}
+
+/* RENAME, COPY: a regex and a replacement whose groups it has. */
+static int fc_parse_subst(struct fc_rule *rule)
+{
+    FC_TRY(fc_regex_compile(&rule->re, rule->a, rule->label));
+    return fc_regex_check_repl(rule->re, rule->b, rule->label);
+}
+
+/* DROP, REPLICATE, OPTIM_SKIP: a regex. */
+static int fc_parse_regex(struct fc_rule *rule)
+{
+    return fc_regex_compile(&rule->re, rule->a, rule->label);
+}
+
+/* TIE, STRIP_WRAPPERS: nothing beyond the split. */
+static int fc_parse_plain(struct fc_rule *rule)
+{
+    (void)rule;
+    return FC_OK;
+}
+
+/* OP: the op's own parser, on the argument or its right of '='. */
+static int fc_parse_op(struct fc_rule *rule)
+{
+    const struct fc_op_def *def = fc_op_def(rule->append.kind);
+    return def->parse(&rule->append, def->form != NULL ? rule->b : rule->a, rule->label);
+}
+
 struct fc_rule_name {
     const char *name;
     enum fc_rule_kind kind;
     const char *form; /* NULL: one plain argument; else split at '=' (the message's form) */
     int split_last;   /* split at the last '=' (a regex never needs one; a key may) */
+    int (*parse)(struct fc_rule *rule);
+    fc_rule_step_fn step;
 };
 
 static const struct fc_rule_name fc_rule_names[] = {
-    {"select", FC_RULE_SELECT, NULL, 0},
-    {"strip-prefix", FC_RULE_STRIP_PREFIX, NULL, 0},
-    {"add-prefix", FC_RULE_ADD_PREFIX, NULL, 0},
-    {"rename", FC_RULE_RENAME, "FROM=TO", 1},
-    {"drop", FC_RULE_DROP, NULL, 0},
-    {"copy", FC_RULE_COPY, "FROM=TO", 1},
-    {"conv2d-to-linear", FC_RULE_CONV2D, NULL, 0},
-    {"tie", FC_RULE_TIE, "DST=SRC", 0},
-    {"dtype", FC_RULE_DTYPE, NULL, 0},
-    {"resize-rows", FC_RULE_RESIZE, "KEY=N[:zero|mean]", 1},
-    {"strip-wrappers", FC_RULE_STRIP_WRAPPERS, NULL, 0},
-    {"replicate", FC_RULE_REPLICATE, NULL, 0},
-    {"optim-skip", FC_RULE_OPTIM_SKIP, NULL, 0},
+    {"select", FC_RULE_SELECT, NULL, 0, fc_parse_prefix, fc_step_select},
+    {"strip-prefix", FC_RULE_STRIP_PREFIX, NULL, 0, fc_parse_prefix, fc_step_rekey},
+    {"add-prefix", FC_RULE_ADD_PREFIX, NULL, 0, fc_parse_prefix, fc_step_add_prefix},
+    {"rename", FC_RULE_RENAME, "FROM=TO", 1, fc_parse_subst, fc_step_rekey},
+    {"drop", FC_RULE_DROP, NULL, 0, fc_parse_regex, fc_step_drop},
+    {"copy", FC_RULE_COPY, "FROM=TO", 1, fc_parse_subst, fc_step_copy},
+    {"tie", FC_RULE_TIE, "DST=SRC", 0, fc_parse_plain, fc_step_tie},
+    {"strip-wrappers", FC_RULE_STRIP_WRAPPERS, NULL, 0, fc_parse_plain, fc_step_rekey},
+    {"replicate", FC_RULE_REPLICATE, NULL, 0, fc_parse_regex, fc_step_mark},
+    {"optim-skip", FC_RULE_OPTIM_SKIP, NULL, 0, fc_parse_regex, fc_step_mark},
 };
 
 static void fc_rule_release(struct fc_rule *r)
@@ -69,35 +106,12 @@ static int fc_rule_split(struct fc_rule *rule, const char *arg, const struct fc_
     return FC_OK;
 }
 
-/* "N[:zero|mean]" of --resize-rows. */
-static int fc_rule_rows(struct fc_rule *rule)
-{
-    char *end = NULL;
-    const char *s = rule->b;
-    rule->fill = FC_FILL_MEAN;
-    if (*s < '0' || *s > '9')
-        goto bad;
-    const long long n = strtoll(s, &end, 10);
-    if (n < 0 || n > ((long long)1 << 48))
-        goto bad;
-    rule->rows = n;
-    if (*end == '\0')
-        return FC_OK;
-    if (strcmp(end, ":zero") == 0)
-        rule->fill = FC_FILL_ZERO;
-    else if (strcmp(end, ":mean") != 0)
-        goto bad;
-    return FC_OK;
-bad:
-    return fc_error_set(FC_EINVAL, "%s: '%s' is no row count (expected N, N:zero or N:mean)",
-                        rule->label, s);
-}
-
 static int fc_rule_init(struct fc_rule *rule, const struct fc_rule_name *nm, const char *arg,
                         const char *where)
 {
     const size_t n = strlen(where) + strlen(arg) + 8;
     rule->kind = nm->kind;
+    rule->step = nm->step;
     rule->label = fc_malloc(n);
     rule->op = fc_strdup(nm->name);
     rule->arg = fc_strdup(arg);
@@ -115,44 +129,31 @@ static int fc_rule_init(struct fc_rule *rule, const struct fc_rule_name *nm, con
         if (rule->a == NULL)
             return fc_error_set(FC_ENOMEM, "out of memory");
     }
-    switch (nm->kind) {
-    case FC_RULE_RENAME:
-    case FC_RULE_COPY:
-        FC_TRY(fc_regex_compile(&rule->re, rule->a, rule->label));
-        return fc_regex_check_repl(rule->re, rule->b, rule->label);
-    case FC_RULE_DROP:
-    case FC_RULE_REPLICATE:
-    case FC_RULE_OPTIM_SKIP: return fc_regex_compile(&rule->re, rule->a, rule->label);
-    case FC_RULE_DTYPE: {
-        rule->dtype = fc_dtype_parse_user(arg);
-        const struct fc_dtype_info *info = fc_dtype_info(rule->dtype);
-        if (info == NULL || !info->is_floating)
-            return fc_error_set(FC_EINVAL,
-                                "%s: invalid dtype '%s' (expected float32, bfloat16, float16 or "
-                                "float64)",
-                                rule->label, arg);
-        return FC_OK;
-    }
-    case FC_RULE_RESIZE: return fc_rule_rows(rule);
-    case FC_RULE_SELECT:
-    case FC_RULE_STRIP_PREFIX:
-    case FC_RULE_ADD_PREFIX:
-        if (arg[0] == '\0')
-            return fc_error_set(FC_EINVAL, "%s: needs a non-empty prefix", rule->label);
-        return FC_OK;
-    case FC_RULE_CONV2D:
-    case FC_RULE_TIE:
-    case FC_RULE_STRIP_WRAPPERS: return FC_OK;
-    }
-    return FC_OK;
+    return nm->parse(rule);
+}
+
+/* The rule kind named op, or the rule of the op table's row named op (in *scratch); NULL if none.
+ */
+static const struct fc_rule_name *fc_rule_lookup(const char *op, struct fc_rule_name *scratch,
+                                                 int *op_kind)
+{
+    for (size_t i = 0; i < sizeof(fc_rule_names) / sizeof(fc_rule_names[0]); i++)
+        if (strcmp(op, fc_rule_names[i].name) == 0)
+            return &fc_rule_names[i];
+    const struct fc_op_def *def = fc_op_def_find(op, op_kind);
+    if (def == NULL)
+        return NULL;
+    /* An op's key may hold '=', its parameters never do. */
+    *scratch =
+        (struct fc_rule_name){def->opt.name, FC_RULE_OP, def->form, 1, fc_parse_op, fc_step_op};
+    return scratch;
 }
 
 int fc_xform_rules_add(struct fc_xform_rules *r, const char *op, const char *arg, const char *where)
 {
-    const struct fc_rule_name *nm = NULL;
-    for (size_t i = 0; i < sizeof(fc_rule_names) / sizeof(fc_rule_names[0]); i++)
-        if (strcmp(op, fc_rule_names[i].name) == 0)
-            nm = &fc_rule_names[i];
+    struct fc_rule_name scratch;
+    int op_kind = 0;
+    const struct fc_rule_name *nm = fc_rule_lookup(op, &scratch, &op_kind);
     if (nm == NULL)
         return fc_error_set(FC_EINVAL, "%s: unknown rule '%s'", where, op);
     struct fc_rule *v = fc_reallocarray(r->v, r->n + 1, sizeof(*v));
@@ -160,6 +161,7 @@ int fc_xform_rules_add(struct fc_xform_rules *r, const char *op, const char *arg
         return fc_error_set(FC_ENOMEM, "out of memory");
     r->v = v;
     memset(&v[r->n], 0, sizeof(v[r->n]));
+    v[r->n].append.kind = op_kind;
     const int rc = fc_rule_init(&v[r->n], nm, arg != NULL ? arg : "", where);
     if (rc < 0) {
         fc_rule_release(&v[r->n]);

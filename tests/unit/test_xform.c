@@ -166,7 +166,9 @@ static void test_xform_reads_a_rules_file_with_comments(void **state)
     assert_int_equal(r.v[0].kind, FC_RULE_DROP);
     assert_string_equal(r.v[0].label, path_line(path, 3));
     assert_int_equal(r.v[1].kind, FC_RULE_TIE);
-    assert_int_equal(r.v[2].dtype, FC_DTYPE_FLOAT16);
+    assert_int_equal(r.v[2].kind, FC_RULE_OP);
+    assert_int_equal(r.v[2].append.kind, FC_OP_CAST);
+    assert_int_equal(r.v[2].append.dtype, FC_DTYPE_FLOAT16);
     assert_fc_ok(fc_xform_apply(src, &r, &xr));
     assert_int_equal(find(&xr, "extra.qkv_bf16"), -1);
     fc_xform_result_release(&xr);
@@ -305,6 +307,55 @@ static void test_xform_strip_wrappers_and_several_inputs(void **state)
     fc_source_free(b);
 }
 
+#ifdef FC_DEBUG
+/* Debug builds check a result's invariants (xform.h): each broken by hand is named. */
+static void test_xform_debug_check_names_each_broken_invariant(void **state)
+{
+    struct fc_source *src = open_fixture("full/tiny_vitlm.pt");
+    struct fc_xform_result xr;
+    size_t at = 0;
+    static const char *const rules[][2] = {{"tie", "new.key=norm.bias"},
+                                           {"copy", "^norm\\.weight$=norm.w2"}};
+    (void)state;
+    assert_fc_ok(apply_rules(src, rules, 2, &xr));
+    assert_null(fc_xform_broken(&xr, &at));
+    const long tie = find(&xr, "new.key"), copy = find(&xr, "norm.w2");
+    const long lm = find(&xr, "lm_head.weight"), bias = find(&xr, "norm.bias");
+    assert_true(tie >= 0 && copy >= 0 && lm >= 0 && bias >= 0);
+    assert_int_equal(xr.specs[tie].alias_of, bias);
+    struct fc_xspec *t = &xr.specs[tie];
+    /* Each case breaks one thing, checks the message and where, and puts it back. */
+    char *key = t->key;
+    t->key = xr.specs[0].key;
+    assert_string_equal(fc_xform_broken(&xr, &at), "a key twice");
+    assert_int_equal(at, tie);
+    t->key = key;
+    t->alias_of = tie;
+    assert_string_equal(fc_xform_broken(&xr, &at), "alias_of is not an earlier spec");
+    t->alias_of = bias;
+    t->shape[0]++;
+    assert_string_equal(fc_xform_broken(&xr, &at),
+                        "an alias has another dtype or shape than its target");
+    t->shape[0]--;
+    t->entry = xr.specs[lm].entry;
+    assert_string_equal(fc_xform_broken(&xr, &at), "an alias reads other bytes than its target");
+    t->entry = xr.specs[bias].entry;
+    const struct fc_op cast = {.kind = FC_OP_CAST, .dtype = FC_DTYPE_FLOAT32};
+    assert_fc_ok(fc_xspec_push_op(t, &cast, "t")); /* float32 -> float32: dtype stays */
+    assert_string_equal(fc_xform_broken(&xr, &at), "an alias has another op list than its target");
+    fc_ops_free(t->ops, t->nops);
+    t->ops = NULL;
+    t->nops = 0;
+    xr.specs[copy].alias_of = 0;
+    assert_string_equal(fc_xform_broken(&xr, &at), "a copy is an alias");
+    assert_int_equal(at, copy);
+    xr.specs[copy].alias_of = -1;
+    assert_null(fc_xform_broken(&xr, &at));
+    fc_xform_result_release(&xr);
+    fc_source_free(src);
+}
+#endif
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -315,6 +366,9 @@ int main(void)
         cmocka_unit_test(test_xform_copy_makes_independent_tensors_later_rules_see),
         cmocka_unit_test(test_xform_bad_rules_name_the_rule_and_the_key),
         cmocka_unit_test(test_xform_strip_wrappers_and_several_inputs),
+#ifdef FC_DEBUG
+        cmocka_unit_test(test_xform_debug_check_names_each_broken_invariant),
+#endif
     };
     return cmocka_run_group_tests_name("xform", tests, NULL, NULL);
 }
