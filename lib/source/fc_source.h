@@ -26,17 +26,12 @@
 
 #include "fc_buf.h"
 #include "fc_io.h"
+#include "fc_path.h"
 #include "fc_pickle.h"
 #include "fc_strmap.h"
 #include "fc_tensor.h"
 
 enum fc_entry_kind { FC_ENTRY_TENSOR, FC_ENTRY_VALUE };
-
-struct fc_path_elem {
-    int is_index; /* 1: list index (index), 0: mapping key (key) */
-    int64_t index;
-    const char *key;
-};
 
 /* Where a tensor's bytes live: one byte range of one open file. */
 struct fc_storage {
