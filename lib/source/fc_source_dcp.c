@@ -433,6 +433,121 @@ done:
     return rc;
 }
 
+/* The per-entry arrays of impl and src->entries, for impl->meta's entries. */
+static int fc_dcp_impl_alloc(struct fc_source *src, struct fc_dcp_source_impl *impl)
+{
+    const struct fc_dcp_meta *m = impl->meta;
+    size_t nitems = 0;
+    for (size_t i = 0; i < m->nentries; i++)
+        nitems += m->entries[i].kind == FC_DCP_TENSOR ? m->entries[i].nchunks : 1;
+    impl->blobs = fc_calloc(nitems + 1, sizeof(*impl->blobs));
+    impl->chunks = fc_calloc(m->nentries + 1, sizeof(*impl->chunks));
+    impl->nchunks = fc_calloc(m->nentries + 1, sizeof(*impl->nchunks));
+    impl->value_loc = fc_calloc(m->nentries + 1, sizeof(*impl->value_loc));
+    impl->opaque = fc_calloc(m->nentries + 1, sizeof(*impl->opaque));
+    impl->value_ts = fc_calloc(m->nentries + 1, sizeof(*impl->value_ts));
+    impl->opaque_why = fc_calloc(m->nentries + 1, sizeof(*impl->opaque_why));
+    impl->boxes = fc_calloc(m->nentries + 1, sizeof(*impl->boxes));
+    impl->read_refs = fc_calloc(m->nentries + 1, sizeof(*impl->read_refs));
+    impl->first_of = fc_calloc(m->nentries + 1, sizeof(*impl->first_of));
+    impl->index = fc_calloc(m->nentries + 1, sizeof(*impl->index));
+    impl->scratch_file = -1;
+    src->entries = fc_calloc(m->nentries + 1, sizeof(*src->entries));
+    if (impl->blobs == NULL || impl->chunks == NULL || impl->nchunks == NULL ||
+        impl->value_loc == NULL || impl->opaque == NULL || impl->value_ts == NULL ||
+        impl->opaque_why == NULL || impl->boxes == NULL || impl->read_refs == NULL ||
+        impl->first_of == NULL || impl->index == NULL || src->entries == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    impl->nentries = m->nentries;
+    return FC_OK;
+}
+
+/* Entry e's key and path (src->nentries counts it as soon as it owns memory). */
+static int fc_dcp_entry_key(struct fc_source *src, const struct fc_dcp_entry *de,
+                            struct fc_entry *e)
+{
+    e->key = fc_strdup(de->fqn);
+    if (e->key == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    src->nentries++;
+    /* planner_data gives the nesting; without it the flat key is the path. */
+    const size_t plen = de->path != NULL ? de->path_len : 1;
+    struct fc_path_elem *p = fc_calloc(plen, sizeof(*p));
+    if (p == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    e->path = p;
+    for (size_t k = 0; k < plen; k++) {
+        p[k] = de->path != NULL ? de->path[k] : (struct fc_path_elem){0, 0, de->fqn};
+        if (!p[k].is_index && (p[k].key = fc_strdup(p[k].key)) == NULL)
+            return fc_error_set(FC_ENOMEM, "out of memory");
+        e->path_len = k + 1;
+    }
+    e->storage = SIZE_MAX;
+    return FC_OK;
+}
+
+/* Chunk c of tensor entry de: its item parsed, checked against .metadata, and located. */
+static int fc_dcp_open_chunk(struct fc_source *src, struct fc_dcp_source_impl *impl,
+                             const char *dir, size_t i, size_t c)
+{
+    const struct fc_dcp_entry *de = &impl->meta->entries[i];
+    const struct fc_dcp_chunk *dc = &de->chunks[c];
+    struct fc_chunk_ref *ref = &impl->chunks[i][c];
+    struct fc_torchsave *ts;
+    struct fc_dcp_blob_loc loc;
+    FC_TRY(fc_dcp_parse_item(src, impl, dir, de->fqn, &dc->storage, &loc, &ts));
+    ref->file = (uint32_t)loc.file;
+    const struct fc_pv *root = fc_torchsave_root(ts);
+    if (root->kind != FC_PV_TENSOR)
+        return fc_error_set(FC_ECORRUPT,
+                            "%s: item of tensor '%s' (chunk %zu) holds no "
+                            "tensor",
+                            dir, de->fqn, c);
+    const struct fc_pv_tensor *t = &root->u.tensor;
+    int same = t->desc.ndim == de->ndim;
+    for (int d = 0; same && d < de->ndim; d++)
+        same = t->desc.shape[d] == dc->sizes[d];
+    if (!same)
+        return fc_error_set(FC_ECORRUPT,
+                            "%s: chunk %zu of '%s': stored tensor shape does "
+                            "not match the chunk sizes in .metadata",
+                            dir, c, de->fqn);
+    if (t->desc.dtype != de->dtype)
+        return fc_error_set(FC_EFORMAT,
+                            "%s: chunk %zu of '%s' is stored as %s but "
+                            ".metadata says %s",
+                            dir, c, de->fqn, fc_dtype_name(t->desc.dtype),
+                            fc_dtype_name(de->dtype));
+    const struct fc_ts_storage *st = fc_torchsave_storage_at(ts, fc_torchsave_storage_index(ts, t));
+    ref->base = st->data_offset;
+    ref->item = (uint32_t)c;
+    FC_TRY(fc_dcp_chunk_record(ts, st, ref, &t->desc, &dc->storage, de->fqn));
+    impl->nchunks[i]++;
+    /* A chunk needs only where its bytes are: drop the parsed blob, keeping memory
+     * proportional to tensors, not to the items of every rank. */
+    fc_torchsave_free(impl->blobs[--impl->nblobs]);
+    impl->blobs[impl->nblobs] = NULL;
+    return FC_OK;
+}
+
+/* Tensor entry i: its chunks located and indexed for box reads. */
+static int fc_dcp_open_tensor(struct fc_source *src, struct fc_dcp_source_impl *impl,
+                              const char *dir, size_t i, struct fc_entry *e)
+{
+    const struct fc_dcp_entry *de = &impl->meta->entries[i];
+    e->kind = FC_ENTRY_TENSOR;
+    e->t.dtype = de->dtype;
+    e->t.ndim = de->ndim;
+    memcpy(e->t.shape, de->size, sizeof(e->t.shape));
+    fc_tensor_set_contiguous(&e->t);
+    impl->chunks[i] = fc_calloc(de->nchunks + 1, sizeof(**impl->chunks));
+    if (impl->chunks[i] == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    for (size_t c = 0; c < de->nchunks; c++)
+        FC_TRY(fc_dcp_open_chunk(src, impl, dir, i, c));
+    return fc_dcp_index_chunks(impl, i, de, dir);
+}
+
 int fc_source_open_dcp(struct fc_source **out, const char *dir)
 {
     return fc_source_open_dcp_meta(out, dir, NULL);
@@ -465,118 +580,16 @@ int fc_source_open_dcp_meta(struct fc_source **out, const char *dir, struct fc_d
         goto fail;
     }
     const struct fc_dcp_meta *m = impl->meta;
-    size_t nitems = 0;
-    for (size_t i = 0; i < m->nentries; i++)
-        nitems += m->entries[i].kind == FC_DCP_TENSOR ? m->entries[i].nchunks : 1;
-    impl->blobs = fc_calloc(nitems + 1, sizeof(*impl->blobs));
-    impl->chunks = fc_calloc(m->nentries + 1, sizeof(*impl->chunks));
-    impl->nchunks = fc_calloc(m->nentries + 1, sizeof(*impl->nchunks));
-    impl->value_loc = fc_calloc(m->nentries + 1, sizeof(*impl->value_loc));
-    impl->opaque = fc_calloc(m->nentries + 1, sizeof(*impl->opaque));
-    impl->value_ts = fc_calloc(m->nentries + 1, sizeof(*impl->value_ts));
-    impl->opaque_why = fc_calloc(m->nentries + 1, sizeof(*impl->opaque_why));
-    impl->boxes = fc_calloc(m->nentries + 1, sizeof(*impl->boxes));
-    impl->read_refs = fc_calloc(m->nentries + 1, sizeof(*impl->read_refs));
-    impl->first_of = fc_calloc(m->nentries + 1, sizeof(*impl->first_of));
-    impl->index = fc_calloc(m->nentries + 1, sizeof(*impl->index));
-    impl->scratch_file = -1;
-    src->entries = fc_calloc(m->nentries + 1, sizeof(*src->entries));
-    if (impl->blobs == NULL || impl->chunks == NULL || impl->nchunks == NULL ||
-        impl->value_loc == NULL || impl->opaque == NULL || impl->value_ts == NULL ||
-        impl->opaque_why == NULL || impl->boxes == NULL || impl->read_refs == NULL ||
-        impl->first_of == NULL || impl->index == NULL || src->entries == NULL) {
-        rc = fc_error_set(FC_ENOMEM, "out of memory");
-        goto fail;
-    }
-    impl->nentries = m->nentries;
+    FC_TRY_GOTO(fc_dcp_impl_alloc(src, impl), rc, fail);
     for (size_t i = 0; i < m->nentries; i++) {
         const struct fc_dcp_entry *de = &m->entries[i];
         struct fc_entry *e = &src->entries[i];
-        e->key = fc_strdup(de->fqn);
-        if (e->key == NULL) {
-            rc = fc_error_set(FC_ENOMEM, "out of memory");
-            goto fail;
-        }
-        src->nentries++;
-        /* planner_data gives the nesting; without it the flat key is the path. */
-        const size_t plen = de->path != NULL ? de->path_len : 1;
-        struct fc_path_elem *p = fc_calloc(plen, sizeof(*p));
-        if (p == NULL) {
-            rc = fc_error_set(FC_ENOMEM, "out of memory");
-            goto fail;
-        }
-        e->path = p;
-        for (size_t k = 0; k < plen; k++) {
-            p[k] = de->path != NULL ? de->path[k] : (struct fc_path_elem){0, 0, de->fqn};
-            if (!p[k].is_index && (p[k].key = fc_strdup(p[k].key)) == NULL) {
-                rc = fc_error_set(FC_ENOMEM, "out of memory");
-                goto fail;
-            }
-            e->path_len = k + 1;
-        }
-        e->storage = SIZE_MAX;
+        FC_TRY_GOTO(fc_dcp_entry_key(src, de, e), rc, fail);
         if (de->kind == FC_DCP_BYTES) {
             FC_TRY_GOTO(fc_dcp_open_value(src, impl, dir, i, e), rc, fail);
             continue;
         }
-        e->kind = FC_ENTRY_TENSOR;
-        e->t.dtype = de->dtype;
-        e->t.ndim = de->ndim;
-        memcpy(e->t.shape, de->size, sizeof(e->t.shape));
-        fc_tensor_set_contiguous(&e->t);
-        impl->chunks[i] = fc_calloc(de->nchunks + 1, sizeof(**impl->chunks));
-        if (impl->chunks[i] == NULL) {
-            rc = fc_error_set(FC_ENOMEM, "out of memory");
-            goto fail;
-        }
-        for (size_t c = 0; c < de->nchunks; c++) {
-            const struct fc_dcp_chunk *dc = &de->chunks[c];
-            struct fc_chunk_ref *ref = &impl->chunks[i][c];
-            struct fc_torchsave *ts;
-            struct fc_dcp_blob_loc loc;
-            FC_TRY_GOTO(fc_dcp_parse_item(src, impl, dir, de->fqn, &dc->storage, &loc, &ts), rc,
-                        fail);
-            ref->file = (uint32_t)loc.file;
-            const struct fc_pv *root = fc_torchsave_root(ts);
-            if (root->kind != FC_PV_TENSOR) {
-                rc = fc_error_set(FC_ECORRUPT,
-                                  "%s: item of tensor '%s' (chunk %zu) holds no "
-                                  "tensor",
-                                  dir, de->fqn, c);
-                goto fail;
-            }
-            const struct fc_pv_tensor *t = &root->u.tensor;
-            int same = t->desc.ndim == de->ndim;
-            for (int d = 0; same && d < de->ndim; d++)
-                same = t->desc.shape[d] == dc->sizes[d];
-            if (!same) {
-                rc = fc_error_set(FC_ECORRUPT,
-                                  "%s: chunk %zu of '%s': stored tensor shape does "
-                                  "not match the chunk sizes in .metadata",
-                                  dir, c, de->fqn);
-                goto fail;
-            }
-            if (t->desc.dtype != de->dtype) {
-                rc = fc_error_set(FC_EFORMAT,
-                                  "%s: chunk %zu of '%s' is stored as %s but "
-                                  ".metadata says %s",
-                                  dir, c, de->fqn, fc_dtype_name(t->desc.dtype),
-                                  fc_dtype_name(de->dtype));
-                goto fail;
-            }
-            const struct fc_ts_storage *st =
-                fc_torchsave_storage_at(ts, fc_torchsave_storage_index(ts, t));
-            ref->base = st->data_offset;
-            ref->item = (uint32_t)c;
-            FC_TRY_GOTO(fc_dcp_chunk_record(ts, st, ref, &t->desc, &dc->storage, de->fqn), rc,
-                        fail);
-            impl->nchunks[i]++;
-            /* A chunk needs only where its bytes are: drop the parsed blob, keeping memory
-             * proportional to tensors, not to the items of every rank. */
-            fc_torchsave_free(impl->blobs[--impl->nblobs]);
-            impl->blobs[impl->nblobs] = NULL;
-        }
-        FC_TRY_GOTO(fc_dcp_index_chunks(impl, i, de, dir), rc, fail);
+        FC_TRY_GOTO(fc_dcp_open_tensor(src, impl, dir, i, e), rc, fail);
     }
     FC_TRY_GOTO(fc_source_index_keys(src), rc, fail);
     *out = src;
