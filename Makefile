@@ -18,8 +18,10 @@
 # Put local settings in config.mak (not committed).
 #
 # Dependency rules between layers (checked by `make check-deps`):
-#   lib/      libc + libzstd, libdeflate, jansson, libcrypto; no convert/, kernels/, cmd/
-#   kernels/  only lib/fc_error.h, lib/fc_dtype.h, lib/fc_tensor.h (+ CUDA in .cu/cuda files)
+#   lib/      libc + libzstd, libdeflate, jansson, libcrypto; no convert/, kernels/, cmd/.
+#             Inside lib/, one folder per layer, each using only the ones before it:
+#             util/ <- pickle/ <- format/ <- source/
+#   kernels/  only fc_error.h, fc_dtype.h, fc_tensor.h of lib/util/ (+ CUDA in .cu/cuda files)
 #   convert/  lib/ and kernels/fc_kernels.h; only convert/comm_nccl.c may include nccl.h
 #   cmd/      convert/fc_convert.h and lib/ public headers; never *_internal.h
 
@@ -115,7 +117,12 @@ ifeq ($(WERROR),1)
 WARN += -Werror
 endif
 
-FC_CPPFLAGS := -Ilib -Iconvert -Ikernels -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE \
+# lib/'s layers, lowest first; each folder is on the include path, so #include "fc_x.h"
+# names a header wherever it lives.
+LIB_DIRS := lib/util lib/pickle lib/format lib/source
+
+FC_CPPFLAGS := $(addprefix -I,$(LIB_DIRS)) -Iconvert -Ikernels -D_POSIX_C_SOURCE=200809L \
+               -D_DEFAULT_SOURCE \
                -DFC_VERSION=\"$(shell cat VERSION 2>/dev/null || echo 0.0.0)\"
 FC_CFLAGS := -std=c11 $(WARN) -MMD -MP -pthread
 FC_LDLIBS := $(PKG_LIBS) -pthread -lm
@@ -130,7 +137,8 @@ FC_CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recove
 LDFLAGS += -fsanitize=$(SANITIZE)
 endif
 
-LIB_SRC := $(sort $(wildcard lib/*.c))
+LIB_SRC := $(sort $(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.c)))
+LIB_HDR := $(sort $(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.h)))
 CONVERT_SRC := $(sort $(filter-out convert/comm_nccl.c convert/comm_nccl_stub.c,$(wildcard convert/*.c)))
 KERNEL_SRC := $(sort $(filter-out kernels/cuda_stub.c,$(wildcard kernels/*.c)))
 CUDA_SRC :=
@@ -347,17 +355,17 @@ check-deps:
 
 # curl's banned-function list, for lib/.
 check-banned:
-	@if grep -nE '\b(sprintf|strcpy|strcat|strncpy|strtok|sscanf|atoi|atol|gets)[[:space:]]*\(' lib/*.c lib/*.h; then \
+	@if grep -nE '\b(sprintf|strcpy|strcat|strncpy|strtok|sscanf|atoi|atol|gets)[[:space:]]*\(' $(LIB_SRC) $(LIB_HDR); then \
 	  echo "banned function used in lib/ (see house-style.md)"; exit 1; fi
 
 man-lint: $(BIN)
 	@mandoc -Tlint -W warning man/*.1 && sh tests/setup/check_man.sh $(BIN) && echo "man-lint: ok"
 
 format:
-	@clang-format -i $(LIB_SRC) $(CONVERT_SRC) $(KERNEL_SRC) $(CMD_SRC) lib/*.h convert/*.h kernels/*.h cmd/*.h
+	@clang-format -i $(LIB_SRC) $(CONVERT_SRC) $(KERNEL_SRC) $(CMD_SRC) $(LIB_HDR) convert/*.h kernels/*.h cmd/*.h
 
 format-check:
-	@clang-format --dry-run -Werror $(LIB_SRC) $(CONVERT_SRC) $(KERNEL_SRC) $(CMD_SRC) lib/*.h convert/*.h kernels/*.h cmd/*.h
+	@clang-format --dry-run -Werror $(LIB_SRC) $(CONVERT_SRC) $(KERNEL_SRC) $(CMD_SRC) $(LIB_HDR) convert/*.h kernels/*.h cmd/*.h
 
 install: fsdpconv
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1

@@ -494,25 +494,6 @@ static int fc_inspect_sharded(const struct fc_inspect_opts *opts, struct fc_insp
     return fc_inspect_select_chunked(opts, r, re, 0);
 }
 
-/* A DCP directory: .metadata, rank-local __{r}.metadata, or .distcp files (then incomplete). */
-static int fc_dir_looks_like_dcp(const char *dir)
-{
-    DIR *d = opendir(dir);
-    int yes = 0;
-    const struct dirent *de;
-    if (d == NULL)
-        return 0;
-    while (!yes && (de = readdir(d)) != NULL) {
-        const size_t n = strlen(de->d_name);
-        yes = strcmp(de->d_name, ".metadata") == 0 ||
-              (n > 7 && strcmp(de->d_name + n - 7, ".distcp") == 0) ||
-              (n > 11 && strncmp(de->d_name, "__", 2) == 0 &&
-               strcmp(de->d_name + n - 9, ".metadata") == 0);
-    }
-    closedir(d);
-    return yes;
-}
-
 int fc_inspect(const struct fc_inspect_opts *opts, struct fc_inspect_result *r)
 {
     struct fc_regex *re = NULL;
@@ -520,14 +501,14 @@ int fc_inspect(const struct fc_inspect_opts *opts, struct fc_inspect_result *r)
     memset(r, 0, sizeof(*r));
     if (opts->key_regex != NULL)
         FC_TRY(fc_regex_compile(&re, opts->key_regex, "--key"));
-    if (fc_path_is_dir(opts->path) == 1 && fc_dir_looks_like_dcp(opts->path)) {
+    if (fc_source_is_dcp_dir(opts->path) == 1) {
         rc = fc_inspect_dcp(opts, r, re);
         goto done;
     }
     /* Tiling problems of a sharded directory are reported below, as a DCP's are. */
     FC_TRY_GOTO(fc_source_open_flags(&r->src, opts->path, FC_SOURCE_UNTILED_OK), rc, done);
     r->format = r->src->format;
-    if (strcmp(r->format, "safetensors-sharded") == 0) {
+    if (fc_source_caps(r->src) & FC_SOURCE_CHUNKS) { /* sharded safetensors: DCP went above */
         rc = fc_inspect_sharded(opts, r, re);
         goto done;
     }

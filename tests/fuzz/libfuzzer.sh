@@ -17,8 +17,8 @@ else
 fi
 out=build/libfuzzer
 mkdir -p "$out"
-flags="-fsanitize=fuzzer,address,undefined -g -O1 -std=c11 -Ilib -Iconvert -Ikernels -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -DFC_VERSION=\"fuzz\""
-srcs="$(ls lib/*.c convert/*.c kernels/*_cpu.c kernels/dispatch.c kernels/cuda_stub.c 2>/dev/null | grep -v 'comm_nccl\.c' || true)"
+flags="-fsanitize=fuzzer,address,undefined -g -O1 -std=c11 -Ilib/util -Ilib/pickle -Ilib/format -Ilib/source -Iconvert -Ikernels -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -DFC_VERSION=\"fuzz\""
+srcs="$(ls lib/*/*.c convert/*.c kernels/*_cpu.c kernels/dispatch.c kernels/cuda_stub.c 2>/dev/null | grep -v 'comm_nccl\.c' || true)"
 libs="$(pkg-config --libs libzstd libdeflate jansson libcrypto libpcre2-8) -lm -pthread"
 summary=""
 crashed=0

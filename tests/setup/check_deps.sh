@@ -11,7 +11,25 @@ check() { # $1 files glob, $2 forbidden include regex, $3 message
         fi
     done
 }
-check "lib/*.c lib/*.h" "fc_convert\.h|plan\.h|mesh\.h|exec\.h|xform\.h|fc_kernels\.h|cuda|nccl" "lib/ may not include convert/, kernels/ or CUDA headers"
+check "lib/*/*.c lib/*/*.h" "fc_convert\.h|plan\.h|mesh\.h|exec\.h|xform\.h|fc_kernels\.h|cuda|nccl" "lib/ may not include convert/, kernels/ or CUDA headers"
+# Inside lib/, the layers util <- pickle <- format <- source: a file may include the headers
+# of its own folder and of the folders before it, never of one after it.
+layers="util pickle format source"
+above() { # the folders after $1 in $layers
+    echo "$layers" | tr ' ' '\n' | sed -n "/^$1\$/,\$p" | sed 1d
+}
+for l in $layers; do
+    higher=""
+    for h in $(above "$l"); do
+        for f in lib/"$h"/*.h; do
+            [ -f "$f" ] || continue
+            n=$(basename "$f" | sed 's/\./\\./g')
+            higher="${higher:+$higher|}$n"
+        done
+    done
+    [ -n "$higher" ] || continue
+    check "lib/$l/*.c lib/$l/*.h" "$higher" "lib/$l/ may not include a header of a higher lib/ layer (util <- pickle <- format <- source)"
+done
 check "kernels/*.c kernels/*.h" "fc_(alloc|buf|io|pickle|zip|torchsave|safetensors|dcp|source)\.h|plan\.h|mesh\.h|fc_convert\.h|nccl" "kernels/ may include only fc_error.h, fc_dtype.h, fc_tensor.h from lib/"
 check "$(ls convert/*.c convert/*.h | grep -v '^convert/comm_nccl\.c$')" "cuda_runtime|cuda\.h" "only convert/comm_nccl.c may include CUDA headers in convert/"
 for f in convert/*.c convert/*.h; do

@@ -1,5 +1,5 @@
 /*
- * test_io.c - output creation and staging (lib/fc_io.c): nothing planted at
+ * test_io.c - output creation and staging (lib/util/fc_io.c): nothing planted at
  * an output's name is followed, staging names cannot be guessed, and a
  * --force commit settles (new output in place, old one gone) even when the
  * final directory fsync fails; and error messages stay one printable line.

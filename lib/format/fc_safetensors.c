@@ -181,6 +181,110 @@ static int fc_st_get_u64(const json_t *v, uint64_t *out)
  * Validate one tensor entry (key name, value v) and fill t and span.  name
  * points into the caller's string table.
  */
+/*
+ * The dims of jshape into t->shape (the first FC_MAX_DIMS of them).  numel as
+ * the reference computes it: left to right in 64 bits, so that [2^40, 2^40]
+ * overflows but [0, 2^62, 2^62] does not (*overflow).  strides_numel is the
+ * product of max(dim, 1), which must fit int64 for any strides to exist
+ * (*strides_overflow); a zero-size tensor with enormous other dims fails only
+ * that.
+ */
+static int fc_st_parse_shape(const char *path, const char *name, const json_t *jshape,
+                             struct fc_st_tensor *t, uint64_t *numel_out, int *overflow_out,
+                             int *strides_overflow_out)
+{
+    const size_t ndim = json_array_size(jshape);
+    uint64_t numel = 1;
+    int64_t strides_numel = 1;
+    int overflow = 0, strides_overflow = 0;
+    for (size_t d = 0; d < ndim; d++) {
+        uint64_t dim;
+        if (fc_st_get_u64(json_array_get(jshape, d), &dim) < 0)
+            return fc_error_set(FC_ECORRUPT,
+                                "%s: safetensors header: tensor '%s': shape[%zu] is not a "
+                                "non-negative integer",
+                                path, name, d);
+        if (!overflow && fc_mul_u64(numel, dim, &numel) < 0)
+            overflow = 1;
+        if (!strides_overflow &&
+            fc_mul_i64(strides_numel, dim == 0 ? 1 : (int64_t)dim, &strides_numel) < 0)
+            strides_overflow = 1;
+        if (d < FC_MAX_DIMS)
+            t->shape[d] = (int64_t)dim;
+    }
+    *numel_out = numel;
+    *overflow_out = overflow;
+    *strides_overflow_out = strides_overflow;
+    return FC_OK;
+}
+
+/* data_offsets: two non-negative integers, the end not before the begin. */
+static int fc_st_parse_offsets(const char *path, const char *name, const json_t *joffs,
+                               struct fc_st_span *span)
+{
+    if (!json_is_array(joffs) || json_array_size(joffs) != 2)
+        return fc_error_set(FC_ECORRUPT,
+                            "%s: safetensors header: tensor '%s': data_offsets is not an array of "
+                            "two integers",
+                            path, name);
+    if (fc_st_get_u64(json_array_get(joffs, 0), &span->begin) < 0 ||
+        fc_st_get_u64(json_array_get(joffs, 1), &span->end) < 0)
+        return fc_error_set(FC_ECORRUPT,
+                            "%s: safetensors header: tensor '%s': data_offsets are not "
+                            "non-negative integers",
+                            path, name);
+    if (span->end < span->begin)
+        return fc_error_set(FC_ECORRUPT,
+                            "%s: safetensors header: tensor '%s': data_offsets [%" PRIu64
+                            ", %" PRIu64 ") end before they begin",
+                            path, name, span->begin, span->end);
+    return FC_OK;
+}
+
+/*
+ * What keeps tensor t from being a torch tensor (too many dims, strides that
+ * overflow, an odd F4 shape, a dtype torch lacks) becomes the pending
+ * FC_EFORMAT message of ps; F4 is viewed as torch.float4_e2m1fn_x2.
+ */
+static void fc_st_torch_view(struct fc_st_parse *ps, struct fc_st_tensor *t, const char *name,
+                             const char *dname, const json_t *jshape, int strides_overflow)
+{
+    const char *const path = ps->path;
+    const size_t ndim = json_array_size(jshape);
+    char shape_buf[160];
+    /* Once one FC_EFORMAT problem is pending the open fails: keep its message. */
+    if (ps->format_pending)
+        return;
+    const int is_f4 = strcmp(dname, "F4") == 0;
+    const char *const prefix = "safetensors header: tensor";
+    fc_st_shape_str(shape_buf, sizeof(shape_buf), jshape);
+    ps->format_pending = 1;
+    if (ndim > FC_MAX_DIMS) {
+        snprintf(ps->format_msg, sizeof(ps->format_msg),
+                 "%s: %s '%.200s': shape %s has %zu dimensions; at most %d are supported", path,
+                 prefix, name, shape_buf, ndim, FC_MAX_DIMS);
+    } else if (strides_overflow) {
+        snprintf(ps->format_msg, sizeof(ps->format_msg),
+                 "%s: %s '%.200s': shape %s is too large: its strides overflow int64", path, prefix,
+                 name, shape_buf);
+    } else if (is_f4 && (ndim == 0 || t->shape[ndim - 1] % 2 != 0)) {
+        snprintf(ps->format_msg, sizeof(ps->format_msg),
+                 "%s: %s '%.200s': dtype F4 shape %s cannot be viewed as torch.float4_e2m1fn_x2 "
+                 "(needs an even last dimension)",
+                 path, prefix, name, shape_buf);
+    } else if (is_f4) {
+        /* safetensors stores torch.float4_e2m1fn_x2 as F4 with the last dim doubled. */
+        t->dtype = FC_DTYPE_FLOAT4_E2M1FN_X2;
+        t->shape[ndim - 1] /= 2;
+        ps->format_pending = 0;
+    } else if (t->dtype == FC_DTYPE_INVALID) {
+        snprintf(ps->format_msg, sizeof(ps->format_msg),
+                 "%s: %s '%.200s': dtype %s has no torch equivalent", path, prefix, name, dname);
+    } else {
+        ps->format_pending = 0;
+    }
+}
+
 static int fc_st_parse_tensor(struct fc_st_parse *ps, const char *name, const json_t *v,
                               struct fc_st_tensor *t, struct fc_st_span *span)
 {
@@ -215,47 +319,10 @@ static int fc_st_parse_tensor(struct fc_st_parse *ps, const char *name, const js
                             name, fc_st_json_type(jshape));
     const size_t ndim = json_array_size(jshape);
 
-    /*
-     * numel as the reference computes it: left to right in 64 bits, so that
-     * [2^40, 2^40] overflows but [0, 2^62, 2^62] does not.  strides_numel is
-     * the product of max(dim, 1), which must fit int64 for any strides to
-     * exist; a zero-size tensor with enormous other dims fails only that.
-     */
-    uint64_t numel = 1;
-    int64_t strides_numel = 1;
+    uint64_t numel = 0;
     int overflow = 0, strides_overflow = 0;
-    for (size_t d = 0; d < ndim; d++) {
-        uint64_t dim;
-        if (fc_st_get_u64(json_array_get(jshape, d), &dim) < 0)
-            return fc_error_set(FC_ECORRUPT,
-                                "%s: safetensors header: tensor '%s': shape[%zu] is not a "
-                                "non-negative integer",
-                                path, name, d);
-        if (!overflow && fc_mul_u64(numel, dim, &numel) < 0)
-            overflow = 1;
-        if (!strides_overflow &&
-            fc_mul_i64(strides_numel, dim == 0 ? 1 : (int64_t)dim, &strides_numel) < 0)
-            strides_overflow = 1;
-        if (d < FC_MAX_DIMS)
-            t->shape[d] = (int64_t)dim;
-    }
-
-    if (!json_is_array(joffs) || json_array_size(joffs) != 2)
-        return fc_error_set(FC_ECORRUPT,
-                            "%s: safetensors header: tensor '%s': data_offsets is not an array of "
-                            "two integers",
-                            path, name);
-    if (fc_st_get_u64(json_array_get(joffs, 0), &span->begin) < 0 ||
-        fc_st_get_u64(json_array_get(joffs, 1), &span->end) < 0)
-        return fc_error_set(FC_ECORRUPT,
-                            "%s: safetensors header: tensor '%s': data_offsets are not "
-                            "non-negative integers",
-                            path, name);
-    if (span->end < span->begin)
-        return fc_error_set(FC_ECORRUPT,
-                            "%s: safetensors header: tensor '%s': data_offsets [%" PRIu64
-                            ", %" PRIu64 ") end before they begin",
-                            path, name, span->begin, span->end);
+    FC_TRY(fc_st_parse_shape(path, name, jshape, t, &numel, &overflow, &strides_overflow));
+    FC_TRY(fc_st_parse_offsets(path, name, joffs, span));
 
     uint64_t nbits;
     if (overflow || fc_mul_u64(numel, fc_st_dtypes[di].bits, &nbits) < 0)
@@ -284,37 +351,7 @@ static int fc_st_parse_tensor(struct fc_st_parse *ps, const char *name, const js
     t->nbytes = span->end - span->begin;
     t->data_offset = ps->data_start + span->begin; /* <= 8 + 1e8 + INT64_MAX: no overflow */
 
-    /* Once one FC_EFORMAT problem is pending the open fails: keep its message. */
-    if (ps->format_pending)
-        return FC_OK;
-    const int is_f4 = strcmp(dname, "F4") == 0;
-    const char *const prefix = "safetensors header: tensor";
-    fc_st_shape_str(shape_buf, sizeof(shape_buf), jshape);
-    ps->format_pending = 1;
-    if (ndim > FC_MAX_DIMS) {
-        snprintf(ps->format_msg, sizeof(ps->format_msg),
-                 "%s: %s '%.200s': shape %s has %zu dimensions; at most %d are supported", path,
-                 prefix, name, shape_buf, ndim, FC_MAX_DIMS);
-    } else if (strides_overflow) {
-        snprintf(ps->format_msg, sizeof(ps->format_msg),
-                 "%s: %s '%.200s': shape %s is too large: its strides overflow int64", path, prefix,
-                 name, shape_buf);
-    } else if (is_f4 && (ndim == 0 || t->shape[ndim - 1] % 2 != 0)) {
-        snprintf(ps->format_msg, sizeof(ps->format_msg),
-                 "%s: %s '%.200s': dtype F4 shape %s cannot be viewed as torch.float4_e2m1fn_x2 "
-                 "(needs an even last dimension)",
-                 path, prefix, name, shape_buf);
-    } else if (is_f4) {
-        /* safetensors stores torch.float4_e2m1fn_x2 as F4 with the last dim doubled. */
-        t->dtype = FC_DTYPE_FLOAT4_E2M1FN_X2;
-        t->shape[ndim - 1] /= 2;
-        ps->format_pending = 0;
-    } else if (t->dtype == FC_DTYPE_INVALID) {
-        snprintf(ps->format_msg, sizeof(ps->format_msg),
-                 "%s: %s '%.200s': dtype %s has no torch equivalent", path, prefix, name, dname);
-    } else {
-        ps->format_pending = 0;
-    }
+    fc_st_torch_view(ps, t, name, dname, jshape, strides_overflow);
     return FC_OK;
 }
 
@@ -450,19 +487,20 @@ done:
     return rc;
 }
 
-int fc_safetensors_open(struct fc_safetensors **out, const struct fc_file *f)
+/*
+ * The header of safetensors file f (path names it): its length checked against
+ * the file, then its bytes as valid UTF-8 JSON whose top level is an object
+ * (*root_out, the caller's); *n_out is the header's length.
+ */
+static int fc_st_read_header(const struct fc_file *f, const char *path, uint64_t *n_out,
+                             json_t **root_out)
 {
     int rc = FC_OK;
-    const char *const path = f->path != NULL ? f->path : "(unnamed)";
     unsigned char lenbuf[8];
     unsigned char *hdr = NULL;
     json_t *root = NULL;
-    struct fc_safetensors *st = NULL;
-    struct fc_st_span *spans = NULL;
-    struct fc_st_parse ps;
     json_error_t jerr;
 
-    *out = NULL;
     if (f->size < 8)
         return fc_error_set(FC_ECORRUPT,
                             "%s: safetensors: file is %" PRIu64
@@ -505,28 +543,57 @@ int fc_safetensors_open(struct fc_safetensors **out, const struct fc_file *f)
         rc = fc_st_json_error(&jerr, path, "safetensors header", 8);
         goto done;
     }
-    fc_free(hdr);
-    hdr = NULL;
     if (!json_is_object(root)) {
         rc = fc_error_set(FC_ECORRUPT, "%s: safetensors header: not a JSON object", path);
         goto done;
     }
+    *root_out = root;
+    *n_out = n;
+    root = NULL;
 
-    /* Pass 1: count entries and string bytes, check __metadata__. */
+done:
+    json_decref(root);
+    fc_free(hdr);
+    return rc;
+}
+
+/* Pass 1 over the header: count tensors, metadata items and string bytes; check __metadata__. */
+static int fc_st_count(const char *path, json_t *root, size_t *ntensors_out, size_t *nmeta_out,
+                       size_t *strbytes_out)
+{
     size_t ntensors = 0, nmeta = 0, strbytes = 0;
     for (void *it = json_object_iter(root); it != NULL; it = json_object_iter_next(root, it)) {
         const char *const key = json_object_iter_key(it);
         json_t *const v = json_object_iter_value(it);
         if (strcmp(key, FC_ST_META_KEY) == 0) {
-            FC_TRY_GOTO(fc_st_check_metadata(path, v, &nmeta, &strbytes), rc, done);
+            FC_TRY(fc_st_check_metadata(path, v, &nmeta, &strbytes));
             continue;
         }
         ntensors++;
         if (fc_add_size(strbytes, strlen(key) + 1, &strbytes) < 0) {
-            rc = fc_error_set(FC_ENOMEM, "%s: safetensors header too large", path);
-            goto done;
+            return fc_error_set(FC_ENOMEM, "%s: safetensors header too large", path);
         }
     }
+    *ntensors_out = ntensors;
+    *nmeta_out = nmeta;
+    *strbytes_out = strbytes;
+    return FC_OK;
+}
+
+int fc_safetensors_open(struct fc_safetensors **out, const struct fc_file *f)
+{
+    int rc = FC_OK;
+    const char *const path = f->path != NULL ? f->path : "(unnamed)";
+    uint64_t n = 0;
+    json_t *root = NULL;
+    struct fc_safetensors *st = NULL;
+    struct fc_st_span *spans = NULL;
+    struct fc_st_parse ps;
+
+    *out = NULL;
+    FC_TRY(fc_st_read_header(f, path, &n, &root));
+    size_t ntensors = 0, nmeta = 0, strbytes = 0;
+    FC_TRY_GOTO(fc_st_count(path, root, &ntensors, &nmeta, &strbytes), rc, done);
 
     st = fc_calloc(1, sizeof(*st));
     if (st == NULL)
@@ -586,7 +653,6 @@ done:
     fc_free(spans);
     fc_safetensors_free(st);
     json_decref(root);
-    fc_free(hdr);
     return rc;
 }
 

@@ -1,5 +1,5 @@
 /*
- * fc_dcp_source.c - a DCP checkpoint directory as a struct fc_source.
+ * fc_source_dcp.c - the DCP backend: a checkpoint directory as a struct fc_source.
  *
  * Entries come from .metadata in its order.  Each stored chunk is a torch.save
  * blob inside a .distcp file; we parse every blob once at open (central
@@ -12,7 +12,6 @@
 #include <dirent.h>
 #include <stdint.h>
 #include <errno.h>
-#include <assert.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,22 +25,15 @@
 #include "fc_dcp.h"
 #include "fc_error.h"
 #include "fc_source.h"
+#include "fc_source_backend.h"
 #include "fc_torchsave.h"
 #include "fc_zip.h"
-
-/* The --no-verify switch (fc_source_set_verify). */
-static int fc_dcp_verify = 1;
-
-void fc_source_set_verify(int on)
-{
-    fc_dcp_verify = on;
-}
 
 /* Check the CRC-32 of every record of an item but `skip` (checked as its bytes are read). */
 static int fc_dcp_verify_records(const struct fc_torchsave *ts, const struct fc_zip_entry *skip)
 {
     const struct fc_zip_reader *zr = fc_torchsave_zip(ts);
-    for (size_t k = 0; fc_dcp_verify && k < fc_zip_count(zr); k++) {
+    for (size_t k = 0; fc_source_verify_enabled() && k < fc_zip_count(zr); k++) {
         const struct fc_zip_entry *ze = fc_zip_entry_at(zr, k);
         if (ze != skip)
             FC_TRY(fc_zip_verify_crc(zr, ze));
@@ -382,46 +374,19 @@ static int fc_dcp_chunk_record(const struct fc_torchsave *ts, const struct fc_ts
     return fc_dcp_verify_records(ts, ze);
 }
 
-/* The stored tensor of chunk ref holding box (its layout, or dense in e's dtype). */
-static void fc_chunk_desc(const struct fc_entry *e, const struct fc_box *box,
-                          const struct fc_chunk_ref *ref, struct fc_tensor_desc *d)
+/* The error of a chunk whose data's CRC-32 is not its zip entry's: it names file and item. */
+static int fc_dcp_crc_mismatch(const struct fc_source *src, const struct fc_entry *e,
+                               const struct fc_chunk_ref *ref, uint32_t crc)
 {
-    if (ref->layout != NULL) {
-        *d = ref->layout->desc;
-        return;
-    }
-    memset(d, 0, sizeof(*d));
-    d->dtype = e->t.dtype;
-    d->ndim = e->t.ndim;
-    for (int k = 0; k < d->ndim; k++)
-        d->shape[k] = box->sizes[k];
-    fc_tensor_set_contiguous(d);
+    const struct fc_dcp_source_impl *impl = src->impl;
+    const struct fc_dcp_storage *where =
+        &impl->meta->entries[e - src->entries].chunks[ref->item].storage;
+    return fc_error_set(FC_ECORRUPT,
+                        "%s/%s @ %" PRIu64 ": item '%s': the data's CRC-32 is 0x%08" PRIx32
+                        ", the item's zip says 0x%08" PRIx32
+                        " (damaged; --no-verify reads it anyway)",
+                        src->path, where->relative_path, where->offset, e->key, crc, ref->crc);
 }
-
-/* Compare a chunk record's CRC-32 with its zip entry's; the message names file and item. */
-static int fc_dcp_check_crc(const struct fc_source *src, const struct fc_entry *e,
-                            struct fc_chunk_ref *ref, uint32_t crc)
-{
-    if (crc != ref->crc) {
-        const struct fc_dcp_source_impl *impl = src->impl;
-        const struct fc_dcp_storage *where =
-            &impl->meta->entries[e - src->entries].chunks[ref->item].storage;
-        return fc_error_set(FC_ECORRUPT,
-                            "%s/%s @ %" PRIu64 ": item '%s': the data's CRC-32 is 0x%08" PRIx32
-                            ", the item's zip says 0x%08" PRIx32
-                            " (damaged; --no-verify reads it anyway)",
-                            src->path, where->relative_path, where->offset, e->key, crc, ref->crc);
-    }
-    __atomic_store_n(&ref->verified, 1, __ATOMIC_RELEASE);
-    return FC_OK;
-}
-
-static int fc_dcp_read_box(const struct fc_source *src, const struct fc_entry *e,
-                           const int64_t *off, const int64_t *size, void *dst);
-static int fc_dcp_value_blob(const struct fc_source *src, const struct fc_entry *e,
-                             struct fc_buf *out);
-static int fc_dcp_value_storage(const struct fc_source *src, const struct fc_entry *e,
-                                const struct fc_pv_tensor *t, struct fc_storage *out);
 
 /*
  * Index an entry's chunk boxes, so a box read finds the chunks it overlaps by binary search
@@ -468,40 +433,9 @@ done:
     return rc;
 }
 
-int fc_source_open_dcp(struct fc_source **out, const char *dir)
+/* The per-entry arrays of impl and src->entries, for impl->meta's entries. */
+static int fc_dcp_impl_alloc(struct fc_source *src, struct fc_dcp_source_impl *impl)
 {
-    return fc_source_open_dcp_meta(out, dir, NULL);
-}
-
-int fc_source_open_dcp_meta(struct fc_source **out, const char *dir, struct fc_dcp_meta *meta)
-{
-    struct fc_source *src = fc_calloc(1, sizeof(*src));
-    struct fc_dcp_source_impl *impl = fc_calloc(1, sizeof(*impl));
-    char *mpath = fc_strdup(dir);
-    int rc = FC_OK;
-    *out = NULL;
-    if (src == NULL || impl == NULL || mpath == NULL) {
-        fc_free(src);
-        fc_free(impl);
-        fc_free(mpath);
-        return fc_error_set(FC_ENOMEM, "out of memory");
-    }
-    src->impl = impl;
-    src->impl_free = fc_dcp_source_impl_free;
-    src->read_box = fc_dcp_read_box;
-    src->value_blob = fc_dcp_value_blob;
-    src->value_storage = fc_dcp_value_storage;
-    src->format = "dcp";
-    src->path = fc_strdup(dir);
-    fc_free(mpath);
-    impl->meta = meta;
-    impl->meta_borrowed = meta != NULL;
-    rc = meta != NULL ? FC_OK : fc_dcp_meta_load_dir(&impl->meta, dir);
-    if (rc < 0 || src->path == NULL) {
-        if (rc == FC_OK)
-            rc = fc_error_set(FC_ENOMEM, "out of memory");
-        goto fail;
-    }
     const struct fc_dcp_meta *m = impl->meta;
     size_t nitems = 0;
     for (size_t i = 0; i < m->nentries; i++)
@@ -522,99 +456,140 @@ int fc_source_open_dcp_meta(struct fc_source **out, const char *dir, struct fc_d
     if (impl->blobs == NULL || impl->chunks == NULL || impl->nchunks == NULL ||
         impl->value_loc == NULL || impl->opaque == NULL || impl->value_ts == NULL ||
         impl->opaque_why == NULL || impl->boxes == NULL || impl->read_refs == NULL ||
-        impl->first_of == NULL || impl->index == NULL || src->entries == NULL) {
-        rc = fc_error_set(FC_ENOMEM, "out of memory");
+        impl->first_of == NULL || impl->index == NULL || src->entries == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    impl->nentries = m->nentries;
+    return FC_OK;
+}
+
+/* Entry e's key and path (src->nentries counts it as soon as it owns memory). */
+static int fc_dcp_entry_key(struct fc_source *src, const struct fc_dcp_entry *de,
+                            struct fc_entry *e)
+{
+    e->key = fc_strdup(de->fqn);
+    if (e->key == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    src->nentries++;
+    /* planner_data gives the nesting; without it the flat key is the path. */
+    const size_t plen = de->path != NULL ? de->path_len : 1;
+    struct fc_path_elem *p = fc_calloc(plen, sizeof(*p));
+    if (p == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    e->path = p;
+    for (size_t k = 0; k < plen; k++) {
+        p[k] = de->path != NULL ? de->path[k] : (struct fc_path_elem){0, 0, de->fqn};
+        if (!p[k].is_index && (p[k].key = fc_strdup(p[k].key)) == NULL)
+            return fc_error_set(FC_ENOMEM, "out of memory");
+        e->path_len = k + 1;
+    }
+    e->storage = SIZE_MAX;
+    return FC_OK;
+}
+
+/* Chunk c of tensor entry de: its item parsed, checked against .metadata, and located. */
+static int fc_dcp_open_chunk(struct fc_source *src, struct fc_dcp_source_impl *impl,
+                             const char *dir, size_t i, size_t c)
+{
+    const struct fc_dcp_entry *de = &impl->meta->entries[i];
+    const struct fc_dcp_chunk *dc = &de->chunks[c];
+    struct fc_chunk_ref *ref = &impl->chunks[i][c];
+    struct fc_torchsave *ts;
+    struct fc_dcp_blob_loc loc;
+    FC_TRY(fc_dcp_parse_item(src, impl, dir, de->fqn, &dc->storage, &loc, &ts));
+    ref->file = (uint32_t)loc.file;
+    const struct fc_pv *root = fc_torchsave_root(ts);
+    if (root->kind != FC_PV_TENSOR)
+        return fc_error_set(FC_ECORRUPT,
+                            "%s: item of tensor '%s' (chunk %zu) holds no "
+                            "tensor",
+                            dir, de->fqn, c);
+    const struct fc_pv_tensor *t = &root->u.tensor;
+    int same = t->desc.ndim == de->ndim;
+    for (int d = 0; same && d < de->ndim; d++)
+        same = t->desc.shape[d] == dc->sizes[d];
+    if (!same)
+        return fc_error_set(FC_ECORRUPT,
+                            "%s: chunk %zu of '%s': stored tensor shape does "
+                            "not match the chunk sizes in .metadata",
+                            dir, c, de->fqn);
+    if (t->desc.dtype != de->dtype)
+        return fc_error_set(FC_EFORMAT,
+                            "%s: chunk %zu of '%s' is stored as %s but "
+                            ".metadata says %s",
+                            dir, c, de->fqn, fc_dtype_name(t->desc.dtype),
+                            fc_dtype_name(de->dtype));
+    const struct fc_ts_storage *st = fc_torchsave_storage_at(ts, fc_torchsave_storage_index(ts, t));
+    ref->base = st->data_offset;
+    ref->item = (uint32_t)c;
+    FC_TRY(fc_dcp_chunk_record(ts, st, ref, &t->desc, &dc->storage, de->fqn));
+    impl->nchunks[i]++;
+    /* A chunk needs only where its bytes are: drop the parsed blob, keeping memory
+     * proportional to tensors, not to the items of every rank. */
+    fc_torchsave_free(impl->blobs[--impl->nblobs]);
+    impl->blobs[impl->nblobs] = NULL;
+    return FC_OK;
+}
+
+/* Tensor entry i: its chunks located and indexed for box reads. */
+static int fc_dcp_open_tensor(struct fc_source *src, struct fc_dcp_source_impl *impl,
+                              const char *dir, size_t i, struct fc_entry *e)
+{
+    const struct fc_dcp_entry *de = &impl->meta->entries[i];
+    e->kind = FC_ENTRY_TENSOR;
+    e->t.dtype = de->dtype;
+    e->t.ndim = de->ndim;
+    memcpy(e->t.shape, de->size, sizeof(e->t.shape));
+    fc_tensor_set_contiguous(&e->t);
+    impl->chunks[i] = fc_calloc(de->nchunks + 1, sizeof(**impl->chunks));
+    if (impl->chunks[i] == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    for (size_t c = 0; c < de->nchunks; c++)
+        FC_TRY(fc_dcp_open_chunk(src, impl, dir, i, c));
+    return fc_dcp_index_chunks(impl, i, de, dir);
+}
+
+int fc_source_open_dcp(struct fc_source **out, const char *dir)
+{
+    return fc_source_open_dcp_meta(out, dir, NULL);
+}
+
+int fc_source_open_dcp_meta(struct fc_source **out, const char *dir, struct fc_dcp_meta *meta)
+{
+    struct fc_source *src = fc_calloc(1, sizeof(*src));
+    struct fc_dcp_source_impl *impl = fc_calloc(1, sizeof(*impl));
+    char *mpath = fc_strdup(dir);
+    int rc = FC_OK;
+    *out = NULL;
+    if (src == NULL || impl == NULL || mpath == NULL) {
+        fc_free(src);
+        fc_free(impl);
+        fc_free(mpath);
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    }
+    src->impl = impl;
+    src->backend = &fc_source_dcp_backend;
+    src->format = fc_source_dcp_backend.name;
+    src->path = fc_strdup(dir);
+    fc_free(mpath);
+    impl->meta = meta;
+    impl->meta_borrowed = meta != NULL;
+    rc = meta != NULL ? FC_OK : fc_dcp_meta_load_dir(&impl->meta, dir);
+    if (rc < 0 || src->path == NULL) {
+        if (rc == FC_OK)
+            rc = fc_error_set(FC_ENOMEM, "out of memory");
         goto fail;
     }
-    impl->nentries = m->nentries;
+    const struct fc_dcp_meta *m = impl->meta;
+    FC_TRY_GOTO(fc_dcp_impl_alloc(src, impl), rc, fail);
     for (size_t i = 0; i < m->nentries; i++) {
         const struct fc_dcp_entry *de = &m->entries[i];
         struct fc_entry *e = &src->entries[i];
-        e->key = fc_strdup(de->fqn);
-        if (e->key == NULL) {
-            rc = fc_error_set(FC_ENOMEM, "out of memory");
-            goto fail;
-        }
-        src->nentries++;
-        /* planner_data gives the nesting; without it the flat key is the path. */
-        const size_t plen = de->path != NULL ? de->path_len : 1;
-        struct fc_path_elem *p = fc_calloc(plen, sizeof(*p));
-        if (p == NULL) {
-            rc = fc_error_set(FC_ENOMEM, "out of memory");
-            goto fail;
-        }
-        e->path = p;
-        for (size_t k = 0; k < plen; k++) {
-            p[k] = de->path != NULL ? de->path[k] : (struct fc_path_elem){0, 0, de->fqn};
-            if (!p[k].is_index && (p[k].key = fc_strdup(p[k].key)) == NULL) {
-                rc = fc_error_set(FC_ENOMEM, "out of memory");
-                goto fail;
-            }
-            e->path_len = k + 1;
-        }
-        e->storage = SIZE_MAX;
+        FC_TRY_GOTO(fc_dcp_entry_key(src, de, e), rc, fail);
         if (de->kind == FC_DCP_BYTES) {
             FC_TRY_GOTO(fc_dcp_open_value(src, impl, dir, i, e), rc, fail);
             continue;
         }
-        e->kind = FC_ENTRY_TENSOR;
-        e->t.dtype = de->dtype;
-        e->t.ndim = de->ndim;
-        memcpy(e->t.shape, de->size, sizeof(e->t.shape));
-        fc_tensor_set_contiguous(&e->t);
-        impl->chunks[i] = fc_calloc(de->nchunks + 1, sizeof(**impl->chunks));
-        if (impl->chunks[i] == NULL) {
-            rc = fc_error_set(FC_ENOMEM, "out of memory");
-            goto fail;
-        }
-        for (size_t c = 0; c < de->nchunks; c++) {
-            const struct fc_dcp_chunk *dc = &de->chunks[c];
-            struct fc_chunk_ref *ref = &impl->chunks[i][c];
-            struct fc_torchsave *ts;
-            struct fc_dcp_blob_loc loc;
-            FC_TRY_GOTO(fc_dcp_parse_item(src, impl, dir, de->fqn, &dc->storage, &loc, &ts), rc,
-                        fail);
-            ref->file = (uint32_t)loc.file;
-            const struct fc_pv *root = fc_torchsave_root(ts);
-            if (root->kind != FC_PV_TENSOR) {
-                rc = fc_error_set(FC_ECORRUPT,
-                                  "%s: item of tensor '%s' (chunk %zu) holds no "
-                                  "tensor",
-                                  dir, de->fqn, c);
-                goto fail;
-            }
-            const struct fc_pv_tensor *t = &root->u.tensor;
-            int same = t->desc.ndim == de->ndim;
-            for (int d = 0; same && d < de->ndim; d++)
-                same = t->desc.shape[d] == dc->sizes[d];
-            if (!same) {
-                rc = fc_error_set(FC_ECORRUPT,
-                                  "%s: chunk %zu of '%s': stored tensor shape does "
-                                  "not match the chunk sizes in .metadata",
-                                  dir, c, de->fqn);
-                goto fail;
-            }
-            if (t->desc.dtype != de->dtype) {
-                rc = fc_error_set(FC_EFORMAT,
-                                  "%s: chunk %zu of '%s' is stored as %s but "
-                                  ".metadata says %s",
-                                  dir, c, de->fqn, fc_dtype_name(t->desc.dtype),
-                                  fc_dtype_name(de->dtype));
-                goto fail;
-            }
-            const struct fc_ts_storage *st =
-                fc_torchsave_storage_at(ts, fc_torchsave_storage_index(ts, t));
-            ref->base = st->data_offset;
-            ref->item = (uint32_t)c;
-            FC_TRY_GOTO(fc_dcp_chunk_record(ts, st, ref, &t->desc, &dc->storage, de->fqn), rc,
-                        fail);
-            impl->nchunks[i]++;
-            /* A chunk needs only where its bytes are: drop the parsed blob, keeping memory
-             * proportional to tensors, not to the items of every rank. */
-            fc_torchsave_free(impl->blobs[--impl->nblobs]);
-            impl->blobs[impl->nblobs] = NULL;
-        }
-        FC_TRY_GOTO(fc_dcp_index_chunks(impl, i, de, dir), rc, fail);
+        FC_TRY_GOTO(fc_dcp_open_tensor(src, impl, dir, i, e), rc, fail);
     }
     FC_TRY_GOTO(fc_source_index_keys(src), rc, fail);
     *out = src;
@@ -624,30 +599,6 @@ fail:
     return rc;
 }
 
-/* Copy an n-d block `size` from a dense buffer into dst (dense box of shape dshape) at doff. */
-static void fc_scatter(unsigned char *dst, const int64_t *dshape, const int64_t *doff,
-                       const unsigned char *srcbuf, const int64_t *size, int ndim, size_t esz)
-{
-    if (ndim == 0) {
-        memcpy(dst, srcbuf, esz);
-        return;
-    }
-    int64_t idx[FC_MAX_DIMS] = {0};
-    const size_t run = (size_t)size[ndim - 1] * esz;
-    for (;;) {
-        int64_t lin = 0;
-        for (int d = 0; d < ndim; d++)
-            lin = lin * dshape[d] + doff[d] + (d < ndim - 1 ? idx[d] : 0);
-        memcpy(dst + (size_t)lin * esz, srcbuf, run);
-        srcbuf += run;
-        int d = ndim - 2;
-        while (d >= 0 && ++idx[d] == size[d])
-            idx[d--] = 0;
-        if (d < 0)
-            break;
-    }
-}
-
 static int fc_dcp_read_box(const struct fc_source *src, const struct fc_entry *e,
                            const int64_t *off, const int64_t *size, void *dst)
 {
@@ -655,101 +606,8 @@ static int fc_dcp_read_box(const struct fc_source *src, const struct fc_entry *e
     const size_t ei = (size_t)(e - src->entries);
     struct fc_chunk_ref *refs =
         impl->read_refs[ei] != NULL ? impl->read_refs[ei] : impl->chunks[ei];
-    return fc_chunks_read_box(src, e, refs, impl->boxes[ei], impl->index[ei], off, size, dst);
-}
-
-int fc_chunks_read_box(const struct fc_source *src, const struct fc_entry *e,
-                       struct fc_chunk_ref *refs, const struct fc_box *boxes,
-                       const struct fc_chunk_index *index, const int64_t *off, const int64_t *size,
-                       void *dst)
-{
-    const int ndim = e->t.ndim;
-    const size_t esz = fc_dtype_size(e->t.dtype);
-    int64_t covered = 0, want = 1; /* elements: the box's, and those the chunks wrote */
-    for (int d = 0; d < ndim; d++) {
-        if (off[d] < 0 || size[d] < 0 || off[d] > e->t.shape[d] || size[d] > e->t.shape[d] - off[d])
-            return fc_error_set(FC_EINVAL, "%s: '%s': box outside the tensor", src->path, e->key);
-        want *= size[d];
-    }
-    if (want == 0)
-        return FC_OK;
-    struct fc_overlap *ov = NULL;
-    size_t nov = 0;
-    FC_TRY(fc_chunk_intersect(index, off, size, &ov, &nov));
-    int rc = FC_OK;
-    for (size_t k = 0; rc == FC_OK && k < nov; k++) {
-        const size_t c = ov[k].chunk;
-        struct fc_chunk_ref *ref = &refs[c];
-        const int64_t *coff = boxes[c].offsets;
-        int64_t lo[FC_MAX_DIMS], doff[FC_MAX_DIMS];
-        const int64_t *len = ov[k].sizes;
-        int64_t n = 1;
-        for (int d = 0; d < ndim; d++) {
-            lo[d] = ov[k].offsets[d] - coff[d];
-            doff[d] = ov[k].offsets[d] - off[d];
-            n *= len[d];
-        }
-        char what[512];
-        snprintf(what, sizeof(what), "%s: '%s' chunk %zu", src->path, e->key, c);
-        /*
-         * CRC-32 on the first read of each chunk: over the bytes just read when
-         * that read is the whole record, else over the record read once more.
-         */
-        struct fc_tensor_desc desc;
-        fc_chunk_desc(e, &boxes[c], ref, &desc);
-        const int check =
-            ref->has_crc && fc_dcp_verify && !__atomic_load_n(&ref->verified, __ATOMIC_ACQUIRE);
-        int whole = check && ref->layout == NULL;
-        for (int d = 0; whole && d < ndim; d++)
-            whole = lo[d] == 0 && len[d] == desc.shape[d];
-        if (check && !whole) {
-            uint32_t crc = 0;
-            int64_t numel = 0;
-            (void)fc_shape_numel(desc.shape, desc.ndim, &numel);
-            const uint64_t rec_off = ref->layout != NULL ? ref->layout->rec_off : ref->base;
-            const uint64_t rec_len =
-                ref->layout != NULL ? ref->layout->rec_len : (uint64_t)numel * esz;
-            rc = fc_crc32_file(&src->files[ref->file], rec_off, rec_len, &crc);
-            if (rc == FC_OK)
-                rc = fc_dcp_check_crc(src, e, ref, crc);
-            if (rc < 0)
-                break;
-        }
-        /* When the overlap spans the box's trailing dims it is one contiguous run of dst
-         * (Shard(0) chunks): read straight into place instead of through a scatter. */
-        int in_place = 1;
-        for (int d = 1; d < ndim; d++)
-            in_place &= len[d] == size[d];
-        if (in_place) {
-            size_t row = esz;
-            for (int d = 1; d < ndim; d++)
-                row *= (size_t)size[d];
-            unsigned char *at = (unsigned char *)dst + (ndim > 0 ? (size_t)doff[0] * row : 0);
-            rc = fc_read_strided_box(&src->files[ref->file], ref->base, &desc, lo, len, at, what);
-            if (rc == FC_OK && whole)
-                rc = fc_dcp_check_crc(src, e, ref, fc_crc32(0, at, (size_t)n * esz));
-            covered += n;
-            continue;
-        }
-        unsigned char *tmp = fc_malloc((size_t)n * esz);
-        if (tmp == NULL) {
-            rc = fc_error_set(FC_ENOMEM, "out of memory reading '%s'", e->key);
-            break;
-        }
-        rc = fc_read_strided_box(&src->files[ref->file], ref->base, &desc, lo, len, tmp, what);
-        if (rc == FC_OK)
-            fc_scatter(dst, size, doff, tmp, len, ndim, esz);
-        if (rc == FC_OK && whole)
-            rc = fc_dcp_check_crc(src, e, ref, fc_crc32(0, tmp, (size_t)n * esz));
-        fc_free(tmp);
-        covered += n;
-    }
-    fc_free(ov);
-    FC_TRY(rc);
-    /* The source proved at open that its chunks tile the tensor (fc_chunks_check_tiling()),
-     * so their intersections with the box tile the box: every byte of dst was written once. */
-    assert(covered == want);
-    return FC_OK;
+    return fc_chunks_read_box(src, e, refs, impl->boxes[ei], impl->index[ei], fc_dcp_crc_mismatch,
+                              off, size, dst);
 }
 
 static int fc_dcp_value_blob(const struct fc_source *src, const struct fc_entry *e,
@@ -951,7 +809,7 @@ static int fc_dcp_value_storage(const struct fc_source *src, const struct fc_ent
 
 int fc_source_verify_replicas(const struct fc_source *src)
 {
-    if (src->read_box != fc_dcp_read_box)
+    if (src->backend != &fc_source_dcp_backend)
         return FC_OK;
     const struct fc_dcp_source_impl *impl = src->impl;
     for (size_t i = 0; i < impl->nentries; i++) {
@@ -965,8 +823,62 @@ int fc_source_verify_replicas(const struct fc_source *src)
 
 int fc_source_is_compressed(const struct fc_source *src)
 {
-    if (src->value_blob != fc_dcp_value_blob)
+    if (src->backend != &fc_source_dcp_backend)
         return 0;
     const struct fc_dcp_source_impl *impl = src->impl;
     return impl->scratch_file >= 0;
 }
+
+/*
+ * A directory holding .metadata, rank-local __{r}.metadata files (a save
+ * without collectives), or *.distcp files (then an incomplete save, reported
+ * when the metadata is loaded).  inspect asks the same (fc_source_is_dcp_dir).
+ */
+static int fc_dcp_probe(struct fc_probe *p)
+{
+    if (!p->is_dir)
+        return 0;
+    char *meta = fc_path_join(p->path, ".metadata");
+    if (meta == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    const int has_meta = access(meta, F_OK) == 0;
+    fc_free(meta);
+    if (has_meta)
+        return 1;
+    FC_TRY(fc_probe_names(p));
+    for (size_t i = 0; i < p->nnames; i++) {
+        const char *n = p->names[i];
+        if (fc_ends_with(n, ".distcp") ||
+            (strlen(n) > 11 && strncmp(n, "__", 2) == 0 && fc_ends_with(n, ".metadata")))
+            return 1;
+    }
+    return 0;
+}
+
+int fc_source_is_dcp_dir(const char *path)
+{
+    const int dir = fc_path_is_dir(path);
+    if (dir != 1)
+        return dir == FC_ENOENT ? 0 : dir;
+    struct fc_probe p = {.path = path, .is_dir = 1};
+    const int rc = fc_dcp_probe(&p);
+    fc_probe_release(&p);
+    return rc;
+}
+
+static int fc_dcp_open(struct fc_source **out, struct fc_probe *p, unsigned flags)
+{
+    (void)flags;
+    return fc_source_open_dcp(out, p->path);
+}
+
+const struct fc_source_backend fc_source_dcp_backend = {
+    .name = "dcp",
+    .caps = FC_SOURCE_CHUNKS | FC_SOURCE_COMPRESSED | FC_SOURCE_CRCS | FC_SOURCE_VALUES,
+    .probe = fc_dcp_probe,
+    .open = fc_dcp_open,
+    .read_box = fc_dcp_read_box,
+    .value_storage = fc_dcp_value_storage,
+    .value_blob = fc_dcp_value_blob,
+    .free = fc_dcp_source_impl_free,
+};

@@ -159,7 +159,11 @@ struct zip_eocd {
 };
 
 /* Find the classic end record by scanning back over a comment, then the ZIP64 records. */
-static int zip_find_eocd(struct fc_zip_reader *zr, struct zip_eocd *out)
+/*
+ * Find the end-of-central-directory record in the archive's last bytes (kept
+ * as zr->tail): *pos_out is its offset in zr->tail.
+ */
+static int zip_scan_tail(struct fc_zip_reader *zr, size_t *pos_out)
 {
     const uint64_t max_tail = ZIP_EOCD_SIZE + ZIP_MAX_COMMENT + ZIP64_LOC_SIZE;
     const size_t full_len = (size_t)(zr->len < max_tail ? zr->len : max_tail);
@@ -182,7 +186,11 @@ static int zip_find_eocd(struct fc_zip_reader *zr, struct zip_eocd *out)
         tail = fc_malloc(tail_len);
         if (tail == NULL)
             return fc_error_set(FC_ENOMEM, "%s: out of memory", zr->what);
-        FC_TRY_GOTO(zip_pread(zr, tail, tail_len, zr->len - tail_len), rc, done);
+        rc = zip_pread(zr, tail, tail_len, zr->len - tail_len);
+        if (rc < 0) {
+            fc_free(tail);
+            return rc;
+        }
         pos = tail_len - ZIP_EOCD_SIZE;
         for (;;) {
             const size_t comment = tail_len - pos - ZIP_EOCD_SIZE;
@@ -205,7 +213,6 @@ static int zip_find_eocd(struct fc_zip_reader *zr, struct zip_eocd *out)
     }
     /* Kept: the reads below and the central directory mostly fall in it. */
     zr->tail = (struct zip_block){tail, zr->len - tail_len, tail_len};
-    tail = NULL;
     if (!found) {
         if (zip_pread(zr, head, 4, 0) == FC_OK && fc_read_le32(head) == ZIP_LFH_SIG)
             rc = fc_error_set(FC_ECORRUPT,
@@ -216,11 +223,103 @@ static int zip_find_eocd(struct fc_zip_reader *zr, struct zip_eocd *out)
                               "%s: not a ZIP archive (no end-of-central-directory "
                               "record)",
                               zr->what);
-        goto done;
+        return rc;
     }
+    *pos_out = pos;
+    return FC_OK;
+}
 
+/*
+ * The ZIP64 end record that the locator loc (at loc_off, right before the
+ * classic end record) points at: it must agree with the classic record's
+ * n_total, cd_size32 and cd_off32 where those are not saturated, and replaces
+ * them in *out.
+ */
+static int zip_read_zip64(struct fc_zip_reader *zr, uint64_t loc_off, const unsigned char *loc,
+                          uint64_t n_total, uint32_t cd_size32, uint32_t cd_off32,
+                          struct zip_eocd *out)
+{
+    const uint32_t z64_disk = fc_read_le32(loc + 4);
+    const uint64_t z64_off = fc_read_le64(loc + 8);
+    const uint32_t ndisks = fc_read_le32(loc + 16);
+    unsigned char z[ZIP64_EOCD_SIZE];
+    if (z64_disk != 0 || ndisks > 1) {
+        return fc_error_set(FC_EFORMAT,
+                            "%s: offset %" PRIu64 ": multi-disk (spanned) ZIP "
+                            "archives are not supported",
+                            zr->what, loc_off);
+    }
+    if (!zip_range_ok(z64_off, ZIP64_EOCD_SIZE, loc_off)) {
+        return fc_error_set(FC_ECORRUPT,
+                            "%s: offset %" PRIu64 ": ZIP64 locator points at %" PRIu64
+                            ", outside the archive",
+                            zr->what, loc_off, z64_off);
+    }
+    FC_TRY(zip_pread(zr, z, ZIP64_EOCD_SIZE, z64_off));
+    const uint64_t rec_size = fc_read_le64(z + 4);
+    if (fc_read_le32(z) != ZIP64_EOCD_SIG || rec_size < ZIP64_EOCD_SIZE - 12 ||
+        rec_size > loc_off - z64_off - 12) {
+        return fc_error_set(FC_ECORRUPT,
+                            "%s: offset %" PRIu64 ": bad ZIP64 end of central "
+                            "directory record",
+                            zr->what, z64_off);
+    }
+    if (fc_read_le32(z + 16) != 0 || fc_read_le32(z + 20) != 0) {
+        return fc_error_set(FC_EFORMAT,
+                            "%s: offset %" PRIu64 ": multi-disk (spanned) ZIP "
+                            "archives are not supported",
+                            zr->what, z64_off);
+    }
+    const uint64_t z_n_disk = fc_read_le64(z + 24), z_n_total = fc_read_le64(z + 32);
+    const uint64_t z_cd_size = fc_read_le64(z + 40), z_cd_off = fc_read_le64(z + 48);
+    if (z_n_disk != z_n_total || (n_total != ZIP_U16_MAX && n_total != z_n_total) ||
+        (cd_size32 != ZIP_U32_MAX && cd_size32 != z_cd_size) ||
+        (cd_off32 != ZIP_U32_MAX && cd_off32 != z_cd_off)) {
+        return fc_error_set(FC_ECORRUPT,
+                            "%s: offset %" PRIu64 ": ZIP64 end record disagrees "
+                            "with the classic end record",
+                            zr->what, z64_off);
+    }
+    out->count = z_n_total;
+    out->cd_size = z_cd_size;
+    out->cd_off = z_cd_off;
+    out->cd_limit = z64_off;
+    return FC_OK;
+}
+
+/* The central directory *out describes must fit before its end record and hold its entries. */
+static int zip_check_cd(const struct fc_zip_reader *zr, const struct zip_eocd *out)
+{
+    if (!zip_range_ok(out->cd_off, out->cd_size, out->cd_limit)) {
+        return fc_error_set(FC_ECORRUPT,
+                            "%s: central directory [%" PRIu64 ", +%" PRIu64 ") does "
+                            "not end before its end record at %" PRIu64,
+                            zr->what, out->cd_off, out->cd_size, out->cd_limit);
+    }
+    if (out->count == 0) {
+        return fc_error_set(FC_EFORMAT, "%s: empty ZIP archive (no entries)", zr->what);
+    }
+    if (out->count > out->cd_size / ZIP_CDH_SIZE) {
+        return fc_error_set(FC_ECORRUPT,
+                            "%s: %" PRIu64 " entries cannot fit in a central "
+                            "directory of %" PRIu64 " bytes",
+                            zr->what, out->count, out->cd_size);
+    }
+    if (out->cd_size > ZIP_CD_CAP) {
+        return fc_error_set(FC_ECORRUPT,
+                            "%s: central directory of %" PRIu64 " bytes exceeds "
+                            "the limit of %zu",
+                            zr->what, out->cd_size, ZIP_CD_CAP);
+    }
+    return FC_OK;
+}
+
+static int zip_find_eocd(struct fc_zip_reader *zr, struct zip_eocd *out)
+{
+    size_t pos = 0;
+    FC_TRY(zip_scan_tail(zr, &pos));
     const unsigned char *e = zr->tail.data + pos;
-    const uint64_t eocd_off = zr->len - tail_len + pos;
+    const uint64_t eocd_off = zr->tail.off + pos;
     const uint16_t disk = fc_read_le16(e + 4), cd_disk = fc_read_le16(e + 6);
     const uint16_t n_disk = fc_read_le16(e + 8), n_total = fc_read_le16(e + 10);
     const uint32_t cd_size32 = fc_read_le32(e + 12), cd_off32 = fc_read_le32(e + 16);
@@ -234,98 +333,19 @@ static int zip_find_eocd(struct fc_zip_reader *zr, struct zip_eocd *out)
     unsigned char loc[ZIP64_LOC_SIZE];
     int have_loc = 0;
     if (eocd_off >= ZIP64_LOC_SIZE) {
-        FC_TRY_GOTO(zip_pread(zr, loc, ZIP64_LOC_SIZE, eocd_off - ZIP64_LOC_SIZE), rc, done);
+        FC_TRY(zip_pread(zr, loc, ZIP64_LOC_SIZE, eocd_off - ZIP64_LOC_SIZE));
         have_loc = fc_read_le32(loc) == ZIP64_LOC_SIG;
     }
     if (have_loc) {
-        const uint64_t loc_off = eocd_off - ZIP64_LOC_SIZE;
-        const uint32_t z64_disk = fc_read_le32(loc + 4);
-        const uint64_t z64_off = fc_read_le64(loc + 8);
-        const uint32_t ndisks = fc_read_le32(loc + 16);
-        unsigned char z[ZIP64_EOCD_SIZE];
-        if (z64_disk != 0 || ndisks > 1) {
-            rc = fc_error_set(FC_EFORMAT,
-                              "%s: offset %" PRIu64 ": multi-disk (spanned) ZIP "
-                              "archives are not supported",
-                              zr->what, loc_off);
-            goto done;
-        }
-        if (!zip_range_ok(z64_off, ZIP64_EOCD_SIZE, loc_off)) {
-            rc = fc_error_set(FC_ECORRUPT,
-                              "%s: offset %" PRIu64 ": ZIP64 locator points at %" PRIu64
-                              ", outside the archive",
-                              zr->what, loc_off, z64_off);
-            goto done;
-        }
-        FC_TRY_GOTO(zip_pread(zr, z, ZIP64_EOCD_SIZE, z64_off), rc, done);
-        const uint64_t rec_size = fc_read_le64(z + 4);
-        if (fc_read_le32(z) != ZIP64_EOCD_SIG || rec_size < ZIP64_EOCD_SIZE - 12 ||
-            rec_size > loc_off - z64_off - 12) {
-            rc = fc_error_set(FC_ECORRUPT,
-                              "%s: offset %" PRIu64 ": bad ZIP64 end of central "
-                              "directory record",
-                              zr->what, z64_off);
-            goto done;
-        }
-        if (fc_read_le32(z + 16) != 0 || fc_read_le32(z + 20) != 0) {
-            rc = fc_error_set(FC_EFORMAT,
-                              "%s: offset %" PRIu64 ": multi-disk (spanned) ZIP "
-                              "archives are not supported",
-                              zr->what, z64_off);
-            goto done;
-        }
-        const uint64_t z_n_disk = fc_read_le64(z + 24), z_n_total = fc_read_le64(z + 32);
-        const uint64_t z_cd_size = fc_read_le64(z + 40), z_cd_off = fc_read_le64(z + 48);
-        if (z_n_disk != z_n_total || (n_total != ZIP_U16_MAX && n_total != z_n_total) ||
-            (cd_size32 != ZIP_U32_MAX && cd_size32 != z_cd_size) ||
-            (cd_off32 != ZIP_U32_MAX && cd_off32 != z_cd_off)) {
-            rc = fc_error_set(FC_ECORRUPT,
-                              "%s: offset %" PRIu64 ": ZIP64 end record disagrees "
-                              "with the classic end record",
-                              zr->what, z64_off);
-            goto done;
-        }
-        out->count = z_n_total;
-        out->cd_size = z_cd_size;
-        out->cd_off = z_cd_off;
-        out->cd_limit = z64_off;
-    } else {
-        if (disk != 0 || cd_disk != 0 || n_disk != n_total) {
-            rc = fc_error_set(FC_EFORMAT,
-                              "%s: offset %" PRIu64 ": multi-disk (spanned) ZIP "
-                              "archives are not supported",
-                              zr->what, eocd_off);
-            goto done;
-        }
+        FC_TRY(
+            zip_read_zip64(zr, eocd_off - ZIP64_LOC_SIZE, loc, n_total, cd_size32, cd_off32, out));
+    } else if (disk != 0 || cd_disk != 0 || n_disk != n_total) {
+        return fc_error_set(FC_EFORMAT,
+                            "%s: offset %" PRIu64 ": multi-disk (spanned) ZIP "
+                            "archives are not supported",
+                            zr->what, eocd_off);
     }
-    if (!zip_range_ok(out->cd_off, out->cd_size, out->cd_limit)) {
-        rc = fc_error_set(FC_ECORRUPT,
-                          "%s: central directory [%" PRIu64 ", +%" PRIu64 ") does "
-                          "not end before its end record at %" PRIu64,
-                          zr->what, out->cd_off, out->cd_size, out->cd_limit);
-        goto done;
-    }
-    if (out->count == 0) {
-        rc = fc_error_set(FC_EFORMAT, "%s: empty ZIP archive (no entries)", zr->what);
-        goto done;
-    }
-    if (out->count > out->cd_size / ZIP_CDH_SIZE) {
-        rc = fc_error_set(FC_ECORRUPT,
-                          "%s: %" PRIu64 " entries cannot fit in a central "
-                          "directory of %" PRIu64 " bytes",
-                          zr->what, out->count, out->cd_size);
-        goto done;
-    }
-    if (out->cd_size > ZIP_CD_CAP) {
-        rc = fc_error_set(FC_ECORRUPT,
-                          "%s: central directory of %" PRIu64 " bytes exceeds "
-                          "the limit of %zu",
-                          zr->what, out->cd_size, ZIP_CD_CAP);
-        goto done;
-    }
-done:
-    fc_free(tail);
-    return rc;
+    return zip_check_cd(zr, out);
 }
 
 /* Read the head block (zip_block): what the tail block does not already hold of it. */
@@ -408,6 +428,186 @@ static int zip_entry_ptr_cmp(const void *a, const void *b)
 }
 
 /* Walk the central directory and every local header. */
+/* What one central directory entry says, once checked (zip_read_cd). */
+struct zip_cd_rec {
+    const char *name;
+    size_t nlen, elen, clen;
+    uint16_t method;
+    uint32_t crc;
+    uint64_t csize, usize, hdr; /* hdr: the local header's offset */
+};
+
+/*
+ * Central directory entry i, at cd + pos (file offset cd_pos), into *r: its
+ * name copied to name (NUL-terminated), ZIP64 sizes resolved, and refused when
+ * it is spanned, encrypted, compressed (unless allowed) or inconsistent.
+ */
+static int zip_parse_cdh(struct fc_zip_reader *zr, const unsigned char *cd, size_t cd_size,
+                         size_t pos, uint64_t cd_pos, size_t i, char *name, struct zip_cd_rec *r)
+{
+    const unsigned char *c = cd + pos;
+    const uint16_t flags = fc_read_le16(c + 8);
+    const uint16_t disk = fc_read_le16(c + 34);
+    r->method = fc_read_le16(c + 10);
+    r->crc = fc_read_le32(c + 16);
+    r->csize = fc_read_le32(c + 20);
+    r->usize = fc_read_le32(c + 24);
+    r->nlen = fc_read_le16(c + 28);
+    r->elen = fc_read_le16(c + 30);
+    r->clen = fc_read_le16(c + 32);
+    r->hdr = fc_read_le32(c + 42);
+    const size_t nlen = r->nlen, elen = r->elen, clen = r->clen;
+    if (cd_size - pos - ZIP_CDH_SIZE < nlen + elen + clen) {
+        return fc_error_set(FC_ECORRUPT,
+                            "%s: offset %" PRIu64 ": central directory entry %zu "
+                            "runs past the end of the central directory",
+                            zr->what, cd_pos, i);
+    }
+    memcpy(name, c + ZIP_CDH_SIZE, nlen);
+    name[nlen] = '\0';
+    r->name = name;
+    if (nlen == 0 || memchr(name, '\0', nlen) != NULL) {
+        return fc_error_set(FC_ECORRUPT,
+                            "%s: offset %" PRIu64 ": central directory entry %zu "
+                            "has an empty name or a NUL byte in its name",
+                            zr->what, cd_pos, i);
+    }
+    FC_TRY(zip_apply_zip64(zr, name, c + ZIP_CDH_SIZE + nlen, elen, &r->usize, &r->csize, &r->hdr,
+                           cd_pos));
+    if (disk != 0 && disk != ZIP_U16_MAX) {
+        return fc_error_set(FC_EFORMAT,
+                            "%s: entry '%s' starts on disk %u: multi-disk ZIP "
+                            "archives are not supported",
+                            zr->what, name, (unsigned)disk);
+    }
+    if (flags & (ZIP_FLAG_ENCRYPTED | ZIP_FLAG_STRONG_ENCRYPTION)) {
+        return fc_error_set(FC_EFORMAT,
+                            "%s: entry '%s' is encrypted; encrypted ZIP entries "
+                            "are not supported",
+                            zr->what, name);
+    }
+    if (r->method != 0 && !(zr->flags & FC_ZIP_ALLOW_COMPRESSED)) {
+        return fc_error_set(FC_EFORMAT,
+                            "%s: compressed entry '%s' (method %u); re-save it "
+                            "with torch.save",
+                            zr->what, name, (unsigned)r->method);
+    }
+    if (r->method == 0 && r->csize != r->usize) {
+        return fc_error_set(FC_ECORRUPT,
+                            "%s: offset %" PRIu64 ": stored entry '%s' has "
+                            "compressed size %" PRIu64 " != uncompressed size %" PRIu64,
+                            zr->what, cd_pos, name, r->csize, r->usize);
+    }
+
+    return FC_OK;
+}
+
+/*
+ * The local header of entry r (read into lfh) must agree with the central
+ * directory: signature, name, no encryption; *data_off gets where its data
+ * starts, which must end before the central directory.
+ */
+static int zip_check_lfh(struct fc_zip_reader *zr, const struct zip_eocd *eo, unsigned char *lfh,
+                         const struct zip_cd_rec *r, uint64_t *data_off)
+{
+    const char *name = r->name;
+    const size_t nlen = r->nlen;
+    const uint64_t hdr = r->hdr, csize = r->csize;
+    /* Local header: signature and name must agree with the central directory. */
+    if (!zip_range_ok(hdr, ZIP_LFH_SIZE + nlen, eo->cd_off)) {
+        return fc_error_set(FC_ECORRUPT,
+                            "%s: entry '%s': local header offset %" PRIu64
+                            " is not before the central directory at %" PRIu64,
+                            zr->what, name, hdr, eo->cd_off);
+    }
+    FC_TRY(zip_pread(zr, lfh, ZIP_LFH_SIZE + nlen, hdr));
+    if (fc_read_le32(lfh) != ZIP_LFH_SIG) {
+        return fc_error_set(FC_ECORRUPT,
+                            "%s: offset %" PRIu64 ": entry '%s': bad local "
+                            "header signature 0x%08" PRIx32,
+                            zr->what, hdr, name, fc_read_le32(lfh));
+    }
+    const size_t lnlen = fc_read_le16(lfh + 26), lelen = fc_read_le16(lfh + 28);
+    if (lnlen != nlen || memcmp(lfh + ZIP_LFH_SIZE, name, nlen) != 0) {
+        return fc_error_set(FC_ECORRUPT,
+                            "%s: offset %" PRIu64 ": local header name does not "
+                            "match central directory name '%s'",
+                            zr->what, hdr, name);
+    }
+    if (fc_read_le16(lfh + 6) & (ZIP_FLAG_ENCRYPTED | ZIP_FLAG_STRONG_ENCRYPTION)) {
+        return fc_error_set(FC_EFORMAT,
+                            "%s: entry '%s' is encrypted; encrypted ZIP entries "
+                            "are not supported",
+                            zr->what, name);
+    }
+    *data_off = hdr + ZIP_LFH_SIZE + nlen + lelen; /* hdr < cd_off: no wrap */
+    if (!zip_range_ok(*data_off, csize, eo->cd_off)) {
+        return fc_error_set(FC_ECORRUPT,
+                            "%s: entry '%s': data at offset %" PRIu64 " (%" PRIu64
+                            " bytes) runs into the central directory at %" PRIu64,
+                            zr->what, name, *data_off, csize, eo->cd_off);
+    }
+
+    return FC_OK;
+}
+
+/* No two entries (local header through payload) may overlap. */
+static int zip_check_overlap(const struct fc_zip_reader *zr, struct zip_span *spans, size_t count)
+{
+    qsort(spans, count, sizeof(*spans), zip_span_cmp);
+    for (size_t i = 0; i + 1 < count; i++) {
+        if (spans[i].end > spans[i + 1].start) {
+            return fc_error_set(FC_ECORRUPT, "%s: entries '%s' and '%s' overlap at offset %" PRIu64,
+                                zr->what, zr->entries[spans[i].idx].name,
+                                zr->entries[spans[i + 1].idx].name, spans[i + 1].start);
+        }
+    }
+
+    return FC_OK;
+}
+
+/*
+ * The archive folder (zr->prefix): the text before the first '/' of the first
+ * name, which every entry must share; then each entry's record name, and
+ * zr->by_record in record name order (sorted: scratch for count pointers).
+ */
+static int zip_index_records(struct fc_zip_reader *zr, const struct fc_zip_entry **sorted,
+                             size_t count)
+{
+    const char *first = zr->entries[0].name;
+    const char *slash = strchr(first, '/');
+    if (slash == NULL) {
+        return fc_error_set(FC_EFORMAT,
+                            "%s: first entry '%s' is not inside a folder (not a "
+                            "torch.save archive)",
+                            zr->what, first);
+    }
+    const size_t plen = (size_t)(slash - first);
+    zr->prefix = fc_strndup(first, plen);
+    if (zr->prefix == NULL) {
+        return fc_error_set(FC_ENOMEM, "%s: out of memory", zr->what);
+    }
+    for (size_t i = 0; i < count; i++) {
+        struct fc_zip_entry *ent = &zr->entries[i];
+        if (strncmp(ent->name, zr->prefix, plen) != 0 || ent->name[plen] != '/') {
+            return fc_error_set(FC_EFORMAT,
+                                "%s: entry '%s' is not inside the archive folder "
+                                "'%s/'",
+                                zr->what, ent->name, zr->prefix);
+        }
+        ent->record = ent->name + plen + 1;
+        sorted[i] = ent;
+    }
+    qsort(sorted, count, sizeof(*sorted), zip_entry_ptr_cmp);
+    for (size_t i = 0; i < count; i++) {
+        zr->by_record[i] = (size_t)(sorted[i] - zr->entries);
+        if (i > 0 && strcmp(sorted[i - 1]->record, sorted[i]->record) == 0) {
+            return fc_error_set(FC_ECORRUPT, "%s: duplicate entry '%s'", zr->what, sorted[i]->name);
+        }
+    }
+    return FC_OK;
+}
+
 static int zip_read_cd(struct fc_zip_reader *zr, const struct zip_eocd *eo)
 {
     unsigned char *cd = NULL, *lfh = NULL;
@@ -440,116 +640,24 @@ static int zip_read_cd(struct fc_zip_reader *zr, const struct zip_eocd *eo)
                               zr->what, cd_pos, i, count);
             goto done;
         }
-        const unsigned char *c = cd + pos;
-        const uint16_t flags = fc_read_le16(c + 8), method = fc_read_le16(c + 10);
-        const uint32_t crc = fc_read_le32(c + 16);
-        uint64_t csize = fc_read_le32(c + 20), usize = fc_read_le32(c + 24);
-        const size_t nlen = fc_read_le16(c + 28), elen = fc_read_le16(c + 30);
-        const size_t clen = fc_read_le16(c + 32);
-        const uint16_t disk = fc_read_le16(c + 34);
-        uint64_t hdr = fc_read_le32(c + 42);
-        if (cd_size - pos - ZIP_CDH_SIZE < nlen + elen + clen) {
-            rc = fc_error_set(FC_ECORRUPT,
-                              "%s: offset %" PRIu64 ": central directory entry %zu "
-                              "runs past the end of the central directory",
-                              zr->what, cd_pos, i);
-            goto done;
-        }
-        char *name = zr->names + names_len;
-        memcpy(name, c + ZIP_CDH_SIZE, nlen);
-        name[nlen] = '\0';
-        names_len += nlen + 1;
-        if (nlen == 0 || memchr(name, '\0', nlen) != NULL) {
-            rc = fc_error_set(FC_ECORRUPT,
-                              "%s: offset %" PRIu64 ": central directory entry %zu "
-                              "has an empty name or a NUL byte in its name",
-                              zr->what, cd_pos, i);
-            goto done;
-        }
-        FC_TRY_GOTO(
-            zip_apply_zip64(zr, name, c + ZIP_CDH_SIZE + nlen, elen, &usize, &csize, &hdr, cd_pos),
-            rc, done);
-        if (disk != 0 && disk != ZIP_U16_MAX) {
-            rc = fc_error_set(FC_EFORMAT,
-                              "%s: entry '%s' starts on disk %u: multi-disk ZIP "
-                              "archives are not supported",
-                              zr->what, name, (unsigned)disk);
-            goto done;
-        }
-        if (flags & (ZIP_FLAG_ENCRYPTED | ZIP_FLAG_STRONG_ENCRYPTION)) {
-            rc = fc_error_set(FC_EFORMAT,
-                              "%s: entry '%s' is encrypted; encrypted ZIP entries "
-                              "are not supported",
-                              zr->what, name);
-            goto done;
-        }
-        if (method != 0 && !(zr->flags & FC_ZIP_ALLOW_COMPRESSED)) {
-            rc = fc_error_set(FC_EFORMAT,
-                              "%s: compressed entry '%s' (method %u); re-save it "
-                              "with torch.save",
-                              zr->what, name, (unsigned)method);
-            goto done;
-        }
-        if (method == 0 && csize != usize) {
-            rc = fc_error_set(FC_ECORRUPT,
-                              "%s: offset %" PRIu64 ": stored entry '%s' has "
-                              "compressed size %" PRIu64 " != uncompressed size %" PRIu64,
-                              zr->what, cd_pos, name, csize, usize);
-            goto done;
-        }
-
-        /* Local header: signature and name must agree with the central directory. */
-        if (!zip_range_ok(hdr, ZIP_LFH_SIZE + nlen, eo->cd_off)) {
-            rc = fc_error_set(FC_ECORRUPT,
-                              "%s: entry '%s': local header offset %" PRIu64
-                              " is not before the central directory at %" PRIu64,
-                              zr->what, name, hdr, eo->cd_off);
-            goto done;
-        }
-        FC_TRY_GOTO(zip_pread(zr, lfh, ZIP_LFH_SIZE + nlen, hdr), rc, done);
-        if (fc_read_le32(lfh) != ZIP_LFH_SIG) {
-            rc = fc_error_set(FC_ECORRUPT,
-                              "%s: offset %" PRIu64 ": entry '%s': bad local "
-                              "header signature 0x%08" PRIx32,
-                              zr->what, hdr, name, fc_read_le32(lfh));
-            goto done;
-        }
-        const size_t lnlen = fc_read_le16(lfh + 26), lelen = fc_read_le16(lfh + 28);
-        if (lnlen != nlen || memcmp(lfh + ZIP_LFH_SIZE, name, nlen) != 0) {
-            rc = fc_error_set(FC_ECORRUPT,
-                              "%s: offset %" PRIu64 ": local header name does not "
-                              "match central directory name '%s'",
-                              zr->what, hdr, name);
-            goto done;
-        }
-        if (fc_read_le16(lfh + 6) & (ZIP_FLAG_ENCRYPTED | ZIP_FLAG_STRONG_ENCRYPTION)) {
-            rc = fc_error_set(FC_EFORMAT,
-                              "%s: entry '%s' is encrypted; encrypted ZIP entries "
-                              "are not supported",
-                              zr->what, name);
-            goto done;
-        }
-        const uint64_t data_off = hdr + ZIP_LFH_SIZE + nlen + lelen; /* hdr < cd_off: no wrap */
-        if (!zip_range_ok(data_off, csize, eo->cd_off)) {
-            rc = fc_error_set(FC_ECORRUPT,
-                              "%s: entry '%s': data at offset %" PRIu64 " (%" PRIu64
-                              " bytes) runs into the central directory at %" PRIu64,
-                              zr->what, name, data_off, csize, eo->cd_off);
-            goto done;
-        }
-
+        struct zip_cd_rec r = {0};
+        uint64_t data_off = 0;
+        FC_TRY_GOTO(zip_parse_cdh(zr, cd, cd_size, pos, cd_pos, i, zr->names + names_len, &r), rc,
+                    done);
+        names_len += r.nlen + 1;
+        FC_TRY_GOTO(zip_check_lfh(zr, eo, lfh, &r, &data_off), rc, done);
         struct fc_zip_entry *ent = &zr->entries[i];
-        ent->name = name;
-        ent->record = name;
+        ent->name = r.name;
+        ent->record = r.name;
         ent->data_offset = zr->base + data_off;
-        ent->size = usize;
-        ent->csize = csize;
-        ent->crc32 = crc;
-        ent->method = method;
-        spans[i].start = hdr;
-        spans[i].end = data_off + csize;
+        ent->size = r.usize;
+        ent->csize = r.csize;
+        ent->crc32 = r.crc;
+        ent->method = r.method;
+        spans[i].start = r.hdr;
+        spans[i].end = data_off + r.csize;
         spans[i].idx = i;
-        pos += ZIP_CDH_SIZE + nlen + elen + clen;
+        pos += ZIP_CDH_SIZE + r.nlen + r.elen + r.clen;
     }
     if (pos != cd_size) {
         rc = fc_error_set(FC_ECORRUPT,
@@ -559,53 +667,8 @@ static int zip_read_cd(struct fc_zip_reader *zr, const struct zip_eocd *eo)
         goto done;
     }
 
-    /* No two entries (local header through payload) may overlap. */
-    qsort(spans, count, sizeof(*spans), zip_span_cmp);
-    for (size_t i = 0; i + 1 < count; i++) {
-        if (spans[i].end > spans[i + 1].start) {
-            rc = fc_error_set(FC_ECORRUPT, "%s: entries '%s' and '%s' overlap at offset %" PRIu64,
-                              zr->what, zr->entries[spans[i].idx].name,
-                              zr->entries[spans[i + 1].idx].name, spans[i + 1].start);
-            goto done;
-        }
-    }
-
-    /* The archive folder: text before the first '/' of the first name; all must share it. */
-    const char *first = zr->entries[0].name;
-    const char *slash = strchr(first, '/');
-    if (slash == NULL) {
-        rc = fc_error_set(FC_EFORMAT,
-                          "%s: first entry '%s' is not inside a folder (not a "
-                          "torch.save archive)",
-                          zr->what, first);
-        goto done;
-    }
-    const size_t plen = (size_t)(slash - first);
-    zr->prefix = fc_strndup(first, plen);
-    if (zr->prefix == NULL) {
-        rc = fc_error_set(FC_ENOMEM, "%s: out of memory", zr->what);
-        goto done;
-    }
-    for (size_t i = 0; i < count; i++) {
-        struct fc_zip_entry *ent = &zr->entries[i];
-        if (strncmp(ent->name, zr->prefix, plen) != 0 || ent->name[plen] != '/') {
-            rc = fc_error_set(FC_EFORMAT,
-                              "%s: entry '%s' is not inside the archive folder "
-                              "'%s/'",
-                              zr->what, ent->name, zr->prefix);
-            goto done;
-        }
-        ent->record = ent->name + plen + 1;
-        sorted[i] = ent;
-    }
-    qsort(sorted, count, sizeof(*sorted), zip_entry_ptr_cmp);
-    for (size_t i = 0; i < count; i++) {
-        zr->by_record[i] = (size_t)(sorted[i] - zr->entries);
-        if (i > 0 && strcmp(sorted[i - 1]->record, sorted[i]->record) == 0) {
-            rc = fc_error_set(FC_ECORRUPT, "%s: duplicate entry '%s'", zr->what, sorted[i]->name);
-            goto done;
-        }
-    }
+    FC_TRY_GOTO(zip_check_overlap(zr, spans, count), rc, done);
+    FC_TRY_GOTO(zip_index_records(zr, sorted, count), rc, done);
     zr->n = count;
 done:
     fc_free(cd);

@@ -1,6 +1,5 @@
 /*
- * fc_dcp.c - DCP .metadata model, pickle writer and reader, coverage check (the
- * geometry through fc_chunks_check_tiling()).
+ * fc_dcp_read.c - the .metadata pickle read into a model.
  *
  * The reader walks the symbolic tree that fc_pickle_load(FC_PICKLE_SYMBOLIC)
  * builds and only ever looks at fixed, known positions of it; it never
@@ -20,702 +19,12 @@
 #include "fc_alloc.h"
 #include "fc_checked.h"
 #include "fc_chunks.h"
+#include "fc_dcp_internal.h"
 #include "fc_error.h"
 #include "fc_io.h"
 #include "fc_pickle.h"
 #include "fc_sort.h"
 #include "fc_strmap.h"
-
-#define MOD_MD     "torch.distributed.checkpoint.metadata"
-#define MOD_FS     "torch.distributed.checkpoint.filesystem"
-#define MOD_LEGACY "torch.distributed._shard.sharded_tensor.metadata"
-
-/* Python's pickler batches SETITEMS/APPENDS by 1000; do the same. */
-#define BATCH 1000
-
-/* At most this many report lines from fc_dcp_check(). */
-#define CHECK_MAX_LINES 100
-
-/* ------------------------------------------------------------------------ */
-/* model: memory                                                            */
-
-/* A block of the dims store: chunk offsets and sizes, appended and never moved. */
-struct fc_dcp_dims {
-    struct fc_dcp_dims *next;
-    size_t used, cap;
-    int64_t v[];
-};
-
-#define DIMS_BLOCK ((size_t)1 << 16) /* int64 values per block (512 KiB) */
-
-static void entry_release(struct fc_dcp_entry *e)
-{
-    fc_free(e->fqn);
-    fc_free(e->path);
-    fc_free(e->chunks);
-}
-
-void fc_dcp_meta_free(struct fc_dcp_meta *m)
-{
-    if (m == NULL)
-        return;
-    for (size_t i = 0; i < m->nentries; i++)
-        entry_release(&m->entries[i]);
-    fc_free(m->entries);
-    fc_free(m->checkpoint_id);
-    fc_free(m->save_id);
-    for (size_t i = 0; i < m->nmodules; i++)
-        fc_free(m->modules[i]);
-    fc_free(m->modules);
-    fc_free(m->version);
-    fc_strmap_release(&m->index);
-    fc_strmap_release(&m->interned);
-    for (size_t i = 0; i < m->nstrings; i++) {
-        fc_free(m->strings[i]);
-        fc_free(m->xform_lists[i]);
-    }
-    fc_free(m->strings);
-    fc_free(m->xform_lists);
-    while (m->dims != NULL) {
-        struct fc_dcp_dims *next = m->dims->next;
-        fc_free(m->dims);
-        m->dims = next;
-    }
-    fc_free(m);
-}
-
-/* The model's copy of s (one per distinct string): *index_out its index in m->strings. */
-static int intern(struct fc_dcp_meta *m, const char *s, size_t *index_out)
-{
-    if (fc_strmap_get(&m->interned, s, index_out))
-        return FC_OK;
-    if (m->nstrings == m->strings_alloc) {
-        const size_t n = m->strings_alloc == 0 ? 8 : m->strings_alloc * 2;
-        char **ps = fc_reallocarray(m->strings, n, sizeof(*ps));
-        if (ps != NULL)
-            m->strings = ps;
-        const char ***pl = ps != NULL ? fc_reallocarray(m->xform_lists, n, sizeof(*pl)) : NULL;
-        if (pl == NULL)
-            return fc_error_set(FC_ENOMEM, "dcp metadata: out of memory");
-        m->xform_lists = pl;
-        m->strings_alloc = n;
-    }
-    char *copy = fc_strdup(s);
-    if (copy == NULL)
-        return fc_error_set(FC_ENOMEM, "dcp metadata: out of memory");
-    m->strings[m->nstrings] = copy;
-    m->xform_lists[m->nstrings] = NULL;
-    const int rc = fc_strmap_put(&m->interned, copy, m->nstrings, NULL);
-    if (rc < 0) {
-        fc_free(copy);
-        return rc;
-    }
-    *index_out = m->nstrings++;
-    return FC_OK;
-}
-
-/* Room for n int64 values in the dims store. */
-static int64_t *dims_alloc(struct fc_dcp_meta *m, size_t n)
-{
-    struct fc_dcp_dims *b = m->dims;
-    if (b == NULL || b->cap - b->used < n) {
-        const size_t cap = n > DIMS_BLOCK ? n : DIMS_BLOCK;
-        b = fc_malloc(sizeof(*b) + cap * sizeof(int64_t));
-        if (b == NULL)
-            return NULL;
-        b->next = m->dims;
-        b->used = 0;
-        b->cap = cap;
-        m->dims = b;
-    }
-    int64_t *r = b->v + b->used;
-    b->used += n;
-    return r;
-}
-
-int fc_dcp_meta_new(struct fc_dcp_meta **out)
-{
-    struct fc_dcp_meta *m = fc_calloc(1, sizeof(*m));
-    *out = NULL;
-    if (m == NULL)
-        return fc_error_set(FC_ENOMEM, "dcp metadata: out of memory");
-    m->version = fc_strdup(FC_DCP_VERSION);
-    if (m->version == NULL) {
-        fc_free(m);
-        return fc_error_set(FC_ENOMEM, "dcp metadata: out of memory");
-    }
-    m->has_planner_data = 1;
-    *out = m;
-    return FC_OK;
-}
-
-long fc_dcp_meta_find(const struct fc_dcp_meta *m, const char *fqn)
-{
-    size_t e;
-    return fc_strmap_get(&m->index, fqn, &e) ? (long)e : -1;
-}
-
-static int add_entry(struct fc_dcp_meta *m, const char *fqn, size_t fqn_len, enum fc_dcp_kind kind,
-                     size_t *index_out)
-{
-    if (m->nentries == m->entries_alloc) {
-        const size_t n = m->entries_alloc == 0 ? 16 : m->entries_alloc * 2;
-        struct fc_dcp_entry *p = fc_reallocarray(m->entries, n, sizeof(*p));
-        if (p == NULL)
-            return fc_error_set(FC_ENOMEM, "dcp metadata: out of memory for %zu entries", n);
-        m->entries = p;
-        m->entries_alloc = n;
-    }
-    char *name = fc_strndup(fqn, fqn_len);
-    if (name == NULL)
-        return fc_error_set(FC_ENOMEM, "dcp metadata: out of memory");
-    const int put = fc_strmap_put(&m->index, name, m->nentries, NULL);
-    if (put != 0) {
-        fc_free(name);
-        return put < 0 ? put : fc_error_set(FC_EINVAL, "dcp metadata: duplicate entry '%s'", fqn);
-    }
-    struct fc_dcp_entry *e = &m->entries[m->nentries];
-    memset(e, 0, sizeof(*e));
-    e->fqn = name;
-    e->kind = kind;
-    e->mem_format = FC_DCP_CONTIGUOUS_FORMAT;
-    if (index_out != NULL)
-        *index_out = m->nentries;
-    m->nentries++;
-    return FC_OK;
-}
-
-static int check_new_fqn(const struct fc_dcp_meta *m, const char *fqn)
-{
-    if (fqn == NULL)
-        return fc_error_set(FC_EINVAL, "dcp metadata: entry without a name");
-    if (fc_dcp_meta_find(m, fqn) >= 0)
-        return fc_error_set(FC_EINVAL, "dcp metadata: duplicate entry '%s'", fqn);
-    return FC_OK;
-}
-
-int fc_dcp_meta_add_tensor(struct fc_dcp_meta *m, const char *fqn, fc_dtype dtype, int ndim,
-                           const int64_t *size, size_t *index_out)
-{
-    size_t idx;
-    FC_TRY(check_new_fqn(m, fqn));
-    if (fc_dtype_info(dtype) == NULL)
-        return fc_error_set(FC_EINVAL, "dcp metadata: tensor '%s': invalid dtype %d", fqn,
-                            (int)dtype);
-    if (ndim < 0 || ndim > FC_MAX_DIMS)
-        return fc_error_set(FC_EINVAL, "dcp metadata: tensor '%s': %d dims (at most %d)", fqn, ndim,
-                            FC_MAX_DIMS);
-    for (int d = 0; d < ndim; d++)
-        if (size[d] < 0)
-            return fc_error_set(FC_EINVAL,
-                                "dcp metadata: tensor '%s': negative size %" PRId64 " in dim %d",
-                                fqn, size[d], d);
-    FC_TRY(add_entry(m, fqn, strlen(fqn), FC_DCP_TENSOR, &idx));
-    struct fc_dcp_entry *e = &m->entries[idx];
-    e->dtype = dtype;
-    e->ndim = ndim;
-    for (int d = 0; d < ndim; d++)
-        e->size[d] = size[d];
-    if (index_out != NULL)
-        *index_out = idx;
-    return FC_OK;
-}
-
-int fc_dcp_meta_add_bytes(struct fc_dcp_meta *m, const char *fqn, size_t *index_out)
-{
-    FC_TRY(check_new_fqn(m, fqn));
-    return add_entry(m, fqn, strlen(fqn), FC_DCP_BYTES, index_out);
-}
-
-/* Room for n chunks in e (the reader knows each tensor's count: no doubling slack). */
-static int reserve_chunks(struct fc_dcp_entry *e, size_t n)
-{
-    if (n <= e->chunks_alloc)
-        return FC_OK;
-    struct fc_dcp_chunk *p = fc_reallocarray(e->chunks, n, sizeof(*p));
-    if (p == NULL)
-        return fc_error_set(FC_ENOMEM, "dcp metadata: tensor '%s': out of memory for %zu chunks",
-                            e->fqn, n);
-    e->chunks = p;
-    e->chunks_alloc = n;
-    return FC_OK;
-}
-
-/* fc_dcp_meta_add_chunk() on an entry e of m (or one being read, not yet in m). */
-static int entry_add_chunk(struct fc_dcp_meta *m, struct fc_dcp_entry *e, const int64_t *offsets,
-                           const int64_t *sizes, size_t *chunk_out)
-{
-    for (int d = 0; d < e->ndim; d++)
-        if (offsets[d] < 0 || sizes[d] < 0)
-            return fc_error_set(FC_EINVAL,
-                                "dcp metadata: tensor '%s': negative chunk offset "
-                                "or size in dim %d",
-                                e->fqn, d);
-    if (e->nchunks == e->chunks_alloc)
-        FC_TRY(reserve_chunks(e, e->chunks_alloc == 0 ? 4 : e->chunks_alloc * 2));
-    struct fc_dcp_chunk *c = &e->chunks[e->nchunks];
-    memset(c, 0, sizeof(*c));
-    if (e->ndim > 0) {
-        int64_t *v = dims_alloc(m, (size_t)e->ndim * 2);
-        if (v == NULL)
-            return fc_error_set(FC_ENOMEM, "dcp metadata: out of memory");
-        memcpy(v, offsets, (size_t)e->ndim * sizeof(int64_t));
-        memcpy(v + e->ndim, sizes, (size_t)e->ndim * sizeof(int64_t));
-        c->offsets = v;
-        c->sizes = v + e->ndim;
-    }
-    if (chunk_out != NULL)
-        *chunk_out = e->nchunks;
-    e->nchunks++;
-    return FC_OK;
-}
-
-int fc_dcp_meta_add_chunk(struct fc_dcp_meta *m, size_t entry, const int64_t *offsets,
-                          const int64_t *sizes, size_t *chunk_out)
-{
-    if (entry >= m->nentries || m->entries[entry].kind != FC_DCP_TENSOR)
-        return fc_error_set(FC_EINVAL, "dcp metadata: entry %zu is not a tensor", entry);
-    return entry_add_chunk(m, &m->entries[entry], offsets, sizes, chunk_out);
-}
-
-/* A relative_path must name a file inside the checkpoint directory. */
-static int bad_relative_path(const char *p)
-{
-    return p[0] == '\0' || strchr(p, '/') != NULL || strcmp(p, ".") == 0 || strcmp(p, "..") == 0;
-}
-
-int fc_dcp_storage_set(struct fc_dcp_meta *m, struct fc_dcp_storage *st, const char *relative_path,
-                       uint64_t offset, uint64_t length)
-{
-    size_t k;
-    if (relative_path == NULL || bad_relative_path(relative_path))
-        return fc_error_set(FC_EINVAL, "dcp metadata: invalid storage file name '%s'",
-                            relative_path == NULL ? "(null)" : relative_path);
-    if (offset > INT64_MAX || length > INT64_MAX)
-        return fc_error_set(FC_EINVAL, "dcp metadata: storage offset/length beyond int64");
-    FC_TRY(intern(m, relative_path, &k));
-    *st = (struct fc_dcp_storage){m->strings[k], NULL, 0, offset, length};
-    return FC_OK;
-}
-
-int fc_dcp_storage_add_transform(struct fc_dcp_meta *m, struct fc_dcp_storage *st,
-                                 const char *descriptor)
-{
-    if (descriptor == NULL || descriptor[0] == '\0')
-        return fc_error_set(FC_EINVAL, "dcp metadata: empty transform descriptor");
-    if (strchr(descriptor, '\n') != NULL)
-        return fc_error_set(FC_EINVAL, "dcp metadata: transform descriptor with a newline");
-    /* The list is interned under its descriptors joined by newlines (they hold none). */
-    struct fc_buf key = FC_BUF_INIT((size_t)1 << 20);
-    size_t k;
-    int rc = FC_OK;
-    for (size_t i = 0; rc == FC_OK && i < st->ntransforms; i++) {
-        rc = fc_buf_puts(&key, st->transforms[i]);
-        if (rc == FC_OK)
-            rc = fc_buf_puts(&key, "\n");
-    }
-    if (rc == FC_OK)
-        rc = fc_buf_puts(&key, descriptor);
-    if (rc == FC_OK)
-        rc = fc_buf_putc(&key, '\0');
-    if (rc == FC_OK)
-        rc = intern(m, (const char *)key.data, &k);
-    fc_buf_release(&key);
-    FC_TRY(rc);
-    if (m->xform_lists[k] == NULL) {
-        const char **list = fc_calloc(st->ntransforms + 1, sizeof(*list));
-        size_t d;
-        if (list == NULL)
-            return fc_error_set(FC_ENOMEM, "dcp metadata: out of memory");
-        for (size_t i = 0; i < st->ntransforms; i++)
-            list[i] = st->transforms[i];
-        rc = intern(m, descriptor, &d);
-        if (rc < 0) {
-            fc_free(list);
-            return rc;
-        }
-        list[st->ntransforms] = m->strings[d];
-        m->xform_lists[k] = list;
-    }
-    st->transforms = m->xform_lists[k];
-    st->ntransforms++;
-    return FC_OK;
-}
-
-int fc_dcp_meta_set_path(struct fc_dcp_meta *m, size_t entry, const struct fc_path_elem *path,
-                         size_t n)
-{
-    size_t total, strbytes = 0;
-    if (entry >= m->nentries)
-        return fc_error_set(FC_EINVAL, "dcp metadata: no entry %zu", entry);
-    if (n == 0)
-        return fc_error_set(FC_EINVAL, "dcp metadata: '%s': empty planner path",
-                            m->entries[entry].fqn);
-    for (size_t i = 0; i < n; i++) {
-        if (path[i].is_index)
-            continue;
-        if (path[i].key == NULL)
-            return fc_error_set(FC_EINVAL,
-                                "dcp metadata: '%s': planner path element %zu has "
-                                "no key",
-                                m->entries[entry].fqn, i);
-        if (fc_add_size(strbytes, strlen(path[i].key) + 1, &strbytes) < 0)
-            return fc_error_set(FC_EINVAL, "dcp metadata: planner path too long");
-    }
-    if (fc_mul_size(n, sizeof(struct fc_path_elem), &total) < 0 ||
-        fc_add_size(total, strbytes, &total) < 0)
-        return fc_error_set(FC_EINVAL, "dcp metadata: planner path too long");
-    /* One allocation: the element array, then the key strings. */
-    struct fc_path_elem *copy = fc_malloc(total);
-    if (copy == NULL)
-        return fc_error_set(FC_ENOMEM, "dcp metadata: out of memory");
-    char *s = (char *)(copy + n);
-    for (size_t i = 0; i < n; i++) {
-        copy[i].is_index = path[i].is_index ? 1 : 0;
-        copy[i].index = path[i].is_index ? path[i].index : 0;
-        copy[i].key = NULL;
-        if (!path[i].is_index) {
-            const size_t len = strlen(path[i].key) + 1;
-            memcpy(s, path[i].key, len);
-            copy[i].key = s;
-            s += len;
-        }
-    }
-    struct fc_dcp_entry *e = &m->entries[entry];
-    fc_free(e->path);
-    e->path = copy;
-    e->path_len = n;
-    return FC_OK;
-}
-
-/* Replace *dst by a copy of src (NULL allowed). */
-static int set_str(char **dst, const char *src)
-{
-    char *p = NULL;
-    if (src != NULL) {
-        p = fc_strdup(src);
-        if (p == NULL)
-            return fc_error_set(FC_ENOMEM, "dcp metadata: out of memory");
-    }
-    fc_free(*dst);
-    *dst = p;
-    return FC_OK;
-}
-
-int fc_dcp_meta_set_storage_meta(struct fc_dcp_meta *m, const char *checkpoint_id,
-                                 const char *save_id)
-{
-    char *cid = NULL;
-    FC_TRY(set_str(&cid, checkpoint_id));
-    const int rc = set_str(&m->save_id, save_id);
-    if (rc < 0) {
-        fc_free(cid);
-        return rc;
-    }
-    fc_free(m->checkpoint_id);
-    m->checkpoint_id = cid;
-    m->checkpoint_id_was_path = 0;
-    for (size_t i = 0; i < m->nmodules; i++)
-        fc_free(m->modules[i]);
-    fc_free(m->modules);
-    m->modules = NULL;
-    m->nmodules = 0;
-    m->has_storage_meta = 1;
-    return FC_OK;
-}
-
-int fc_dcp_meta_add_module(struct fc_dcp_meta *m, const char *module)
-{
-    if (module == NULL)
-        return fc_error_set(FC_EINVAL, "dcp metadata: NULL module name");
-    char **p = fc_reallocarray(m->modules, m->nmodules + 1, sizeof(*p));
-    if (p == NULL)
-        return fc_error_set(FC_ENOMEM, "dcp metadata: out of memory");
-    m->modules = p;
-    p[m->nmodules] = fc_strdup(module);
-    if (p[m->nmodules] == NULL)
-        return fc_error_set(FC_ENOMEM, "dcp metadata: out of memory");
-    m->nmodules++;
-    return FC_OK;
-}
-
-int fc_dcp_meta_set_version(struct fc_dcp_meta *m, const char *version)
-{
-    return set_str(&m->version, version);
-}
-
-/* ------------------------------------------------------------------------ */
-/* writer                                                                   */
-
-static int w_str(struct fc_buf *b, const char *s)
-{
-    return fc_pw_str(b, s, strlen(s));
-}
-
-static int w_opt_str(struct fc_buf *b, const char *s)
-{
-    return s == NULL ? fc_pw_none(b) : w_str(b, s);
-}
-
-/* cls.__new__(cls): GLOBAL module name, EMPTY_TUPLE, NEWOBJ. */
-static int w_new(struct fc_buf *b, const char *module, const char *name)
-{
-    FC_TRY(fc_pw_global(b, module, name));
-    FC_TRY(fc_pw_empty_tuple(b));
-    return fc_pw_newobj(b);
-}
-
-/* torch.Size((v...)) */
-static int w_size(struct fc_buf *b, const int64_t *v, int n)
-{
-    FC_TRY(fc_pw_global(b, "torch", "Size"));
-    FC_TRY(fc_pw_int_tuple(b, v, n));
-    FC_TRY(fc_pw_tuple_n(b, 1));
-    return fc_pw_reduce(b);
-}
-
-/*
- * Items of a dict or list, batched like Python's pickler: MARK before the
- * first item, SETITEMS/APPENDS + MARK every BATCH items, and the closing
- * opcode in batch_end().  Nothing at all for an empty container.
- */
-static int batch_item(struct fc_buf *b, size_t *count, int is_dict)
-{
-    if (*count > 0 && *count % BATCH == 0)
-        FC_TRY(is_dict ? fc_pw_setitems(b) : fc_pw_appends(b));
-    if (*count % BATCH == 0)
-        FC_TRY(fc_pw_mark(b));
-    (*count)++;
-    return FC_OK;
-}
-
-static int batch_end(struct fc_buf *b, size_t count, int is_dict)
-{
-    if (count == 0)
-        return FC_OK;
-    return is_dict ? fc_pw_setitems(b) : fc_pw_appends(b);
-}
-
-static int w_properties(struct fc_buf *b, const struct fc_dcp_entry *e)
-{
-    const struct fc_dtype_info *info = fc_dtype_info(e->dtype);
-    if (info == NULL)
-        return fc_error_set(FC_EINVAL, "dcp metadata: tensor '%s': invalid dtype", e->fqn);
-    FC_TRY(w_new(b, MOD_MD, "TensorProperties"));
-    FC_TRY(fc_pw_mark(b));
-    FC_TRY(fc_pw_global(b, "torch", info->torch_name));
-    FC_TRY(fc_pw_global(b, "torch.serialization", "_get_layout"));
-    FC_TRY(w_str(b, "torch.strided"));
-    FC_TRY(fc_pw_tuple_n(b, 1));
-    FC_TRY(fc_pw_reduce(b));
-    FC_TRY(fc_pw_bool(b, e->requires_grad));
-    FC_TRY(fc_pw_global(b, MOD_MD, "_MEM_FORMAT_ENCODING"));
-    FC_TRY(fc_pw_int(b, (int64_t)e->mem_format));
-    FC_TRY(fc_pw_tuple_n(b, 1));
-    FC_TRY(fc_pw_reduce(b));
-    FC_TRY(fc_pw_bool(b, e->pin_memory));
-    FC_TRY(fc_pw_tuple(b));
-    return fc_pw_build(b);
-}
-
-static int w_tensor_md(struct fc_buf *b, const struct fc_dcp_entry *e)
-{
-    size_t n = 0;
-    FC_TRY(w_new(b, MOD_MD, "TensorStorageMetadata"));
-    FC_TRY(fc_pw_empty_dict(b));
-    FC_TRY(fc_pw_mark(b));
-    FC_TRY(w_str(b, "properties"));
-    FC_TRY(w_properties(b, e));
-    FC_TRY(w_str(b, "size"));
-    FC_TRY(w_size(b, e->size, e->ndim));
-    FC_TRY(w_str(b, "chunks"));
-    FC_TRY(fc_pw_empty_list(b));
-    for (size_t c = 0; c < e->nchunks; c++) {
-        FC_TRY(batch_item(b, &n, 0));
-        FC_TRY(w_new(b, MOD_MD, "ChunkStorageMetadata"));
-        FC_TRY(fc_pw_empty_dict(b));
-        FC_TRY(fc_pw_mark(b));
-        FC_TRY(w_str(b, "offsets"));
-        FC_TRY(w_size(b, e->chunks[c].offsets, e->ndim));
-        FC_TRY(w_str(b, "sizes"));
-        FC_TRY(w_size(b, e->chunks[c].sizes, e->ndim));
-        FC_TRY(fc_pw_setitems(b));
-        FC_TRY(fc_pw_build(b));
-    }
-    FC_TRY(batch_end(b, n, 0));
-    FC_TRY(fc_pw_setitems(b));
-    return fc_pw_build(b);
-}
-
-static int w_path(struct fc_buf *b, const struct fc_dcp_entry *e)
-{
-    if (e->path_len > 3)
-        FC_TRY(fc_pw_mark(b));
-    for (size_t i = 0; i < e->path_len; i++) {
-        if (e->path[i].is_index)
-            FC_TRY(fc_pw_int(b, e->path[i].index));
-        else
-            FC_TRY(w_str(b, e->path[i].key));
-    }
-    return e->path_len > 3 ? fc_pw_tuple(b) : fc_pw_tuple_n(b, (int)e->path_len);
-}
-
-static int w_storage_info(struct fc_buf *b, const struct fc_dcp_storage *st, const char *fqn)
-{
-    if (st->relative_path == NULL)
-        return fc_error_set(FC_EINVAL, "dcp metadata: '%s': an item has no storage", fqn);
-    if (st->offset > INT64_MAX || st->length > INT64_MAX)
-        return fc_error_set(FC_EINVAL, "dcp metadata: '%s': storage offset/length beyond int64",
-                            fqn);
-    FC_TRY(w_new(b, MOD_FS, "_StorageInfo"));
-    FC_TRY(fc_pw_empty_dict(b));
-    FC_TRY(fc_pw_mark(b));
-    FC_TRY(w_str(b, "relative_path"));
-    FC_TRY(w_str(b, st->relative_path));
-    FC_TRY(w_str(b, "offset"));
-    FC_TRY(fc_pw_int(b, (int64_t)st->offset));
-    FC_TRY(w_str(b, "length"));
-    FC_TRY(fc_pw_int(b, (int64_t)st->length));
-    if (st->ntransforms > 0) {
-        size_t n = 0;
-        FC_TRY(w_str(b, "transform_descriptors"));
-        FC_TRY(fc_pw_empty_list(b));
-        for (size_t i = 0; i < st->ntransforms; i++) {
-            FC_TRY(batch_item(b, &n, 0));
-            FC_TRY(w_str(b, st->transforms[i]));
-        }
-        FC_TRY(batch_end(b, n, 0));
-    }
-    FC_TRY(fc_pw_setitems(b));
-    return fc_pw_build(b);
-}
-
-/* MetadataIndex: {fqn, index, offset} for chunks, {fqn, index: None} for bytes. */
-static int w_metadata_index(struct fc_buf *b, const struct fc_dcp_entry *e, size_t chunk)
-{
-    FC_TRY(w_new(b, MOD_MD, "MetadataIndex"));
-    FC_TRY(fc_pw_empty_dict(b));
-    FC_TRY(fc_pw_mark(b));
-    FC_TRY(w_str(b, "fqn"));
-    FC_TRY(w_str(b, e->fqn));
-    FC_TRY(w_str(b, "index"));
-    if (e->kind == FC_DCP_TENSOR) {
-        FC_TRY(fc_pw_int(b, (int64_t)chunk));
-        FC_TRY(w_str(b, "offset"));
-        FC_TRY(w_size(b, e->chunks[chunk].offsets, e->ndim));
-    } else {
-        FC_TRY(fc_pw_none(b));
-    }
-    FC_TRY(fc_pw_setitems(b));
-    return fc_pw_build(b);
-}
-
-static int w_storage_meta(struct fc_buf *b, const struct fc_dcp_meta *m)
-{
-    size_t n = 0;
-    if (!m->has_storage_meta)
-        return fc_pw_none(b);
-    FC_TRY(w_new(b, MOD_MD, "StorageMeta"));
-    FC_TRY(fc_pw_empty_dict(b));
-    FC_TRY(fc_pw_mark(b));
-    FC_TRY(w_str(b, "checkpoint_id"));
-    FC_TRY(w_opt_str(b, m->checkpoint_id));
-    FC_TRY(w_str(b, "save_id"));
-    FC_TRY(w_opt_str(b, m->save_id));
-    FC_TRY(w_str(b, "load_id"));
-    FC_TRY(fc_pw_none(b));
-    FC_TRY(w_str(b, "modules"));
-    FC_TRY(fc_pw_empty_list(b));
-    for (size_t i = 0; i < m->nmodules; i++) {
-        FC_TRY(batch_item(b, &n, 0));
-        FC_TRY(w_str(b, m->modules[i]));
-    }
-    FC_TRY(batch_end(b, n, 0));
-    FC_TRY(fc_pw_setitems(b));
-    return fc_pw_build(b);
-}
-
-static int fc_dcp_meta_write_plain(struct fc_buf *out, const struct fc_dcp_meta *m);
-
-int fc_dcp_meta_write(struct fc_buf *out, const struct fc_dcp_meta *m)
-{
-    /* Written memo-free first, then the repeated class names and strings are memoised. */
-    struct fc_buf plain = FC_BUF_INIT(out->cap);
-    int rc = fc_dcp_meta_write_plain(&plain, m);
-    if (rc == FC_OK)
-        rc = fc_pw_memoize(plain.data, plain.len, out);
-    fc_buf_release(&plain);
-    return rc;
-}
-
-static int fc_dcp_meta_write_plain(struct fc_buf *out, const struct fc_dcp_meta *m)
-{
-    size_t n;
-
-    FC_TRY(fc_pw_proto(out));
-    FC_TRY(w_new(out, MOD_MD, "Metadata"));
-    FC_TRY(fc_pw_empty_dict(out));
-    FC_TRY(fc_pw_mark(out));
-
-    FC_TRY(w_str(out, "state_dict_metadata"));
-    FC_TRY(fc_pw_empty_dict(out));
-    n = 0;
-    for (size_t i = 0; i < m->nentries; i++) {
-        const struct fc_dcp_entry *e = &m->entries[i];
-        FC_TRY(batch_item(out, &n, 1));
-        FC_TRY(w_str(out, e->fqn));
-        if (e->kind == FC_DCP_TENSOR)
-            FC_TRY(w_tensor_md(out, e));
-        else
-            FC_TRY(w_new(out, MOD_MD, "BytesStorageMetadata"));
-    }
-    FC_TRY(batch_end(out, n, 1));
-
-    FC_TRY(w_str(out, "planner_data"));
-    if (m->has_planner_data) {
-        FC_TRY(fc_pw_empty_dict(out));
-        n = 0;
-        for (size_t i = 0; i < m->nentries; i++) {
-            const struct fc_dcp_entry *e = &m->entries[i];
-            if (e->path == NULL)
-                continue;
-            FC_TRY(batch_item(out, &n, 1));
-            FC_TRY(w_str(out, e->fqn));
-            FC_TRY(w_path(out, e));
-        }
-        FC_TRY(batch_end(out, n, 1));
-    } else {
-        FC_TRY(fc_pw_none(out));
-    }
-
-    FC_TRY(w_str(out, "storage_data"));
-    FC_TRY(fc_pw_empty_dict(out));
-    n = 0;
-    for (size_t i = 0; i < m->nentries; i++) {
-        const struct fc_dcp_entry *e = &m->entries[i];
-        if (e->kind == FC_DCP_BYTES) {
-            FC_TRY(batch_item(out, &n, 1));
-            FC_TRY(w_metadata_index(out, e, 0));
-            FC_TRY(w_storage_info(out, &e->storage, e->fqn));
-            continue;
-        }
-        for (size_t c = 0; c < e->nchunks; c++) {
-            FC_TRY(batch_item(out, &n, 1));
-            FC_TRY(w_metadata_index(out, e, c));
-            FC_TRY(w_storage_info(out, &e->chunks[c].storage, e->fqn));
-        }
-    }
-    FC_TRY(batch_end(out, n, 1));
-
-    FC_TRY(w_str(out, "storage_meta"));
-    FC_TRY(w_storage_meta(out, m));
-    FC_TRY(w_str(out, "version"));
-    FC_TRY(w_opt_str(out, m->version));
-
-    FC_TRY(fc_pw_setitems(out));
-    FC_TRY(fc_pw_build(out));
-    return fc_pw_stop(out);
-}
 
 /* ------------------------------------------------------------------------ */
 /* reader                                                                   */
@@ -1066,7 +375,7 @@ static int read_tensor(struct rd *r, const struct fc_pv *v, const char *fqn, str
     FC_TRY(need_field(r, st, "chunks", where, &f));
     if (!is_seq(f))
         return rd_err(r, FC_ECORRUPT, f, "%s: chunks is %s, not a list", where, kind_name(f));
-    FC_TRY(reserve_chunks(e, f->u.seq.n));
+    FC_TRY(fc_dcp_reserve_chunks(e, f->u.seq.n));
     for (size_t c = 0; c < f->u.seq.n; c++) {
         const struct fc_pv *cv = f->u.seq.items[c], *cst, *x;
         int64_t off[FC_MAX_DIMS], sz[FC_MAX_DIMS];
@@ -1090,7 +399,7 @@ static int read_tensor(struct rd *r, const struct fc_pv *v, const char *fqn, str
                 return rd_err(r, FC_ECORRUPT, cv, "%s: offset + size overflows int64 in dim %d",
                               cwhere, d);
         }
-        FC_TRY(entry_add_chunk(m, e, off, sz, NULL));
+        FC_TRY(fc_dcp_entry_add_chunk(m, e, off, sz, NULL));
     }
     return FC_OK;
 }
@@ -1184,7 +493,7 @@ static int take_pending(struct rd *r, const struct fc_pv *k, const struct fc_pv 
     if (r->pending_first == r->npending || r->pending[r->pending_first].obj != v)
         return 0;
     struct rd_pending *p = &r->pending[r->pending_first];
-    FC_TRY(add_entry(r->m, k->u.str.s, k->u.str.len, FC_DCP_TENSOR, idx));
+    FC_TRY(fc_dcp_add_entry(r->m, k->u.str.s, k->u.str.len, FC_DCP_TENSOR, idx));
     r->pending_first++;
     struct fc_dcp_entry *e = &r->m->entries[*idx];
     char *fqn = e->fqn;
@@ -1207,7 +516,7 @@ static int read_sdm_item(struct rd *r, size_t i, const struct fc_pv *k, const st
     if (fc_dcp_meta_find(m, k->u.str.s) >= 0)
         return rd_err(r, FC_ECORRUPT, k, "duplicate state_dict_metadata key '%s'", k->u.str.s);
     if (is_instance(v, MOD_MD, "BytesStorageMetadata"))
-        return add_entry(m, k->u.str.s, k->u.str.len, FC_DCP_BYTES, &idx);
+        return fc_dcp_add_entry(m, k->u.str.s, k->u.str.len, FC_DCP_BYTES, &idx);
     if (!is_instance(v, MOD_MD, "TensorStorageMetadata")) {
         const struct fc_pv *cls = class_of(v);
         if (cls != NULL)
@@ -1223,7 +532,7 @@ static int read_sdm_item(struct rd *r, size_t i, const struct fc_pv *k, const st
         return fc_error_set(FC_ERROR, "%s: read again without streaming", r->what);
     }
     if (!early) {
-        FC_TRY(add_entry(m, k->u.str.s, k->u.str.len, FC_DCP_TENSOR, &idx));
+        FC_TRY(fc_dcp_add_entry(m, k->u.str.s, k->u.str.len, FC_DCP_TENSOR, &idx));
         FC_TRY(read_tensor(r, v, m->entries[idx].fqn, &m->entries[idx]));
     }
     return check_distinct_offsets(r, &m->entries[idx]);
@@ -1284,14 +593,14 @@ static int read_storage_meta(struct rd *r, const struct fc_pv *v)
         return FC_OK;
     x = dget(st, "checkpoint_id");
     if (is_str(x)) {
-        FC_TRY(set_str(&m->checkpoint_id, x->u.str.s));
+        FC_TRY(fc_dcp_set_str(&m->checkpoint_id, x->u.str.s));
     } else if (x != NULL && x->kind == FC_PV_CALL) {
         FC_TRY(path_string(x, &m->checkpoint_id));
         m->checkpoint_id_was_path = m->checkpoint_id != NULL;
     }
     x = dget(st, "save_id");
     if (is_str(x))
-        FC_TRY(set_str(&m->save_id, x->u.str.s));
+        FC_TRY(fc_dcp_set_str(&m->save_id, x->u.str.s));
     x = dget(st, "modules");
     if (is_seq(x)) {
         for (size_t i = 0; i < x->u.seq.n; i++)
@@ -1372,7 +681,7 @@ static int read_storage_info(const struct rd *r, const struct fc_pv *v, const ch
     FC_TRY(need_field(r, st, "relative_path", where, &x));
     if (!is_str(x))
         return rd_err(r, FC_ECORRUPT, x, "%s: relative_path is %s, not a str", where, kind_name(x));
-    if (bad_relative_path(x->u.str.s))
+    if (fc_dcp_bad_relative_path(x->u.str.s))
         return rd_err(r, FC_ECORRUPT, x,
                       "%s: relative_path '%s' is not a file name inside the "
                       "checkpoint directory",
@@ -1535,7 +844,7 @@ static int rd_dict_item(void *ctx, const struct fc_pv *dict, const struct fc_pv 
     return 0;
 }
 
-static void fmt_dims(char *buf, size_t size, const int64_t *v, int n)
+void fc_dcp_fmt_dims(char *buf, size_t size, const int64_t *v, int n)
 {
     size_t used = 0;
     buf[0] = '\0';
@@ -1560,7 +869,7 @@ static int require_storage(const struct rd *r)
         for (size_t c = 0; c < e->nchunks; c++) {
             if (e->chunks[c].storage.relative_path == NULL) {
                 char dims[256];
-                fmt_dims(dims, sizeof(dims), e->chunks[c].offsets, e->ndim);
+                fc_dcp_fmt_dims(dims, sizeof(dims), e->chunks[c].offsets, e->ndim);
                 return rd_err(r, FC_ECORRUPT, NULL,
                               "tensor '%s': chunk %zu (offsets %s) has no "
                               "storage_data item",
@@ -1609,7 +918,7 @@ static int meta_read(struct fc_dcp_meta **out, const unsigned char *data, size_t
         FC_TRY_GOTO(read_storage_meta(&r, x), rc, done);
     x = dget(st, "version");
     if (is_str(x))
-        FC_TRY_GOTO(set_str(&r.m->version, x->u.str.s), rc, done);
+        FC_TRY_GOTO(fc_dcp_set_str(&r.m->version, x->u.str.s), rc, done);
     *out = r.m;
     r.m = NULL;
     rc = FC_OK;
@@ -1702,114 +1011,4 @@ done:
         munmap(in.base, in.len + 1);
     fc_file_close(&f);
     return rc;
-}
-
-/* ------------------------------------------------------------------------ */
-/* coverage check                                                           */
-
-struct ck {
-    struct fc_buf *report;
-    size_t replicas;
-    size_t nproblems;
-    size_t lines;
-    size_t dropped; /* report lines past CHECK_MAX_LINES */
-    char first[768];
-    int oom;
-};
-
-static void ck_line(struct ck *k, const char *line)
-{
-    if (k->first[0] == '\0')
-        snprintf(k->first, sizeof(k->first), "%s", line);
-    if (k->report != NULL && k->lines < CHECK_MAX_LINES && !k->oom) {
-        if (fc_buf_printf(k->report, "%s\n", line) < 0)
-            k->oom = 1;
-        k->lines++;
-    } else {
-        k->dropped++;
-    }
-}
-
-static void ck_problem(struct ck *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void ck_problem(struct ck *k, const char *fmt, ...)
-{
-    char line[768];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof(line), fmt, ap);
-    va_end(ap);
-    ck_line(k, line);
-    k->nproblems++;
-}
-
-/*
- * The geometry of one tensor's chunks: replicas (rank-local metadata lists a
- * replicated item once per rank) counted and set aside, the distinct boxes
- * proven to tile the tensor by fc_chunks_check_tiling().
- */
-static int check_tensor(struct ck *k, const struct fc_dcp_entry *e)
-{
-    for (size_t c = 0; c < e->nchunks; c++) {
-        if (e->chunks[c].storage.relative_path == NULL) {
-            char dims[256];
-            fmt_dims(dims, sizeof(dims), e->chunks[c].offsets, e->ndim);
-            ck_problem(k, "tensor '%s': chunk %zu (offsets %s) has no storage", e->fqn, c, dims);
-        }
-    }
-    struct fc_box *boxes = fc_calloc(e->nchunks + 1, sizeof(*boxes));
-    size_t *first_of = fc_calloc(e->nchunks + 1, sizeof(*first_of));
-    size_t nrep = 0, m = 0;
-    int rc = FC_OK;
-    if (boxes == NULL || first_of == NULL) {
-        rc = fc_error_set(FC_ENOMEM, "dcp metadata: out of memory checking '%s'", e->fqn);
-        goto done;
-    }
-    for (size_t c = 0; c < e->nchunks; c++)
-        boxes[c] = (struct fc_box){e->chunks[c].offsets, e->chunks[c].sizes};
-    FC_TRY_GOTO(fc_chunks_replicas(e->ndim, boxes, e->nchunks, first_of, &nrep), rc, done);
-    k->replicas += nrep;
-    for (size_t c = 0; c < e->nchunks; c++) {
-        if (first_of[c] == c)
-            boxes[m++] = boxes[c];
-    }
-    rc = fc_chunks_check_tiling(e->ndim, e->size, boxes, m, NULL, e->fqn);
-    if (rc == FC_ECORRUPT) {
-        ck_problem(k, "%s", fc_error_last());
-        rc = FC_OK;
-    }
-done:
-    fc_free(first_of);
-    fc_free(boxes);
-    return rc;
-}
-
-int fc_dcp_check(const struct fc_dcp_meta *m, struct fc_buf *report, size_t *replicas)
-{
-    struct ck k;
-    memset(&k, 0, sizeof(k));
-    k.report = report;
-    if (replicas != NULL)
-        *replicas = 0;
-    for (size_t i = 0; i < m->nentries; i++) {
-        const struct fc_dcp_entry *e = &m->entries[i];
-        if (e->kind == FC_DCP_BYTES) {
-            if (e->storage.relative_path == NULL)
-                ck_problem(&k, "bytes entry '%s' has no storage", e->fqn);
-            continue;
-        }
-        FC_TRY(check_tensor(&k, e));
-    }
-    if (k.report != NULL && k.dropped > 0 && !k.oom) {
-        if (fc_buf_printf(k.report, "... and %zu more lines\n", k.dropped) < 0)
-            k.oom = 1;
-    }
-    if (replicas != NULL)
-        *replicas = k.replicas;
-    if (k.oom)
-        return fc_error_set(FC_ENOMEM, "dcp metadata: out of memory writing the check report");
-    if (k.nproblems > 0)
-        return fc_error_set(FC_ECORRUPT, "dcp metadata: %zu coverage problem%s; first: %s",
-                            k.nproblems, k.nproblems == 1 ? "" : "s", k.first);
-    return FC_OK;
 }

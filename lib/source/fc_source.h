@@ -26,17 +26,12 @@
 
 #include "fc_buf.h"
 #include "fc_io.h"
+#include "fc_path.h"
 #include "fc_pickle.h"
 #include "fc_strmap.h"
 #include "fc_tensor.h"
 
 enum fc_entry_kind { FC_ENTRY_TENSOR, FC_ENTRY_VALUE };
-
-struct fc_path_elem {
-    int is_index; /* 1: list index (index), 0: mapping key (key) */
-    int64_t index;
-    const char *key;
-};
 
 /* Where a tensor's bytes live: one byte range of one open file. */
 struct fc_storage {
@@ -81,7 +76,7 @@ struct fc_entry {
 };
 
 struct fc_source {
-    const char *format; /* "torch.save", "safetensors", "safetensors-index" */
+    const char *format; /* its backend's name: "torch.save", "safetensors", "dcp", ... */
     const char *path;   /* what the user named */
     struct fc_entry *entries;
     size_t nentries;
@@ -89,21 +84,25 @@ struct fc_source {
     size_t nstorages;
     struct fc_file *files;
     size_t nfiles;
-    void *impl; /* format-specific state (parsed archives) */
-    void (*impl_free)(void *impl);
-    /* Box reader for formats whose tensors are not one strided storage (DCP); NULL: generic. */
-    int (*read_box)(const struct fc_source *src, const struct fc_entry *e, const int64_t *off,
-                    const int64_t *size, void *dst);
-    /* Where the storage of a tensor inside value e lives (DCP bytes items); NULL: storages[]. */
-    int (*value_storage)(const struct fc_source *src, const struct fc_entry *e,
-                         const struct fc_pv_tensor *t, struct fc_storage *out);
-    /* The stored torch.save blob of a value entry (DCP bytes items), or NULL: re-pickle. */
-    int (*value_blob)(const struct fc_source *src, const struct fc_entry *e, struct fc_buf *out);
-    struct fc_strmap key_index; /* key -> entry index, for fc_source_find() */
+    const struct fc_source_backend *backend; /* the row of lib/source/'s backend table */
+    void *impl;                              /* the backend's state (parsed archives) */
+    struct fc_strmap key_index;              /* key -> entry index, for fc_source_find() */
 };
 
 /*
- * fc_source_open() - detect the format of path and list its entries.
+ * What a source's input can hold or do (its backend's capability flags), so
+ * that callers ask these instead of comparing format names.
+ */
+#define FC_SOURCE_CHUNKS     0x1u /* tensors are assembled from stored chunks (DCP, sharded) */
+#define FC_SOURCE_COMPRESSED 0x2u /* items may be zstd-compressed (fc_source_is_compressed()) */
+#define FC_SOURCE_CRCS       0x4u /* stored CRC-32s are checked on reads (fc_source_set_verify()) */
+#define FC_SOURCE_VALUES     0x8u /* may hold non-tensor values (FC_ENTRY_VALUE) */
+#define FC_SOURCE_PICKLED    0x10u /* one torch.save pickle, not a checkpoint layout */
+unsigned fc_source_caps(const struct fc_source *src);
+
+/*
+ * fc_source_open() - detect the format of path (the first backend whose probe
+ * claims it) and list its entries.
  * path may be a torch.save file, a safetensors file, a
  * model.safetensors.index.json, or a directory holding exactly one of: an
  * index.json, safetensors files (all are read), one torch.save file.
@@ -163,11 +162,6 @@ int fc_source_value_storage(const struct fc_source *src, const struct fc_entry *
                             const struct fc_pv_tensor *t, struct fc_storage *out);
 
 /*
- * fc_dcp_meta_load_dir() - the metadata of a DCP directory: .metadata, or,
- * when it is absent, the merge of every rank-local __{rank}.metadata.  No
- * metadata at all is FC_ECORRUPT ("incomplete checkpoint").
- */
-/*
  * fc_source_verify_replicas() - DCP sources: every replica chunk (the same box
  * saved by several ranks, as rank-local metadata lists a replicated item) must
  * hold the same bytes as the copy that reads use.  Reads them in slabs of at
@@ -191,14 +185,19 @@ int fc_source_sharded_meta(const struct fc_source *src, struct fc_dcp_meta **out
 /* fc_source_is_compressed() - 1 for a DCP source whose items were zstd-compressed. */
 int fc_source_is_compressed(const struct fc_source *src);
 
-struct fc_dcp_meta;
+/*
+ * fc_dcp_meta_load_dir() - the metadata of a DCP directory: .metadata, or,
+ * when it is absent, the merge of every rank-local __{rank}.metadata.  No
+ * metadata at all is FC_ECORRUPT ("incomplete checkpoint").
+ */
 int fc_dcp_meta_load_dir(struct fc_dcp_meta **out, const char *dir);
 
 /*
- * fc_source_index_keys() - (re)build the key index over every entry; sources
- * call it when they are complete.  FC_ECORRUPT on a duplicate key.
+ * fc_source_is_dcp_dir() - 1 when fc_source_open() opens path as a DCP
+ * checkpoint (a directory holding .metadata, rank-local __{r}.metadata or
+ * *.distcp files), else 0; < 0 when the directory cannot be listed.
  */
-int fc_source_index_keys(struct fc_source *src);
+int fc_source_is_dcp_dir(const char *path);
 
 /* Index of the entry with this key, or -1 (O(1)). */
 long fc_source_find(const struct fc_source *src, const char *key);
@@ -213,57 +212,5 @@ long fc_source_find(const struct fc_source *src, const char *key);
  */
 int fc_source_read_box(const struct fc_source *src, const struct fc_entry *e, const int64_t *off,
                        const int64_t *size, void *dst);
-
-/*
- * fc_read_strided_box() - the generic box reader: tensor t's storage starts at
- * byte `base` of f; copy box [off, off+size) to dst C-contiguously.  A box
- * whose rows are contiguous in the file is one pread; otherwise the covering
- * span is read once (when <= 64 MiB) or run by run.  `what` names the tensor
- * in messages.  Returns FC_OK, FC_EINVAL (box outside t), FC_ECORRUPT, FC_EIO,
- * FC_ENOMEM.
- */
-int fc_read_strided_box(const struct fc_file *f, uint64_t base, const struct fc_tensor_desc *t,
-                        const int64_t *off, const int64_t *size, void *dst, const char *what);
-
-/*
- * Chunked sources (DCP, sharded safetensors): a tensor is assembled from
- * stored chunks, each a strided tensor in one file holding a box of the
- * global tensor.
- */
-/* How a chunk is stored when it is not its box's elements, C-contiguous, from its base. */
-struct fc_chunk_layout {
-    struct fc_tensor_desc desc; /* the chunk tensor as stored (shape == chunk sizes) */
-    uint64_t rec_off, rec_len;  /* DCP: the whole storage record (its CRC-32 covers it) */
-};
-
-/*
- * One stored chunk of a chunked tensor (DCP items, sharded safetensors).  A
- * million of them stay in memory for a 1000-rank checkpoint: 32 bytes each,
- * the common dense case needing no layout.
- */
-struct fc_chunk_ref {
-    uint64_t base;                        /* absolute offset of the chunk storage's element 0 */
-    const struct fc_chunk_layout *layout; /* NULL: dense (the record is exactly the chunk) */
-    uint32_t file;                        /* index into src->files */
-    uint32_t crc;                         /* DCP: the storage record's CRC-32 (has_crc) */
-    uint32_t item;    /* DCP: the chunk's index in the .metadata entry (messages) */
-    uint8_t has_crc;  /* checked on the first read of the chunk */
-    uint8_t verified; /* read and written with __atomic builtins: reads run on many threads */
-};
-
-/*
- * fc_chunks_read_box() - fc_source_read_box() for tensor entry e stored as
- * chunks refs[i] holding boxes[i], indexed by fc_chunk_index_new(): every
- * overlapping chunk is read into place.  The boxes must have passed
- * fc_chunks_check_tiling() (asserted: every byte of dst is written once).
- * FC_ECORRUPT when a chunk's CRC-32 does not match (refs are written only to
- * mark a chunk's CRC-32 checked).
- */
-struct fc_box;
-struct fc_chunk_index;
-int fc_chunks_read_box(const struct fc_source *src, const struct fc_entry *e,
-                       struct fc_chunk_ref *refs, const struct fc_box *boxes,
-                       const struct fc_chunk_index *index, const int64_t *off, const int64_t *size,
-                       void *dst);
 
 #endif

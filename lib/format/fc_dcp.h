@@ -31,7 +31,7 @@
 
 #include "fc_buf.h"
 #include "fc_dtype.h"
-#include "fc_source.h" /* struct fc_path_elem */
+#include "fc_path.h"
 #include "fc_strmap.h"
 #include "fc_tensor.h"
 
