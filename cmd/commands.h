@@ -60,11 +60,13 @@ extern const struct fc_opt fc_cli_pipeline_opts[];
 
 /*
  * --no-verify, for every FC_CMD_READS_DCP command (job.c):
- * fc_cli_verify_option() takes it (FC_OK); a command's callback hands it
- * the ids it does not handle itself, and any other id is an error.
+ * fc_cli_verify_option() takes it (FC_OK) by setting FC_SOURCE_NO_VERIFY in
+ * the command's *source_flags, which its convert/ options hand to every
+ * source they open; a command's callback hands it the ids it does not handle
+ * itself, and any other id is an error.
  */
 extern const struct fc_opt fc_cli_verify_opts[];
-int fc_cli_verify_option(int id);
+int fc_cli_verify_option(int id, unsigned *source_flags);
 
 struct fc_cli_job {
     struct fc_full_to_dcp_opts *o;

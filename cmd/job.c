@@ -93,11 +93,11 @@ const struct fc_opt fc_cli_verify_opts[] = {
 };
 /* clang-format on */
 
-int fc_cli_verify_option(int id)
+int fc_cli_verify_option(int id, unsigned *source_flags)
 {
     if (id != OPT_NO_VERIFY)
         return fc_opt_unknown(id);
-    fc_source_set_verify(0);
+    *source_flags |= FC_SOURCE_NO_VERIFY;
     return FC_OK;
 }
 
@@ -128,7 +128,7 @@ int fc_cli_job_option(void *ctx, int id, const char *value)
         j->o->format = (enum fc_out_format)f;
         return rc;
     }
-    default: return fc_cli_verify_option(id);
+    default: return fc_cli_verify_option(id, &j->o->source_flags);
     }
 }
 

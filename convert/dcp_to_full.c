@@ -609,7 +609,7 @@ int fc_dcp_to_full(const struct fc_dcp_to_full_opts *opts, struct fc_dcp_to_full
     fc_cancel_release();
     FC_TRY(rc);
     tmp = out.path;
-    FC_TRY_GOTO(fc_source_open(&src, opts->input), rc, done);
+    FC_TRY_GOTO(fc_source_open(&src, opts->input, opts->source_flags), rc, done);
     for (size_t i = 0; i < opts->nrules; i++) {
         char where[64];
         snprintf(where, sizeof(where), "--%s", opts->rules[i].op);

@@ -219,8 +219,8 @@ int fc_diff(const struct fc_diff_opts *o, struct fc_diff_result *res)
     memset(res, 0, sizeof(*res));
     if (o->key_regex != NULL)
         FC_TRY(fc_regex_compile(&re, o->key_regex, "--key"));
-    FC_TRY_GOTO(fc_source_open(&res->src_a, o->a), rc, done);
-    FC_TRY_GOTO(fc_source_open(&res->src_b, o->b), rc, done);
+    FC_TRY_GOTO(fc_source_open(&res->src_a, o->a, o->source_flags), rc, done);
+    FC_TRY_GOTO(fc_source_open(&res->src_b, o->b, o->source_flags), rc, done);
     res->format_a = res->src_a->format;
     res->format_b = res->src_b->format;
     ka = fc_sorted_keys(res->src_a);

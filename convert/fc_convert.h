@@ -138,6 +138,7 @@ struct fc_input_arg {
 };
 
 struct fc_full_to_dcp_opts {
+    unsigned source_flags;             /* fc_source_open() of every input: --no-verify */
     const char *input;                 /* the input when ninputs == 0 */
     const struct fc_input_arg *inputs; /* several inputs, in order */
     size_t ninputs;
@@ -265,6 +266,7 @@ int fc_comm_free(struct fc_comm *c);
 enum fc_export_format { FC_EXPORT_AUTO, FC_EXPORT_SAFETENSORS, FC_EXPORT_TORCH };
 
 struct fc_dcp_to_full_opts {
+    unsigned source_flags;        /* fc_source_open() of the input: --no-verify */
     const char *input;            /* a DCP directory (or any checkpoint fsdpconv reads) */
     const char *output;           /* file (.safetensors, .pt/.bin/.pth) or directory (sharded) */
     enum fc_export_format format; /* AUTO: from the output name; a directory means safetensors */
@@ -332,6 +334,7 @@ struct fc_diff_item {
 };
 
 struct fc_diff_opts {
+    unsigned source_flags; /* fc_source_open() of both inputs: --no-verify */
     const char *a;
     const char *b;
     const char *key_regex; /* only keys matching it */

@@ -88,7 +88,7 @@ static int fc_open_inputs(const struct fc_full_to_dcp_opts *o, const struct fc_j
         return fc_error_set(FC_ENOMEM, "out of memory");
     }
     for (size_t i = 0; i < n && rc == FC_OK; i++) {
-        rc = fc_source_open(&j->srcs[i], args[i].path);
+        rc = fc_source_open(&j->srcs[i], args[i].path, o->source_flags);
         if (rc < 0)
             break;
         j->nsrcs++;
@@ -231,7 +231,7 @@ static int fc_job_optim(const struct fc_full_to_dcp_opts *o, struct fc_job *j)
                                        "--add-prefix");
     const struct fc_source *os = NULL;
     if (o->optim != NULL) {
-        FC_TRY(fc_source_open(&j->optim_src, o->optim));
+        FC_TRY(fc_source_open(&j->optim_src, o->optim, o->source_flags));
         os = j->optim_src;
     } else if (o->optim_select != NULL) {
         os = j->src;
@@ -299,7 +299,7 @@ static int fc_compress_level(const struct fc_full_to_dcp_opts *o, const struct f
         return 0;
     if (o->compress >= 0)
         return o->compress;
-    if (strcmp(src->format, "dcp") == 0 && fc_source_is_compressed(src))
+    if (fc_source_is_compressed(src))
         return 3;
     return 0;
 }

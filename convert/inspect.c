@@ -290,7 +290,7 @@ static int fc_inspect_dcp(const struct fc_inspect_opts *opts, struct fc_inspect_
     }
     /* The source parses every item: values get their repr, blobs get checked. */
     if ((opts->checksum || opts->verify || !compressed) && r->coverage_problems == 0)
-        FC_TRY(fc_source_open_dcp_meta(&r->src, opts->path, r->dcp));
+        FC_TRY(fc_source_open_dcp_meta(&r->src, opts->path, r->dcp, 0));
     if (opts->verify && r->src != NULL)
         FC_TRY(fc_source_verify_replicas(r->src));
     /* Reading every element also proves the chunks tile the tensor (and checks CRC-32s). */
@@ -506,7 +506,7 @@ int fc_inspect(const struct fc_inspect_opts *opts, struct fc_inspect_result *r)
         goto done;
     }
     /* Tiling problems of a sharded directory are reported below, as a DCP's are. */
-    FC_TRY_GOTO(fc_source_open_flags(&r->src, opts->path, FC_SOURCE_UNTILED_OK), rc, done);
+    FC_TRY_GOTO(fc_source_open(&r->src, opts->path, FC_SOURCE_UNTILED_OK), rc, done);
     r->format = r->src->format;
     if (fc_source_caps(r->src) & FC_SOURCE_CHUNKS) { /* sharded safetensors: DCP went above */
         rc = fc_inspect_sharded(opts, r, re);

@@ -4,15 +4,13 @@
  * differences: only checkpoint directories are taken as inputs, and there
  * are no Hugging Face notes.
  */
-#include <string.h>
-
 #include "fc_convert.h"
 #include "fc_error.h"
 #include "write_job.h"
 
 static int fc_reshard_check_input(const char *path, const struct fc_source *src)
 {
-    if (strcmp(src->format, "dcp") == 0 || strncmp(src->format, "safetensors", 11) == 0)
+    if (!(fc_source_caps(src) & FC_SOURCE_PICKLED)) /* a checkpoint layout, not one pickle */
         return FC_OK;
     return fc_error_set(FC_EFORMAT,
                         "%s: not a DCP or safetensors checkpoint (a %s input; use full-to-dcp)",

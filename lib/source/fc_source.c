@@ -39,12 +39,7 @@ static int fc_source_unknown(const struct fc_probe *p)
                         p->path);
 }
 
-int fc_source_open(struct fc_source **out, const char *path)
-{
-    return fc_source_open_flags(out, path, 0);
-}
-
-int fc_source_open_flags(struct fc_source **out, const char *path, unsigned flags)
+int fc_source_open(struct fc_source **out, const char *path, unsigned flags)
 {
     *out = NULL;
     int rc = fc_path_is_dir(path);

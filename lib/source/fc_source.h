@@ -85,18 +85,19 @@ struct fc_source {
     struct fc_file *files;
     size_t nfiles;
     const struct fc_source_backend *backend; /* the row of lib/source/'s backend table */
-    void *impl;                              /* the backend's state (parsed archives) */
-    struct fc_strmap key_index;              /* key -> entry index, for fc_source_find() */
+    int no_verify; /* opened with FC_SOURCE_NO_VERIFY: stored CRC-32s are not checked */
+    void *impl;    /* the backend's state (parsed archives) */
+    struct fc_strmap key_index; /* key -> entry index, for fc_source_find() */
 };
 
 /*
  * What a source's input can hold or do (its backend's capability flags), so
  * that callers ask these instead of comparing format names.
  */
-#define FC_SOURCE_CHUNKS     0x1u /* tensors are assembled from stored chunks (DCP, sharded) */
-#define FC_SOURCE_COMPRESSED 0x2u /* items may be zstd-compressed (fc_source_is_compressed()) */
-#define FC_SOURCE_CRCS       0x4u /* stored CRC-32s are checked on reads (fc_source_set_verify()) */
-#define FC_SOURCE_VALUES     0x8u /* may hold non-tensor values (FC_ENTRY_VALUE) */
+#define FC_SOURCE_CHUNKS     0x1u  /* tensors are assembled from stored chunks (DCP, sharded) */
+#define FC_SOURCE_COMPRESSED 0x2u  /* items may be zstd-compressed (fc_source_is_compressed()) */
+#define FC_SOURCE_CRCS       0x4u  /* stored CRC-32s are checked (unless FC_SOURCE_NO_VERIFY) */
+#define FC_SOURCE_VALUES     0x8u  /* may hold non-tensor values (FC_ENTRY_VALUE) */
 #define FC_SOURCE_PICKLED    0x10u /* one torch.save pickle, not a checkpoint layout */
 unsigned fc_source_caps(const struct fc_source *src);
 
@@ -108,25 +109,18 @@ unsigned fc_source_caps(const struct fc_source *src);
  * index.json, safetensors files (all are read), one torch.save file.
  * On success *out is owned by the caller (fc_source_free).
  * Returns FC_OK, FC_ENOENT, FC_EFORMAT, FC_ECORRUPT, FC_EIO, FC_ENOMEM.
- */
-int fc_source_open(struct fc_source **out, const char *path);
-
-/*
- * fc_source_open_flags() - fc_source_open() with flags.  FC_SOURCE_UNTILED_OK:
- * a per-rank safetensors directory whose chunks do not tile a tensor opens
- * anyway (every other command refuses it at open); reading that tensor fails.
- * For inspect, which reports the tiling of every tensor itself.
+ * flags (0 for none):
+ * FC_SOURCE_UNTILED_OK: a per-rank safetensors directory whose chunks do not
+ * tile a tensor opens anyway (every other command refuses it at open);
+ * reading that tensor fails.  For inspect, which reports the tiling of every
+ * tensor itself.
+ * FC_SOURCE_NO_VERIFY (--no-verify): DCP sources do not check the zip CRC-32s
+ * they otherwise check, of small records when the source is opened and of
+ * each chunk's data on its first read (FC_ECORRUPT naming file and item).
  */
 #define FC_SOURCE_UNTILED_OK 1u
-int fc_source_open_flags(struct fc_source **out, const char *path, unsigned flags);
-
-/*
- * fc_source_set_verify() - whether DCP sources check the zip CRC-32 of every
- * item they read (default 1): small records when the source is opened, each
- * chunk's data on its first read (FC_ECORRUPT naming the file and the item).
- * Process-wide, like an option: set it before opening sources (--no-verify).
- */
-void fc_source_set_verify(int on);
+#define FC_SOURCE_NO_VERIFY  2u
+int fc_source_open(struct fc_source **out, const char *path, unsigned flags);
 void fc_source_free(struct fc_source *src); /* accepts NULL */
 
 /*
@@ -135,7 +129,7 @@ void fc_source_free(struct fc_source *src); /* accepts NULL */
  * boxes assembled from the chunks that overlap them.  fc_source_open() calls
  * it for directories holding .metadata.
  */
-int fc_source_open_dcp(struct fc_source **out, const char *dir);
+int fc_source_open_dcp(struct fc_source **out, const char *dir, unsigned flags);
 
 /*
  * fc_source_open_dcp_meta() - the same over metadata the caller already read
@@ -143,7 +137,8 @@ int fc_source_open_dcp(struct fc_source **out, const char *dir);
  * million-chunk checkpoint is then held once, not twice.
  */
 struct fc_dcp_meta;
-int fc_source_open_dcp_meta(struct fc_source **out, const char *dir, struct fc_dcp_meta *meta);
+int fc_source_open_dcp_meta(struct fc_source **out, const char *dir, struct fc_dcp_meta *meta,
+                            unsigned flags);
 
 /*
  * fc_source_value_blob() - append a torch.save blob of value entry e to out:

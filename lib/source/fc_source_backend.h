@@ -93,9 +93,6 @@ int fc_source_index_keys(struct fc_source *src);
 
 /* ---- the box reader (fc_source_box.c) ---- */
 
-/* Whether stored CRC-32s are checked (fc_source_set_verify()). */
-int fc_source_verify_enabled(void);
-
 /*
  * fc_read_strided_box() - the generic box reader: tensor t's storage starts at
  * byte `base` of f; copy box [off, off+size) to dst C-contiguously.  A box

@@ -20,19 +20,6 @@
 /* Gathering a strided box reads the whole covering span when it is at most this big. */
 #define FC_SOURCE_SPAN_CAP ((uint64_t)64 << 20)
 
-/* The --no-verify switch (fc_source_set_verify). */
-static int fc_source_verify = 1;
-
-void fc_source_set_verify(int on)
-{
-    fc_source_verify = on;
-}
-
-int fc_source_verify_enabled(void)
-{
-    return fc_source_verify;
-}
-
 int fc_read_strided_box(const struct fc_file *f, uint64_t base, const struct fc_tensor_desc *t,
                         const int64_t *off, const int64_t *size, void *dst, const char *what)
 {
@@ -208,7 +195,7 @@ int fc_chunks_read_box(const struct fc_source *src, const struct fc_entry *e,
         struct fc_tensor_desc desc;
         fc_chunk_desc(e, &boxes[c], ref, &desc);
         const int check =
-            ref->has_crc && fc_source_verify && !__atomic_load_n(&ref->verified, __ATOMIC_ACQUIRE);
+            ref->has_crc && !src->no_verify && !__atomic_load_n(&ref->verified, __ATOMIC_ACQUIRE);
         int whole = check && ref->layout == NULL;
         for (int d = 0; whole && d < ndim; d++)
             whole = lo[d] == 0 && len[d] == desc.shape[d];

@@ -30,10 +30,11 @@
 #include "fc_zip.h"
 
 /* Check the CRC-32 of every record of an item but `skip` (checked as its bytes are read). */
-static int fc_dcp_verify_records(const struct fc_torchsave *ts, const struct fc_zip_entry *skip)
+static int fc_dcp_verify_records(const struct fc_source *src, const struct fc_torchsave *ts,
+                                 const struct fc_zip_entry *skip)
 {
     const struct fc_zip_reader *zr = fc_torchsave_zip(ts);
-    for (size_t k = 0; fc_source_verify_enabled() && k < fc_zip_count(zr); k++) {
+    for (size_t k = 0; !src->no_verify && k < fc_zip_count(zr); k++) {
         const struct fc_zip_entry *ze = fc_zip_entry_at(zr, k);
         if (ze != skip)
             FC_TRY(fc_zip_verify_crc(zr, ze));
@@ -317,7 +318,7 @@ static int fc_dcp_open_value(struct fc_source *src, struct fc_dcp_source_impl *i
         impl->blobs[impl->nblobs++] = ts;
         impl->value_ts[i] = ts;
         e->value = fc_torchsave_root(ts);
-        return fc_dcp_verify_records(ts, NULL);
+        return fc_dcp_verify_records(src, ts, NULL);
     }
     struct fc_opaque *op = &impl->opaque[i];
     char tbuf[512];
@@ -342,8 +343,9 @@ static int fc_dcp_open_value(struct fc_source *src, struct fc_dcp_source_impl *i
  * Remember where a chunk's storage record is and what its CRC-32 should be,
  * and check the item's other (small) records now.
  */
-static int fc_dcp_chunk_record(const struct fc_torchsave *ts, const struct fc_ts_storage *st,
-                               struct fc_chunk_ref *ref, const struct fc_tensor_desc *desc,
+static int fc_dcp_chunk_record(const struct fc_source *src, const struct fc_torchsave *ts,
+                               const struct fc_ts_storage *st, struct fc_chunk_ref *ref,
+                               const struct fc_tensor_desc *desc,
                                const struct fc_dcp_storage *where, const char *fqn)
 {
     char *name = fc_malloc(strlen(st->key) + 6);
@@ -371,7 +373,7 @@ static int fc_dcp_chunk_record(const struct fc_torchsave *ts, const struct fc_ts
         *l = (struct fc_chunk_layout){*desc, ze->data_offset, ze->size};
         ref->layout = l;
     }
-    return fc_dcp_verify_records(ts, ze);
+    return fc_dcp_verify_records(src, ts, ze);
 }
 
 /* The error of a chunk whose data's CRC-32 is not its zip entry's: it names file and item. */
@@ -521,7 +523,7 @@ static int fc_dcp_open_chunk(struct fc_source *src, struct fc_dcp_source_impl *i
     const struct fc_ts_storage *st = fc_torchsave_storage_at(ts, fc_torchsave_storage_index(ts, t));
     ref->base = st->data_offset;
     ref->item = (uint32_t)c;
-    FC_TRY(fc_dcp_chunk_record(ts, st, ref, &t->desc, &dc->storage, de->fqn));
+    FC_TRY(fc_dcp_chunk_record(src, ts, st, ref, &t->desc, &dc->storage, de->fqn));
     impl->nchunks[i]++;
     /* A chunk needs only where its bytes are: drop the parsed blob, keeping memory
      * proportional to tensors, not to the items of every rank. */
@@ -548,12 +550,13 @@ static int fc_dcp_open_tensor(struct fc_source *src, struct fc_dcp_source_impl *
     return fc_dcp_index_chunks(impl, i, de, dir);
 }
 
-int fc_source_open_dcp(struct fc_source **out, const char *dir)
+int fc_source_open_dcp(struct fc_source **out, const char *dir, unsigned flags)
 {
-    return fc_source_open_dcp_meta(out, dir, NULL);
+    return fc_source_open_dcp_meta(out, dir, NULL, flags);
 }
 
-int fc_source_open_dcp_meta(struct fc_source **out, const char *dir, struct fc_dcp_meta *meta)
+int fc_source_open_dcp_meta(struct fc_source **out, const char *dir, struct fc_dcp_meta *meta,
+                            unsigned flags)
 {
     struct fc_source *src = fc_calloc(1, sizeof(*src));
     struct fc_dcp_source_impl *impl = fc_calloc(1, sizeof(*impl));
@@ -569,6 +572,7 @@ int fc_source_open_dcp_meta(struct fc_source **out, const char *dir, struct fc_d
     src->impl = impl;
     src->backend = &fc_source_dcp_backend;
     src->format = fc_source_dcp_backend.name;
+    src->no_verify = (flags & FC_SOURCE_NO_VERIFY) != 0;
     src->path = fc_strdup(dir);
     fc_free(mpath);
     impl->meta = meta;
@@ -868,8 +872,7 @@ int fc_source_is_dcp_dir(const char *path)
 
 static int fc_dcp_open(struct fc_source **out, struct fc_probe *p, unsigned flags)
 {
-    (void)flags;
-    return fc_source_open_dcp(out, p->path);
+    return fc_source_open_dcp(out, p->path, flags);
 }
 
 const struct fc_source_backend fc_source_dcp_backend = {

@@ -140,7 +140,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct fc_source *src = NULL;
     if (fuzz_write_dir(data, size) != 0)
         return 0;
-    if (fc_source_open(&src, fuzz_dir) != FC_OK) {
+    if (fc_source_open(&src, fuzz_dir, 0) != FC_OK) {
         if (src != NULL)
             abort();
         return 0;

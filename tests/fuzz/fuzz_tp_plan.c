@@ -40,7 +40,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     if (!tried) {
         tried = 1;
-        if (fc_source_open(&src, "fixtures/full/tiny_vitlm.pt") != FC_OK)
+        if (fc_source_open(&src, "fixtures/full/tiny_vitlm.pt", 0) != FC_OK)
             src = NULL;
     }
     char *text = fc_malloc(size + 1);

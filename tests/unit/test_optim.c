@@ -42,7 +42,7 @@ static void test_optim_state_follows_copy_resize_and_dtype(void **state)
     struct fc_source *src = NULL;
     struct fc_xform_result xr;
     (void)state;
-    assert_fc_ok(fc_source_open(&src, fc_test_fixture("full/tiny_vitlm_train.pt")));
+    assert_fc_ok(fc_source_open(&src, fc_test_fixture("full/tiny_vitlm_train.pt"), 0));
     static const char *const rules[][2] = {{"copy", "^norm\\.(weight|bias)$=norm_moe_gen.\\1"},
                                            {"resize-rows", "connector.0.weight=16"},
                                            {"dtype", "bf16"}};
@@ -80,7 +80,7 @@ static void test_optim_app_layout_lists_copies_in_their_group(void **state)
     struct fc_source *src = NULL;
     struct fc_xform_result xr;
     (void)state;
-    assert_fc_ok(fc_source_open(&src, fc_test_fixture("full/tiny_vitlm_train.pt")));
+    assert_fc_ok(fc_source_open(&src, fc_test_fixture("full/tiny_vitlm_train.pt"), 0));
     static const char *const rules[][2] = {{"copy", "^norm\\.weight$=norm_moe_gen.weight"}};
     assert_fc_ok(convert(src, rules, 1, FC_LAYOUT_APP, &xr));
     const long p = find(&xr, "app.optim.param_groups.0.params");
@@ -111,7 +111,7 @@ static void test_optim_ids_need_the_parameter_order(void **state)
     struct fc_xform_result xr;
     struct fc_xform_rules r;
     (void)state;
-    assert_fc_ok(fc_source_open(&src, fc_test_fixture("full/tiny_vitlm_train.pt")));
+    assert_fc_ok(fc_source_open(&src, fc_test_fixture("full/tiny_vitlm_train.pt"), 0));
     memset(&r, 0, sizeof(r));
     assert_fc_ok(fc_xform_rules_add(&r, "select", "model", "t"));
     assert_fc_ok(fc_xform_apply(src, &r, &xr));

@@ -5,6 +5,9 @@
  */
 #include "fc_test.h"
 
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "fc_source.h"
@@ -13,7 +16,7 @@
 static void expect_backend(const char *rel, const char *format, unsigned caps)
 {
     struct fc_source *src = NULL;
-    assert_fc_ok(fc_source_open(&src, fc_test_fixture(rel)));
+    assert_fc_ok(fc_source_open(&src, fc_test_fixture(rel), 0));
     assert_string_equal(src->format, format);
     assert_int_equal(fc_source_caps(src), caps);
     assert_true(src->nentries > 0);
@@ -62,7 +65,7 @@ static void test_is_dcp_dir(void **state)
     put_file(dir, "__0_0.distcp", 16);
     assert_int_equal(fc_source_is_dcp_dir(dir), 1);
     struct fc_source *src = NULL;
-    assert_fc_fails(fc_source_open(&src, dir), FC_ECORRUPT, "incomplete checkpoint");
+    assert_fc_fails(fc_source_open(&src, dir, 0), FC_ECORRUPT, "incomplete checkpoint");
     assert_null(src);
     fc_test_rmdir(dir);
     /* Rank-local metadata alone is a DCP too (inspect reports what is missing). */
@@ -79,19 +82,98 @@ static void test_unknown_inputs(void **state)
 {
     (void)state;
     struct fc_source *src = NULL;
-    assert_fc_fails(fc_source_open(&src, fc_test_fixture("full")), FC_EFORMAT,
+    assert_fc_fails(fc_source_open(&src, fc_test_fixture("full"), 0), FC_EFORMAT,
                     "torch.save files; name one");
     char *dir = fc_test_tmpdir();
     assert_non_null(dir);
-    assert_fc_fails(fc_source_open(&src, dir), FC_EFORMAT, "no checkpoint found");
+    assert_fc_fails(fc_source_open(&src, dir, 0), FC_EFORMAT, "no checkpoint found");
     put_file(dir, "empty.bin.x", 0);
     put_file(dir, "junk.x", 64);
     char path[512];
     snprintf(path, sizeof(path), "%s/empty.bin.x", dir);
-    assert_fc_fails(fc_source_open(&src, path), FC_ECORRUPT, "empty file");
+    assert_fc_fails(fc_source_open(&src, path, 0), FC_ECORRUPT, "empty file");
     snprintf(path, sizeof(path), "%s/junk.x", dir);
-    assert_fc_fails(fc_source_open(&src, path), FC_EFORMAT, "not a checkpoint fsdpconv knows");
+    assert_fc_fails(fc_source_open(&src, path, 0), FC_EFORMAT, "not a checkpoint fsdpconv knows");
     assert_null(src);
+    fc_test_rmdir(dir);
+}
+
+/* Copy fixtures/<rel>/<name> into dir. */
+static void copy_fixture(const char *rel, const char *name, const char *dir)
+{
+    char src[4608], dst[512];
+    snprintf(src, sizeof(src), "%s/%s", fc_test_fixture(rel), name);
+    snprintf(dst, sizeof(dst), "%s/%s", dir, name);
+    FILE *in = fopen(src, "rb"), *out = fopen(dst, "wb");
+    assert_non_null(in);
+    assert_non_null(out);
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), in)) > 0)
+        assert_int_equal(fwrite(buf, 1, n, out), n);
+    fclose(in);
+    assert_int_equal(fclose(out), 0);
+}
+
+/* Flip one bit of the first storage record's data in path (its zip local header skipped). */
+static void flip_first_record_bit(const char *path)
+{
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    static unsigned char b[1 << 20];
+    const size_t n = fread(b, 1, sizeof(b), f);
+    size_t data = 0, h = 0;
+    for (size_t i = 0; i + 7 <= n && data == 0; i++)
+        data = memcmp(b + i, "/data/0", 7) == 0 ? i : 0;
+    for (size_t i = 0; i < data; i++)
+        h = memcmp(b + i, "PK\x03\x04", 4) == 0 ? i : h;
+    assert_true(data > 0 && h > 0);
+    const size_t at = h + 30 + (b[h + 26] | b[h + 27] << 8) + (b[h + 28] | b[h + 29] << 8);
+    assert_true(at < n);
+    b[at] ^= 0x10;
+    assert_int_equal(fseek(f, 0, SEEK_SET), 0);
+    assert_int_equal(fwrite(b, 1, n, f), n);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* Read every tensor of a DCP source whole: FC_OK, or the first error. */
+static int read_every_tensor(const char *dir, unsigned flags)
+{
+    struct fc_source *src = NULL;
+    int rc = fc_source_open(&src, dir, flags);
+    for (size_t i = 0; rc == FC_OK && i < src->nentries; i++) {
+        const struct fc_entry *e = &src->entries[i];
+        if (e->kind != FC_ENTRY_TENSOR)
+            continue;
+        int64_t off[FC_MAX_DIMS] = {0}, n = 1;
+        for (int d = 0; d < e->t.ndim; d++)
+            n *= e->t.shape[d];
+        void *dst = malloc((size_t)n * fc_dtype_size(e->t.dtype) + 1);
+        assert_non_null(dst);
+        rc = fc_source_read_box(src, e, off, e->t.shape, dst);
+        free(dst);
+    }
+    fc_source_free(src);
+    return rc;
+}
+
+/* --no-verify is an option of one open, not of the process: sources opened before and after
+ * one opened with FC_SOURCE_NO_VERIFY still check every CRC-32. */
+static void test_no_verify_is_per_source(void **state)
+{
+    (void)state;
+    char *dir = fc_test_tmpdir();
+    assert_non_null(dir);
+    copy_fixture("dcp/model_ws2", ".metadata", dir);
+    copy_fixture("dcp/model_ws2", "__0_0.distcp", dir);
+    copy_fixture("dcp/model_ws2", "__1_0.distcp", dir);
+    assert_fc_ok(read_every_tensor(dir, 0));
+    char path[512];
+    snprintf(path, sizeof(path), "%s/__0_0.distcp", dir);
+    flip_first_record_bit(path);
+    assert_int_equal(read_every_tensor(dir, 0), FC_ECORRUPT);
+    assert_fc_ok(read_every_tensor(dir, FC_SOURCE_NO_VERIFY));
+    assert_int_equal(read_every_tensor(dir, 0), FC_ECORRUPT);
     fc_test_rmdir(dir);
 }
 
@@ -101,6 +183,7 @@ int main(void)
         cmocka_unit_test(test_probe_picks_backend),
         cmocka_unit_test(test_is_dcp_dir),
         cmocka_unit_test(test_unknown_inputs),
+        cmocka_unit_test(test_no_verify_is_per_source),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -79,7 +79,7 @@ static void test_stream_casts_and_permutes_in_any_slab_size(void **state)
     struct fc_xspec *s;
     const struct fc_entry *e;
     (void)state;
-    assert_fc_ok(fc_source_open(&src, fc_test_fixture("full/tiny_vitlm.pt")));
+    assert_fc_ok(fc_source_open(&src, fc_test_fixture("full/tiny_vitlm.pt"), 0));
     static const char *const rules[][2] = {{"conv2d-to-linear", "patch_embed.weight"},
                                            {"dtype", "bf16"}};
     spec_from_rules(src, rules, 2, "patch_embed.weight", &xr, &s);
@@ -117,7 +117,7 @@ static void test_stream_resize_fills_zero_or_the_float64_mean(void **state)
     struct fc_xspec *s;
     const struct fc_entry *e;
     (void)state;
-    assert_fc_ok(fc_source_open(&src, fc_test_fixture("full/tiny_vitlm.pt")));
+    assert_fc_ok(fc_source_open(&src, fc_test_fixture("full/tiny_vitlm.pt"), 0));
     /* embed_tokens [11, 8] f32 -> 14 rows of the mean, then bf16 (mean rounded to f32 first). */
     static const char *const rules[][2] = {{"copy", "^embed_tokens\\.weight$=emb2"},
                                            {"resize-rows", "emb2=14"},

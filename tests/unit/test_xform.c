@@ -11,7 +11,7 @@
 static struct fc_source *open_fixture(const char *rel)
 {
     struct fc_source *src = NULL;
-    assert_fc_ok(fc_source_open(&src, fc_test_fixture(rel)));
+    assert_fc_ok(fc_source_open(&src, fc_test_fixture(rel), 0));
     return src;
 }
 
