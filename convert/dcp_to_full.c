@@ -573,6 +573,69 @@ done:
     return rc;
 }
 
+/* The output's kind (--format, else from its name) and whether it is a directory. */
+static int fc_export_kind(const struct fc_dcp_to_full_opts *opts, enum fc_export_format *fmt,
+                          int *is_dir)
+{
+    *fmt = opts->format;
+    if (*fmt == FC_EXPORT_AUTO) {
+        if (fc_ends_with(opts->output, ".pt") || fc_ends_with(opts->output, ".pth") ||
+            fc_ends_with(opts->output, ".bin"))
+            *fmt = FC_EXPORT_TORCH;
+        else
+            *fmt = FC_EXPORT_SAFETENSORS;
+    }
+    *is_dir =
+        *fmt == FC_EXPORT_SAFETENSORS && (opts->max_shard_size > 0 || opts->config_from != NULL);
+    if (*fmt == FC_EXPORT_TORCH && opts->max_shard_size > 0)
+        return fc_error_set(FC_EINVAL, "--max-shard-size applies to safetensors output only");
+    if (*fmt == FC_EXPORT_TORCH && opts->config_from != NULL)
+        return fc_error_set(FC_EINVAL, "--config-from writes a Hugging Face directory of "
+                                       "safetensors; drop --format torch and the .pt/.bin name");
+    return FC_OK;
+}
+
+/*
+ * --max-shard-size: the tensors idx[0..n) in shards of at most that many file bytes
+ * (fc_plan_shards(); shard_of is scratch for n), then model.safetensors.index.json, in dir.
+ */
+static int fc_write_shards(const struct fc_source *src, const struct fc_xform_result *xr,
+                           const size_t *idx, size_t n, size_t *shard_of, const char *dir,
+                           const struct fc_dcp_to_full_opts *opts, struct fc_slabs *slabs,
+                           struct fc_out *o, struct fc_dcp_to_full_result *res)
+{
+    struct fc_buf empty = FC_BUF_INIT(4096);
+    int rc = fc_safetensors_write_header(&empty, NULL, 0, fc_st_meta, 1, 1);
+    const uint64_t base = empty.len - 8;
+    fc_buf_release(&empty);
+    FC_TRY(rc);
+    const size_t nshards = fc_plan_shards(xr, idx, n, opts->max_shard_size, base, shard_of);
+    for (size_t s = 0, first = 0; s < nshards; s++) {
+        size_t last = first;
+        while (last < n && shard_of[last] == s)
+            last++;
+        char name[64];
+        snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors", s + 1, nshards);
+        char *p = fc_path_join(dir, name);
+        if (p == NULL)
+            return fc_error_set(FC_ENOMEM, "out of memory");
+        rc =
+            fc_write_safetensors(src, xr, idx + first, last - first, p, opts->max_memory, slabs, o);
+        fc_free(p);
+        FC_TRY(rc);
+        first = last;
+    }
+    char *ip = fc_path_join(dir, "model.safetensors.index.json");
+    if (ip == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    rc = fc_write_index(ip, xr, idx, shard_of, n, nshards, o->total);
+    fc_free(ip);
+    FC_TRY(rc);
+    res->ntensors = n;
+    res->nfiles = nshards;
+    return FC_OK;
+}
+
 int fc_dcp_to_full(const struct fc_dcp_to_full_opts *opts, struct fc_dcp_to_full_result *res)
 {
     struct fc_source *src = NULL;
@@ -588,21 +651,8 @@ int fc_dcp_to_full(const struct fc_dcp_to_full_opts *opts, struct fc_dcp_to_full
     memset(&xr, 0, sizeof(xr));
     memset(&slabs, 0, sizeof(slabs));
     memset(res, 0, sizeof(*res));
-    enum fc_export_format fmt = opts->format;
-    if (fmt == FC_EXPORT_AUTO) {
-        if (fc_ends_with(opts->output, ".pt") || fc_ends_with(opts->output, ".pth") ||
-            fc_ends_with(opts->output, ".bin"))
-            fmt = FC_EXPORT_TORCH;
-        else
-            fmt = FC_EXPORT_SAFETENSORS;
-    }
-    is_dir_out =
-        fmt == FC_EXPORT_SAFETENSORS && (opts->max_shard_size > 0 || opts->config_from != NULL);
-    if (fmt == FC_EXPORT_TORCH && opts->max_shard_size > 0)
-        return fc_error_set(FC_EINVAL, "--max-shard-size applies to safetensors output only");
-    if (fmt == FC_EXPORT_TORCH && opts->config_from != NULL)
-        return fc_error_set(FC_EINVAL, "--config-from writes a Hugging Face directory of "
-                                       "safetensors; drop --format torch and the .pt/.bin name");
+    enum fc_export_format fmt;
+    FC_TRY(fc_export_kind(opts, &fmt, &is_dir_out));
     fc_cancel_hold();
     rc = fc_stage_begin(&out, opts->output, is_dir_out, opts->force, fc_cancel_requested);
     fc_cancel_staged(rc == FC_OK && is_dir_out ? out.path : NULL);
@@ -661,42 +711,8 @@ int fc_dcp_to_full(const struct fc_dcp_to_full_opts *opts, struct fc_dcp_to_full
         res->ntensors = n;
         res->nfiles = 1;
     } else {
-        struct fc_buf empty = FC_BUF_INIT(4096);
-        rc = fc_safetensors_write_header(&empty, NULL, 0, fc_st_meta, 1, 1);
-        const uint64_t base = empty.len - 8;
-        fc_buf_release(&empty);
-        if (rc < 0)
-            goto done;
-        const size_t nshards = fc_plan_shards(&xr, idx, n, opts->max_shard_size, base, shard_of);
-        for (size_t s = 0, first = 0; s < nshards; s++) {
-            size_t last = first;
-            while (last < n && shard_of[last] == s)
-                last++;
-            char name[64];
-            snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors", s + 1, nshards);
-            char *p = fc_path_join(tmp, name);
-            if (p == NULL) {
-                rc = fc_error_set(FC_ENOMEM, "out of memory");
-                goto done;
-            }
-            rc = fc_write_safetensors(src, &xr, idx + first, last - first, p, opts->max_memory,
-                                      &slabs, &o);
-            fc_free(p);
-            if (rc < 0)
-                goto done;
-            first = last;
-        }
-        char *ip = fc_path_join(tmp, "model.safetensors.index.json");
-        if (ip == NULL) {
-            rc = fc_error_set(FC_ENOMEM, "out of memory");
-            goto done;
-        }
-        rc = fc_write_index(ip, &xr, idx, shard_of, n, nshards, o.total);
-        fc_free(ip);
-        if (rc < 0)
-            goto done;
-        res->ntensors = n;
-        res->nfiles = nshards;
+        FC_TRY_GOTO(fc_write_shards(src, &xr, idx, n, shard_of, tmp, opts, &slabs, &o, res), rc,
+                    done);
     }
     FC_TRY_GOTO(fc_stage_commit(&out), rc, done);
     res->format = fmt == FC_EXPORT_TORCH ? "torch.save" : "safetensors";

@@ -37,7 +37,7 @@ void fc_cancel_release(void);
 
 struct fc_inspect_opts {
     const char *path;
-    const char *key_regex; /* PCRE2 regex over keys (lib/fc_regex.h), or NULL for all */
+    const char *key_regex; /* PCRE2 regex over keys (lib/util/fc_regex.h), or NULL for all */
     int checksum;          /* compute SHA-256 of every selected tensor */
     int verify; /* DCP, sharded safetensors: read every chunk, check it against its header */
 };

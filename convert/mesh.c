@@ -1,3 +1,9 @@
+/*
+ * mesh.c - the device-mesh arithmetic of mesh.h: each rank's box of a tensor
+ * under FSDP2 Shard(0), HSDP and TP x FSDP placements (torch.chunk sizes,
+ * _StridedShard), computed exactly as DTensor does so the planner never asks
+ * torch.
+ */
 #include "mesh.h"
 
 #include <assert.h>

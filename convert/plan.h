@@ -11,7 +11,7 @@
  * struct fc_buf via fc_plan_describe().
  *
  * Boxes (struct fc_box), the coverage checker and the intersection index are
- * in lib/fc_chunks.h, shared with the DCP reader.
+ * in lib/format/fc_chunks.h, shared with the DCP reader.
  *
  * Invariants of a built plan (checked by tests/unit/test_plan.c and
  * tests/fuzz/fuzz_plan.c):

@@ -1,3 +1,9 @@
+/*
+ * fc_hf.c - a Hugging Face model directory's side files: the fields of
+ * config.json the tie hints need (jansson), and the copy of the config and
+ * tokenizer files into an exported directory, never following a symlink out
+ * of the source directory.
+ */
 #include "fc_hf.h"
 
 #include <errno.h>

@@ -1,3 +1,7 @@
+/*
+ * fc_alloc.c - the allocator of fc_alloc.h: overflow-checked element counts
+ * and the fail-the-Nth-allocation hook the unit tests walk failure paths with.
+ */
 #include "fc_alloc.h"
 
 #include <stdlib.h>

@@ -1,3 +1,7 @@
+/*
+ * fc_buf.c - the capped growable buffer of fc_buf.h: doubling growth that
+ * stops at the cap with FC_ENOMEM, so no input can make it grow without bound.
+ */
 #include "fc_buf.h"
 
 #include <stdarg.h>

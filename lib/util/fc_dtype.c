@@ -1,3 +1,7 @@
+/*
+ * fc_dtype.c - the one dtype table and its lookups by torch, safetensors and
+ * storage-class name, plus the user spellings --dtype accepts (bf16, half...).
+ */
 #include "fc_dtype.h"
 
 #include <string.h>

@@ -1,3 +1,7 @@
+/*
+ * fc_error.c - the per-thread error message of fc_error.h, written once where
+ * a failure is found, with input-derived bytes escaped so it stays one line.
+ */
 #include "fc_error.h"
 
 #include <stdarg.h>

@@ -1,3 +1,9 @@
+/*
+ * fc_io.c - file I/O for every layer: pread/pwrite loops, the descriptor pool
+ * that keeps many-file checkpoints under ulimit -n, text-file lines for rules
+ * and plans, atomic small writes, and the staged output (unguessable names,
+ * O_EXCL|O_NOFOLLOW, fsync, rename) that --force never loses both of.
+ */
 #include "fc_io.h"
 
 #include <dirent.h>

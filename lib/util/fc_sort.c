@@ -1,3 +1,7 @@
+/*
+ * fc_sort.c - the stable merge sort of index arrays with a context comparator
+ * (fc_sort.h says why not qsort).
+ */
 #include "fc_sort.h"
 
 #include <string.h>

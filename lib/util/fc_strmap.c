@@ -1,3 +1,7 @@
+/*
+ * fc_strmap.c - the open-addressing string -> index map of fc_strmap.h
+ * (FNV-1a, linear probing, load factor at most 1/2).
+ */
 #include "fc_strmap.h"
 
 #include <stdint.h>
