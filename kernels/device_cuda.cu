@@ -67,35 +67,47 @@ extern "C" int fc_cuda_stream_sync(void *stream)
     return FC_OK;
 }
 
-extern "C" int fc_dev_buf_alloc(struct fc_dev_buf *buf, size_t nbytes)
+/*
+ * Device (cudaMalloc) and pinned host (cudaMallocHost) buffers are allocated and freed
+ * alike: one pair of helpers for both kinds.
+ */
+static int fc_cuda_buf_alloc(void **ptr, size_t *size, size_t nbytes, int pinned)
 {
     void *p = NULL;
-    cudaError_t rc;
-
-    assert(buf->ptr == NULL);
-    buf->ptr = NULL;
-    buf->nbytes = 0;
+    assert(*ptr == NULL);
+    *ptr = NULL;
+    *size = 0;
     if (nbytes == 0)
         return FC_OK;
-    rc = cudaMalloc(&p, nbytes);
+    const cudaError_t rc = pinned ? cudaMallocHost(&p, nbytes) : cudaMalloc(&p, nbytes);
     if (rc != cudaSuccess) {
         (void)cudaGetLastError();
-        return fc_error_set(FC_ECUDA, "cudaMalloc of %zu bytes failed: %s", nbytes,
+        return fc_error_set(FC_ECUDA, "%s of %zu bytes failed: %s",
+                            pinned ? "cudaMallocHost" : "cudaMalloc", nbytes,
                             cudaGetErrorString(rc));
     }
-    buf->ptr = p;
-    buf->nbytes = nbytes;
+    *ptr = p;
+    *size = nbytes;
     return FC_OK;
+}
+
+static void fc_cuda_buf_free(void **ptr, size_t *size, int pinned)
+{
+    if (*ptr != NULL && (pinned ? cudaFreeHost(*ptr) : cudaFree(*ptr)) != cudaSuccess)
+        (void)cudaGetLastError(); /* nothing useful to report from a destructor */
+    *ptr = NULL;
+    *size = 0;
+}
+
+extern "C" int fc_dev_buf_alloc(struct fc_dev_buf *buf, size_t nbytes)
+{
+    return fc_cuda_buf_alloc(&buf->ptr, &buf->nbytes, nbytes, 0);
 }
 
 extern "C" void fc_dev_buf_free(struct fc_dev_buf *buf)
 {
-    if (buf == NULL)
-        return;
-    if (buf->ptr != NULL && cudaFree(buf->ptr) != cudaSuccess)
-        (void)cudaGetLastError();
-    buf->ptr = NULL;
-    buf->nbytes = 0;
+    if (buf != NULL)
+        fc_cuda_buf_free(&buf->ptr, &buf->nbytes, 0);
 }
 
 static int fc_dev_range(const char *what, const struct fc_dev_buf *buf, size_t offset,
@@ -152,31 +164,11 @@ extern "C" int fc_dev_buf_copy(struct fc_dev_buf *dst, size_t dst_offset,
 
 extern "C" int fc_pinned_buf_alloc(struct fc_pinned_buf *buf, size_t nbytes)
 {
-    void *p = NULL;
-    cudaError_t rc;
-
-    assert(buf->ptr == NULL);
-    buf->ptr = NULL;
-    buf->nbytes = 0;
-    if (nbytes == 0)
-        return FC_OK;
-    rc = cudaMallocHost(&p, nbytes);
-    if (rc != cudaSuccess) {
-        (void)cudaGetLastError();
-        return fc_error_set(FC_ECUDA, "cudaMallocHost of %zu bytes failed: %s", nbytes,
-                            cudaGetErrorString(rc));
-    }
-    buf->ptr = p;
-    buf->nbytes = nbytes;
-    return FC_OK;
+    return fc_cuda_buf_alloc(&buf->ptr, &buf->nbytes, nbytes, 1);
 }
 
 extern "C" void fc_pinned_buf_free(struct fc_pinned_buf *buf)
 {
-    if (buf == NULL)
-        return;
-    if (buf->ptr != NULL && cudaFreeHost(buf->ptr) != cudaSuccess)
-        (void)cudaGetLastError();
-    buf->ptr = NULL;
-    buf->nbytes = 0;
+    if (buf != NULL)
+        fc_cuda_buf_free(&buf->ptr, &buf->nbytes, 1);
 }
