@@ -6,6 +6,7 @@
  */
 #include "fc_io.h"
 
+#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -249,6 +250,8 @@ int fc_file_pread(const struct fc_file *f, void *dst, size_t n, uint64_t off)
 {
     unsigned char *p = dst;
     int fd, rc = FC_OK;
+    /* fc_io.h: an open file names its path and is either pooled or has its own descriptor. */
+    assert(f->path != NULL && (f->slot != NULL) != (f->fd >= 0));
     if (off > f->size || n > f->size - off)
         return fc_error_set(FC_ECORRUPT,
                             "%s: truncated: need bytes %" PRIu64 "..%" PRIu64
@@ -785,6 +788,8 @@ int fc_stage_commit(struct fc_stage *st)
     sigset_t hold, saved;
     char *old = NULL;
     int rc = FC_OK;
+    /* fc_io.h: a stage is committed once, from a staging path beside its target. */
+    assert(!st->committed && st->path != NULL && st->target != NULL && st->parent != NULL);
     if (st->is_dir)
         FC_TRY(fc_fsync_dir(st->path));
     fc_test_pause("FSDPCONV_TEST_PAUSE_BEFORE_COMMIT");
