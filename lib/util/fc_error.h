@@ -32,13 +32,10 @@ typedef enum fc_err fc_err;
  *
  * The message is formatted with printf semantics and truncated to a fixed
  * buffer.  Returns `code` unchanged so that `return fc_error_set(...)` works.
+ * It keeps every message on one line: control bytes and bytes that are not
+ * UTF-8 (from file names, keys and rules) appear as \xNN.
  */
 int fc_error_set(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-/*
- * fc_error_set() keeps every message on one line: control bytes and bytes
- * that are not UTF-8 (from file names, keys and rules) appear as \xNN.
- */
 
 /*
  * fc_utf8_seq_len() - length (1..4) of the valid UTF-8 character at p[0, n),
