@@ -193,6 +193,8 @@ int fc_file_open_read(struct fc_file *f, const char *path)
     *f = (struct fc_file)FC_FILE_INIT;
     f->path = fc_strdup(path);
     f->slot = fc_calloc(1, sizeof(*f->slot));
+    if (f->slot != NULL)
+        f->slot->fd = -1; /* not open: a failed open must not close descriptor 0 */
     if (f->path == NULL || f->slot == NULL) {
         fc_file_close(f);
         return fc_error_set(FC_ENOMEM, "%s: out of memory", path);

@@ -6,6 +6,7 @@
  * the pool then keeps at most 8 + 64 / 2 = 40 descriptors.
  */
 #include <dirent.h>
+#include <fcntl.h>
 #include <unistd.h>
 #include <sys/resource.h>
 
@@ -99,6 +100,32 @@ static void test_pool_closes_what_it_opened(void **state)
     assert_int_equal(open_fds(), before);
 }
 
+/* A failed open closes nothing: descriptor 0 (stdin here) stays open, and the pool stays usable. */
+static void test_failed_open_closes_nothing(void **state)
+{
+    (void)state;
+    int fd0 = fcntl(0, F_GETFD);
+    if (fd0 < 0) { /* no stdin: give descriptor 0 a file to lose */
+        fd0 = open("/dev/null", O_RDONLY);
+        assert_int_equal(fd0, 0);
+    }
+    char p[256];
+    snprintf(p, sizeof(p), "%s/does-not-exist", dir);
+    for (int i = 0; i < 3; i++) {
+        struct fc_file f;
+        assert_int_equal(fc_file_open_read(&f, p), FC_ENOENT);
+    }
+    assert_true(fcntl(0, F_GETFD) >= 0);
+    write_file(0, 7);
+    struct fc_file f;
+    unsigned char got[64];
+    file_path(p, sizeof(p), 0);
+    assert_fc_ok(fc_file_open_read(&f, p));
+    assert_fc_ok(fc_file_pread(&f, got, sizeof(got), 0));
+    assert_int_equal(got[0], 7);
+    fc_file_close(&f);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -122,6 +149,7 @@ int main(void)
         return 1;
     }
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_failed_open_closes_nothing),
         cmocka_unit_test(test_pool_closes_what_it_opened),
         cmocka_unit_test(test_pool_reads_more_files_than_the_limit),
     };
