@@ -233,6 +233,9 @@ $(B)/tests/%: tests/unit/%.c tests/unit/fc_test.h tests/unit/dcp_meta_diff.h $(L
 	$(Q)$(CC) $(FC_CPPFLAGS) -Itests/unit $(PKG_CFLAGS) $(CMOCKA_CFLAGS) $(FC_CFLAGS) $(CFLAGS) \
 	  -DFC_SOURCE_DIR=\"$(CURDIR)\" $(LDFLAGS) -o $@ $< $(LIBFC) $(CMOCKA_LIBS) $(FC_LDLIBS)
 
+# test_exec counts the executor's CRC-32s through a wrapper of fc_crc32.
+$(B)/tests/test_exec: LDFLAGS += -Wl,--wrap=fc_crc32
+
 # Fuzz targets with the standalone replay driver (gcc); `make fuzz` uses libFuzzer.
 $(B)/fuzz/%: tests/fuzz/%.c tests/fuzz/driver.c tests/unit/dcp_meta_diff.h $(LIBFC)
 	@mkdir -p $(dir $@)

@@ -23,7 +23,8 @@ static const struct fc_opt dcp_to_full_opts[] = {
     {OPT_SHARD, 0, "max-shard-size", "<size>", 0, NULL, NULL,
      "write safetensors files of at most <size> bytes, header\n"
      "included (a bigger tensor gets a file of its own), plus\n"
-     "model.safetensors.index.json into the <output> directory"},
+     "model.safetensors.index.json into the <output> directory;\n"
+     "5GB is 5e9 bytes (as Hugging Face), 5GiB and 5G 5*2^30"},
     {OPT_CONFIG_FROM, 0, "config-from", "<hf-dir>", 0, NULL, NULL,
      "<output> becomes a directory from_pretrained loads: the\n"
      "weights plus <hf-dir>'s config.json, generation config and\n"

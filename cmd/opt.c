@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #include "opt.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <getopt.h>
@@ -400,42 +401,30 @@ int fc_opt_int(const char *opt, const char *s, long min, long max, long *out)
     return 0;
 }
 
+/*
+ * Sizes as users mean them: "5GB" is 5e9 bytes, as Hugging Face reads
+ * max_shard_size, while "5GiB" and the bare "5G" (ulimit, dd) are 5 * 2^30.
+ */
 int fc_opt_size(const char *opt, const char *s, uint64_t min, uint64_t *out)
 {
+    static const char letters[] = "KMGT";
     char *end = NULL;
     errno = 0;
     const double v = strtod(s, &end);
     if (s[0] == '\0' || end == s || errno != 0 || !(v >= 0))
         return fc_opt_bad(opt, s, "expected a size such as 512M or 2GiB");
     double mul = 1;
-    switch (*end) {
-    case '\0': break;
-    case 'k':
-    case 'K':
-        mul = 1024.0;
+    if (*end != '\0') {
+        const char *letter = strchr(letters, toupper((unsigned char)*end));
+        if (letter == NULL)
+            return fc_opt_bad(opt, s, FC_OPT_SIZE_SUFFIXES);
         end++;
-        break;
-    case 'm':
-    case 'M':
-        mul = 1024.0 * 1024;
-        end++;
-        break;
-    case 'g':
-    case 'G':
-        mul = 1024.0 * 1024 * 1024;
-        end++;
-        break;
-    case 't':
-    case 'T':
-        mul = 1024.0 * 1024 * 1024 * 1024;
-        end++;
-        break;
-    default: return fc_opt_bad(opt, s, "unknown size suffix");
+        const int decimal = strcmp(end, "B") == 0 || strcmp(end, "b") == 0;
+        if (!decimal && *end != '\0' && strcmp(end, "iB") != 0)
+            return fc_opt_bad(opt, s, FC_OPT_SIZE_SUFFIXES);
+        for (const char *l = letters; l <= letter; l++)
+            mul *= decimal ? 1000.0 : 1024.0;
     }
-    if (strcmp(end, "iB") == 0 || strcmp(end, "B") == 0 || strcmp(end, "b") == 0)
-        end += strlen(end);
-    if (*end != '\0')
-        return fc_opt_bad(opt, s, "unknown size suffix");
     const double bytes = v * mul;
     if (bytes > 1.8e19)
         return fc_opt_bad(opt, s, "too large");

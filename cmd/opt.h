@@ -113,11 +113,21 @@ int fc_opt_unknown(int id);
 
 /* Integer in [min, max]. */
 int fc_opt_int(const char *opt, const char *s, long min, long max, long *out);
-/* Size >= min with optional suffix: 512, 64K, 2M, 1G, 2GiB, 1.5GB (powers of 1024). */
+/*
+ * Size >= min in bytes, with an optional suffix: 512, 64K, 2M, 2GiB (powers of
+ * 1024), 1.5GB, 5kB (powers of 1000).  Every size option reads it this way.
+ */
 int fc_opt_size(const char *opt, const char *s, uint64_t min, uint64_t *out);
+/* Why a size's suffix is refused: the suffixes and what they mean. */
+#define FC_OPT_SIZE_SUFFIXES                                                                       \
+    "unknown size suffix; K, M, G, T, KiB, MiB, GiB, TiB are powers of 1024, KB, MB, GB, TB of "   \
+    "1000"
 /* --max-memory, which every command that moves tensor data takes (default FC_MAX_MEMORY_DEFAULT).
  */
-#define FC_OPT_MAX_MEMORY_HELP "cap on data buffers (default 1GiB)"
+#define FC_OPT_MAX_MEMORY_HELP                                                                     \
+    "cap on data buffers (default 1GiB); a <size> is bytes,\n"                                     \
+    "with K, M, G, T or KiB, MiB, GiB, TiB powers of 1024 and\n"                                   \
+    "KB, MB, GB, TB powers of 1000 (5GB = 5e9, as Hugging Face)"
 int fc_opt_max_memory(const char *s, uint64_t *out);
 /* FC_OPT_RULE check of an op rule's option ("--dtype"): its check in the op table. */
 int fc_opt_check_op(const char *opt, const char *s);

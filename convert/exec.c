@@ -80,11 +80,15 @@ struct fc_worker {
     struct fc_buf hdr;
 };
 
-/* Slab sink of tensor items holding the same bytes: CRC once, write to each, count progress. */
+/*
+ * Slab sink of tensor items holding the same bytes: CRC once (when the sink
+ * stores one), write to each, count progress.
+ */
 struct fc_item_sink {
     struct fc_dest *const *d;
     size_t nd;
     struct fc_exec_shared *sh;
+    int want_crc;
     uint32_t crc;
     uint64_t nbytes;
 };
@@ -94,7 +98,8 @@ static int fc_item_sink_put(void *ctx, const void *p, size_t n)
     struct fc_item_sink *is = ctx;
     if (fc_cancel_requested())
         return fc_error_set(FC_ERROR, "%s: interrupted", is->d[0]->out.path);
-    is->crc = fc_crc32(is->crc, p, n);
+    if (is->want_crc)
+        is->crc = fc_crc32(is->crc, p, n);
     for (size_t i = 0; i < is->nd; i++)
         FC_TRY(fc_dest_put(&is->sh->ex->sink, is->d[i], p, n));
     is->nbytes += n;
@@ -119,8 +124,8 @@ static int fc_dests_put(const struct fc_sink *sink, struct fc_dest *const *d, si
 /*
  * Write tensor chunk items that hold the same bytes (one item, or a chunk and
  * its --copy twins, all with the same box, dtype and ops): the sink's head,
- * data slabs read once and written to every destination (CRC on the fly),
- * the sink's tail.
+ * data slabs read once and written to every destination (CRC on the fly if
+ * the sink stores one), the sink's tail.
  */
 static int fc_write_tensor_items(struct fc_worker *w, struct fc_dest *const *d,
                                  const struct fc_plan_item *const *its, size_t n)
@@ -131,7 +136,7 @@ static int fc_write_tensor_items(struct fc_worker *w, struct fc_dest *const *d,
     const struct fc_plan_chunk *ch = &ex->plan->chunks[it->chunk];
     const struct fc_plan_tensor *pt = &ex->plan->tensors[it->index];
     const struct fc_xspec *spec = &ex->xr->specs[pt->tag];
-    struct fc_item_sink is = {d, n, w->sh, 0, 0};
+    struct fc_item_sink is = {d, n, w->sh, sink->ops->tensor_tail != NULL, 0, 0};
     uint64_t item_len = 0;
     fc_buf_clear(&w->hdr);
     FC_TRY(sink->ops->tensor_head(sink->ctx, ex->plan, it, &w->hdr, &item_len));
@@ -145,7 +150,8 @@ static int fc_write_tensor_items(struct fc_worker *w, struct fc_dest *const *d,
     FC_TRY(fc_stream_box(ex->src, spec, ch->box.offsets, ch->box.sizes, w->sh->worker_budget,
                          &w->slabs, fc_item_sink_put, &is));
     fc_buf_clear(&w->hdr);
-    FC_TRY(sink->ops->tensor_tail(sink->ctx, ex->plan, it, is.crc, &w->hdr));
+    if (sink->ops->tensor_tail != NULL)
+        FC_TRY(sink->ops->tensor_tail(sink->ctx, ex->plan, it, is.crc, &w->hdr));
     if (head_len + is.nbytes + w->hdr.len != item_len)
         return fc_error_set(FC_ERROR,
                             "%s: internal error: wrote %" PRIu64 " data bytes of '%s', "

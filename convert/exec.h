@@ -55,10 +55,11 @@ int fc_out_write(struct fc_out *o, const void *p, size_t n);
  * An output format's encoding of the plan's items, which the executor drives
  * (one interface, two implementations: dcp_sink.c and st_sink.c).  A tensor
  * item is tensor_head's bytes, the chunk's C-contiguous data, then
- * tensor_tail's bytes.  When open_stream is non-NULL, every byte of a file
- * passes through a per-file stream that it creates (compression): such files
- * are written front to back, one item after the other, and each item ends
- * with end_item.
+ * tensor_tail's bytes.  Only a format that stores the data's CRC-32 pays for
+ * it: the executor computes it for a sink with a tensor_tail, and only then.
+ * When open_stream is non-NULL, every byte of a file passes through a
+ * per-file stream that it creates (compression): such files are written front
+ * to back, one item after the other, and each item ends with end_item.
  */
 struct fc_sink_ops {
     /* Bytes of file `file` before its first item, or NULL for none. */
@@ -68,7 +69,7 @@ struct fc_sink_ops {
     /* Append the bytes before tensor item it's data to hdr; *item_len: the whole item's bytes. */
     int (*tensor_head)(const void *sink, const struct fc_plan *plan, const struct fc_plan_item *it,
                        struct fc_buf *hdr, uint64_t *item_len);
-    /* Append the bytes after its data to out, given the data's CRC-32. */
+    /* Append the bytes after its data to out, given the data's CRC-32; NULL: none and no CRC. */
     int (*tensor_tail)(const void *sink, const struct fc_plan *plan, const struct fc_plan_item *it,
                        uint32_t data_crc, struct fc_buf *out);
     /* NULL, or a new stream for file `path` into *stream (freed by free_stream). */

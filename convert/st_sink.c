@@ -138,7 +138,7 @@ static const struct fc_buf *fc_st_sink_file_head(const void *ctx, size_t file)
     return &sink->heads[file];
 }
 
-/* Items are the chunk's bare bytes: nothing before or after them. */
+/* Items are the chunk's bare bytes: nothing before them, nothing (no tensor_tail, no CRC) after. */
 static int fc_st_sink_tensor_head(const void *ctx, const struct fc_plan *plan,
                                   const struct fc_plan_item *it, struct fc_buf *hdr,
                                   uint64_t *item_len)
@@ -150,23 +150,10 @@ static int fc_st_sink_tensor_head(const void *ctx, const struct fc_plan *plan,
     return FC_OK;
 }
 
-static int fc_st_sink_tensor_tail(const void *ctx, const struct fc_plan *plan,
-                                  const struct fc_plan_item *it, uint32_t data_crc,
-                                  struct fc_buf *out)
-{
-    (void)ctx;
-    (void)plan;
-    (void)it;
-    (void)data_crc;
-    (void)out;
-    return FC_OK;
-}
-
 /* No value_bytes: fc_st_sink_layout refuses plans with values. */
 static const struct fc_sink_ops fc_st_sink_ops = {
     .file_head = fc_st_sink_file_head,
     .tensor_head = fc_st_sink_tensor_head,
-    .tensor_tail = fc_st_sink_tensor_tail,
 };
 
 struct fc_sink fc_st_sink_sink(const struct fc_st_sink *sink)
