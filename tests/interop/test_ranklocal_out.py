@@ -8,11 +8,14 @@ empty shards) plus a non-tensor value ("step") is converted for 4 ranks on three
 For each, on 4 gloo ranks:
   - the output has __0..__3.metadata and no .metadata, and torch's FileSystemReader reads
     each __{r}.metadata: every key, of each tensor exactly the chunk rank r's DTensor holds;
-  - dcp.load into the parallelized model (other weights) with every torch.distributed
-    collective but barrier made to raise: it plans and reads rank-locally, and each rank's
-    local shards and the value are bit-exact against the original model's;
-  - the same guarded load of the global-metadata output fails (it gathers plans), so the
-    guard does catch planning collectives;
+  - the README's load-rank-local recipe (dcp.load(no_dist=True) with a FileSystemReader on
+    the rank's own __{rank}.metadata) loads into the parallelized model (other weights) with
+    every torch.distributed collective, barrier included, made to raise: each rank's local
+    shards and the value are bit-exact against the original model's;
+  - a plain dcp.load of the output is bit-exact too (the collectives it still calls, torch
+    2.15 planning through gather_object/scatter_object_list, are printed);
+  - a plain dcp.load of the global-metadata output under the same guard does call one,
+    so the guard catches planning collectives;
 and fsdpconv itself reads the output back: inspect, diff against the original, dcp-to-full,
 and reshard to world 2, bit-exact.  A safetensors output refuses --metadata rank-local.
 """
@@ -101,19 +104,14 @@ class Guard:
             setattr(self.dist, name, f)
 
 
-def rank_local_reader(path):
-    """torch's FileSystemReader on this rank's own __{rank}.metadata.
-
-    Under no_dist, dcp.load's fallback asks for rank 0's file on every rank (its rank is 0
-    there); this reader names the process's own rank instead.
-    """
-    import torch.distributed as dist
-    from torch.distributed.checkpoint import FileSystemReader
-
-    class RankLocalReader(FileSystemReader):
-        def read_metadata(self, *args, **kwargs):
-            return super().read_metadata(rank=dist.get_rank())
-    return RankLocalReader(path)
+def readme_loader():
+    """load_rank_local from the README's load-rank-local recipe, run as printed."""
+    code = common.readme_recipes("python").get("load-rank-local")
+    if code is None:
+        raise SystemExit("README.md lacks the load-rank-local recipe")
+    ns = {}
+    exec(compile(code, "README.md:load-rank-local", "exec"), ns)
+    return ns["load_rank_local"]
 
 
 def local(v):
@@ -147,8 +145,9 @@ def guarded_load(sd, refuse, problems, how, **kwargs):
 
 def run(rank, job):
     import logging
-    # dcp.load logs the missing .metadata with a traceback on every fallback: expected here.
-    logging.getLogger("torch.distributed.checkpoint").setLevel(logging.ERROR)
+    # dcp.load logs the missing .metadata with a traceback, on the root logger, on every
+    # fallback to __{rank}.metadata: expected here (this is a rank's own process).
+    logging.getLogger().setLevel(logging.ERROR)
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor
     mesh = init_device_mesh("cpu", tuple(job["shape"]), mesh_dim_names=tuple(job["names"]))
@@ -160,11 +159,15 @@ def run(rank, job):
     # The control: dcp.load of the global-metadata output gathers plans; the guard sees it.
     if not guarded_load(state(2, mesh, kind), True, None, "", checkpoint_id=job["global"]):
         problems.append("the guard saw no collective in dcp.load of the global output")
-    # Collectives off: no_dist, each rank's own __{rank}.metadata.
-    how = "dcp.load(no_dist=True, rank-local reader)"
+    # Collectives off: the README's recipe (no_dist, each rank's own __{rank}.metadata).
+    how = "README's load_rank_local"
     got = state(1, mesh, kind)
-    called = guarded_load(got, True, problems, how, storage_reader=rank_local_reader(job["out"]),
-                          no_dist=True)
+    with Guard(True) as g:
+        try:
+            readme_loader()(got, job["out"])
+        except BaseException as e:
+            problems.append("%s raised %s: %s" % (how, type(e).__name__, str(e)[:300]))
+    called = g.called
     if called:
         problems.append("%s called collectives %s" % (how, sorted(set(called))))
     problems += compare(want, got, rank, how)
@@ -262,8 +265,8 @@ def run_case(rep, tmp, label, shape, names, kind, mesh_args):
             ranks.append(json.load(f)[0])
     print("     plain dcp.load of it called %s" % sorted({c for res in ranks
                                                      for c in res.get("default_calls", [])}))
-    rep.case("%s: dcp.load(no_dist=True) of __{rank}.metadata on every rank: no collective, "
-             "bit-exact; plain dcp.load bit-exact" % label, problems)
+    rep.case("%s: README's rank-local load on every rank: no collective, bit-exact; plain "
+             "dcp.load bit-exact" % label, problems)
     rep.case("%s: one __{r}.metadata per rank, each with that rank's boxes" % label,
              check_metadata_files(out, ranks))
     rep.case("%s: fsdpconv inspect, diff, dcp-to-full, reshard read it bit-exactly" % label,
