@@ -365,7 +365,8 @@ static int fc_copy_notes(const struct fc_xform_result *xr, struct fc_full_to_dcp
     return FC_OK;
 }
 
-/* Safetensors files carry their own headers; a DCP exists once its .metadata does. */
+/* Safetensors files carry their own headers; a DCP exists once its metadata (.metadata, or
+ * every __{r}.metadata) does. */
 static int fc_commit(const struct fc_full_to_dcp_opts *o, struct fc_job *j)
 {
     if (o->format == FC_OUT_DCP)
