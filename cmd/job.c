@@ -28,6 +28,7 @@ enum {
     OPT_FORMAT,
     OPT_TP,
     OPT_TP_PLAN,
+    OPT_METADATA,
     OPT_NO_VERIFY = 500 /* apart from every command's own ids: the table joins any command */
 };
 
@@ -49,6 +50,10 @@ const struct fc_opt fc_cli_job_target_opts[] = {
     {OPT_FORMAT, 0, "format", "(dcp|safetensors)", 0, NULL, NULL,
      "dcp (default), or one safetensors file per rank for torch's\n"
      "HuggingFaceStorageReader (torch >= 2.8; tensors only)"},
+    {OPT_METADATA, 0, "metadata", "(global|rank-local)", 0, NULL, NULL,
+     "global (default): one .metadata; rank-local: one __{r}.metadata\n"
+     "per rank instead, which dcp.load (torch >= 2.9) reads at the\n"
+     "same mesh without planning collectives"},
     {0, 0, NULL, NULL, 0, NULL, NULL, NULL},
 };
 
@@ -127,6 +132,10 @@ int fc_cli_job_option(void *ctx, int id, const char *value)
         const int rc = fc_opt_choice("--format", value, formats, 2, &f);
         j->o->format = (enum fc_out_format)f;
         return rc;
+    }
+    case OPT_METADATA: {
+        static const char *const kinds[] = {"global", "rank-local"};
+        return fc_opt_choice("--metadata", value, kinds, 2, &j->o->rank_local);
     }
     default: return fc_cli_verify_option(id, &j->o->source_flags);
     }

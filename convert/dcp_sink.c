@@ -7,6 +7,7 @@
 #include "dcp_sink.h"
 
 #include <assert.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <zstd.h>
@@ -196,14 +197,22 @@ static int fc_dcp_set_storage(struct fc_dcp_meta *m, struct fc_dcp_storage *st,
     return fc_dcp_storage_add_transform(m, st, FC_DCP_TRANSFORM_ZSTD);
 }
 
-/* One tensor's entry: its chunks, each where its item is stored. */
+/*
+ * One tensor's entry: its chunks, each where its item is stored; with rank >= 0
+ * only the chunk that rank holds, which is all a load at the same mesh reads.
+ */
 static int fc_dcp_add_tensor(struct fc_dcp_meta *m, const struct fc_plan *plan,
                              const struct fc_plan_tensor *t, const char *key,
-                             const struct fc_extent *extents, size_t *ei)
+                             const struct fc_extent *extents, int rank, size_t *ei)
 {
+    size_t first = t->first_chunk, n = t->nchunks;
+    if (rank >= 0) {
+        first = fc_plan_rank_chunk(plan, (size_t)(t - plan->tensors), rank);
+        n = 1;
+    }
     FC_TRY(fc_dcp_meta_add_tensor(m, key, t->dtype, t->ndim, t->shape, ei));
-    for (size_t c = 0; c < t->nchunks; c++) {
-        const struct fc_plan_chunk *ch = &plan->chunks[t->first_chunk + c];
+    for (size_t c = first; c < first + n; c++) {
+        const struct fc_plan_chunk *ch = &plan->chunks[c];
         size_t ci;
         FC_TRY(fc_dcp_meta_add_chunk(m, *ei, ch->box.offsets, ch->box.sizes, &ci));
         FC_TRY(fc_dcp_set_storage(m, &m->entries[*ei].chunks[ci].storage, plan, ch->item, extents));
@@ -211,9 +220,9 @@ static int fc_dcp_add_tensor(struct fc_dcp_meta *m, const struct fc_plan *plan,
     return FC_OK;
 }
 
-/* The .metadata model: entries in the transformed input's order. */
+/* The metadata model (of rank `rank`, or with every chunk when -1): entries in xr's order. */
 static int fc_dcp_build_meta(const struct fc_plan *plan, const struct fc_xform_result *xr,
-                             const struct fc_extent *extents, const char *output,
+                             const struct fc_extent *extents, const char *output, int rank,
                              struct fc_dcp_meta *m)
 {
     size_t nt = 0, nv = 0; /* the plan holds xr's tensors and values in xr's order */
@@ -227,7 +236,7 @@ static int fc_dcp_build_meta(const struct fc_plan *plan, const struct fc_xform_r
             FC_TRY(fc_dcp_set_storage(m, &m->entries[ei].storage, plan, v->item, extents));
         } else {
             assert(nt < plan->ntensors && plan->tensors[nt].tag == i);
-            FC_TRY(fc_dcp_add_tensor(m, plan, &plan->tensors[nt++], s->key, extents, &ei));
+            FC_TRY(fc_dcp_add_tensor(m, plan, &plan->tensors[nt++], s->key, extents, rank, &ei));
         }
         if (s->path_len > 0)
             FC_TRY(fc_dcp_meta_set_path(m, ei, s->path, s->path_len));
@@ -235,20 +244,19 @@ static int fc_dcp_build_meta(const struct fc_plan *plan, const struct fc_xform_r
     return fc_dcp_meta_set_storage_meta(m, output, NULL);
 }
 
-int fc_dcp_sink_write_metadata(const struct fc_dcp_sink *sink, const struct fc_plan *plan,
-                               const struct fc_xform_result *xr, const struct fc_extent *extents,
-                               const char *dir, const char *output)
+/* Build one metadata file (see fc_dcp_build_meta) and write it atomically as dir/name. */
+static int fc_dcp_write_meta_file(const struct fc_plan *plan, const struct fc_xform_result *xr,
+                                  const struct fc_extent *extents, const char *dir,
+                                  const char *output, int rank, const char *name)
 {
     struct fc_buf buf = FC_BUF_INIT((size_t)1 << 31);
     struct fc_dcp_meta *m = NULL;
     char *mpath = NULL;
     int rc;
-    /* Only compressed items land elsewhere than planned. */
-    assert((extents != NULL) == (sink->compress_level > 0));
     FC_TRY(fc_dcp_meta_new(&m));
-    FC_TRY_GOTO(fc_dcp_build_meta(plan, xr, extents, output, m), rc, done);
+    FC_TRY_GOTO(fc_dcp_build_meta(plan, xr, extents, output, rank, m), rc, done);
     FC_TRY_GOTO(fc_dcp_meta_write(&buf, m), rc, done);
-    mpath = fc_path_join(dir, ".metadata");
+    mpath = fc_path_join(dir, name);
     if (mpath == NULL) {
         rc = fc_error_set(FC_ENOMEM, "out of memory");
         goto done;
@@ -259,4 +267,23 @@ done:
     fc_dcp_meta_free(m);
     fc_buf_release(&buf);
     return rc;
+}
+
+int fc_dcp_sink_write_metadata(const struct fc_dcp_sink *sink, const struct fc_plan *plan,
+                               const struct fc_xform_result *xr, const struct fc_extent *extents,
+                               const char *dir, const char *output, int rank_local)
+{
+    /* Only compressed items land elsewhere than planned. */
+    assert((extents != NULL) == (sink->compress_level > 0));
+    if (!rank_local)
+        return fc_dcp_write_meta_file(plan, xr, extents, dir, output, -1, ".metadata");
+    /* No .metadata: torch's loader falls back to __{rank}.metadata only when it is absent. */
+    for (size_t r = 0; r < plan->nfiles; r++) {
+        char name[FC_PLAN_FILE_NAME_MAX];
+        const int n = snprintf(name, sizeof(name), "__%zu.metadata", r);
+        if (n < 0 || (size_t)n >= sizeof(name))
+            return fc_error_set(FC_ERROR, "internal error: rank %zu's metadata name", r);
+        FC_TRY(fc_dcp_write_meta_file(plan, xr, extents, dir, output, (int)r, name));
+    }
+    return FC_OK;
 }

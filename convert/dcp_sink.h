@@ -55,10 +55,15 @@ struct fc_sink fc_dcp_sink_sink(const struct fc_dcp_sink *sink);
  * atomically into dir: entries in xr's order (the plan's tensors and values
  * are in that order), each item where extents says it landed when
  * compressed (extents non-NULL), else where the plan put it; storage_meta
- * names `output`.  Returns FC_OK, FC_EIO, FC_ENOMEM.
+ * names `output`.  With rank_local, write instead one __{r}.metadata per
+ * rank r (and no .metadata), as torch's dcp.save(use_collectives=False)
+ * does: every entry, but of each tensor only the chunk rank r holds, stored
+ * wherever the plan put it (an HSDP replica's chunk is in another rank's
+ * file), so that rank r's dcp.load at the same mesh plans alone.  Returns
+ * FC_OK, FC_EIO, FC_ENOMEM.
  */
 int fc_dcp_sink_write_metadata(const struct fc_dcp_sink *sink, const struct fc_plan *plan,
                                const struct fc_xform_result *xr, const struct fc_extent *extents,
-                               const char *dir, const char *output);
+                               const char *dir, const char *output, int rank_local);
 
 #endif

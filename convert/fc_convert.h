@@ -157,6 +157,7 @@ struct fc_full_to_dcp_opts {
     uint64_t max_memory; /* bytes of data buffers across all threads */
     int threads;
     int compress;             /* -1: keep the input's (DCP), 0: none, 1..22: zstd level */
+    int rank_local;           /* --metadata rank-local: __{r}.metadata per rank, no .metadata */
     const char *optim;        /* --optim FILE: a full optimizer state dict, or NULL */
     const char *optim_select; /* --optim-select KEY inside it (or inside input) */
     int layout;               /* enum fc_layout of xform.h: 0 none, 1 torchtitan, 2 app */

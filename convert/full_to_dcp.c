@@ -316,6 +316,9 @@ static int fc_plan_job(const struct fc_full_to_dcp_opts *o, const struct fc_job_
     if (st && o->compress > 0)
         return fc_error_set(FC_EINVAL, "--compress: safetensors files are not compressed; use "
                                        "--format dcp");
+    if (st && o->rank_local)
+        return fc_error_set(FC_EINVAL, "--metadata rank-local: safetensors files carry their own "
+                                       "headers; use --format dcp");
     FC_TRY(fc_job_rules(o, j));
     FC_TRY(fc_open_inputs(o, kind, j));
     FC_TRY(fc_job_optim(o, j));
@@ -362,12 +365,13 @@ static int fc_copy_notes(const struct fc_xform_result *xr, struct fc_full_to_dcp
     return FC_OK;
 }
 
-/* Safetensors files carry their own headers; a DCP exists once its .metadata does. */
+/* Safetensors files carry their own headers; a DCP exists once its metadata (.metadata, or
+ * every __{r}.metadata) does. */
 static int fc_commit(const struct fc_full_to_dcp_opts *o, struct fc_job *j)
 {
     if (o->format == FC_OUT_DCP)
         FC_TRY(fc_dcp_sink_write_metadata(&j->dcp, j->plan, &j->xr, j->extents, j->out.path,
-                                          o->output));
+                                          o->output, o->rank_local));
     return fc_stage_commit(&j->out);
 }
 
