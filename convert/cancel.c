@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "fc_convert.h"
+#include "fc_io.h"
 
 static volatile sig_atomic_t fc_cancel_flag;
 static volatile sig_atomic_t fc_cancel_poll;
@@ -57,14 +58,10 @@ static sigset_t fc_cancel_old_mask;
 
 void fc_cancel_hold(void)
 {
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    sigprocmask(SIG_BLOCK, &set, &fc_cancel_old_mask);
+    fc_hold_interrupts(&fc_cancel_old_mask);
 }
 
 void fc_cancel_release(void)
 {
-    sigprocmask(SIG_SETMASK, &fc_cancel_old_mask, NULL);
+    fc_release_interrupts(&fc_cancel_old_mask);
 }

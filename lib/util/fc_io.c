@@ -785,9 +785,23 @@ static int fc_stage_settle(const struct fc_stage *st, const char *old)
                         old != NULL && old_rc != FC_OK ? old : "", st->parent, strerror(sync_err));
 }
 
+void fc_hold_interrupts(sigset_t *saved)
+{
+    sigset_t hold;
+    sigemptyset(&hold);
+    sigaddset(&hold, SIGINT);
+    sigaddset(&hold, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &hold, saved);
+}
+
+void fc_release_interrupts(const sigset_t *saved)
+{
+    pthread_sigmask(SIG_SETMASK, saved, NULL);
+}
+
 int fc_stage_commit(struct fc_stage *st)
 {
-    sigset_t hold, saved;
+    sigset_t saved;
     char *old = NULL;
     int rc = FC_OK;
     /* fc_io.h: a stage is committed once, from a staging path beside its target. */
@@ -796,10 +810,7 @@ int fc_stage_commit(struct fc_stage *st)
         FC_TRY(fc_fsync_dir(st->path));
     fc_test_pause("FSDPCONV_TEST_PAUSE_BEFORE_COMMIT");
     /* A signal from here on waits until the rename is done: before it we stop, after it not. */
-    sigemptyset(&hold);
-    sigaddset(&hold, SIGINT);
-    sigaddset(&hold, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &hold, &saved);
+    fc_hold_interrupts(&saved);
     if (st->cancelled != NULL && st->cancelled())
         rc = fc_error_set(FC_ERROR, "%s: interrupted before the output was put in place",
                           st->target);
@@ -807,7 +818,7 @@ int fc_stage_commit(struct fc_stage *st)
         rc = fc_stage_rename(st, &old);
     if (rc == FC_OK)
         st->committed = 1;
-    pthread_sigmask(SIG_SETMASK, &saved, NULL);
+    fc_release_interrupts(&saved);
     if (rc == FC_OK)
         rc = fc_stage_settle(st, old);
     fc_free(old);

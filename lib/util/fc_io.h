@@ -10,6 +10,7 @@
 #ifndef FC_IO_H
 #define FC_IO_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -138,6 +139,15 @@ struct fc_stage {
 int fc_stage_begin(struct fc_stage *st, const char *target, int is_dir, int force,
                    int (*cancelled)(void));
 int fc_stage_commit(struct fc_stage *st);
+
+/*
+ * fc_hold_interrupts() - block SIGINT and SIGTERM in this thread, the old mask
+ * into *saved; fc_release_interrupts() restores it, delivering a signal that
+ * came meanwhile.  Around a moment that must not be cut in two (the commit's
+ * rename, a staging dir made and registered for the signal handler).
+ */
+void fc_hold_interrupts(sigset_t *saved);
+void fc_release_interrupts(const sigset_t *saved);
 void fc_stage_release(struct fc_stage *st);
 
 /* fsync a directory so that renames inside it are durable. */
