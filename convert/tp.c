@@ -49,29 +49,21 @@ static int fc_tp__add(struct fc_tp_plan *p, const char *pattern, size_t plen, co
     int rc = FC_OK;
     if (plen == 0) {
         rc = fc_error_set(FC_EINVAL, "%s: tp rule needs a regex before the dim", where);
-        goto fail;
+        goto done;
     }
-    FC_TRY_GOTO(fc_tp__parse_dim(dim, where, pat, &d), rc, fail);
+    FC_TRY_GOTO(fc_tp__parse_dim(dim, where, pat, &d), rc, done);
     struct fc_tp_rule *a = fc_reallocarray(p->rules, p->n + 1, sizeof(*a));
     if (a == NULL) {
         rc = fc_error_set(FC_ENOMEM, "out of memory");
-        goto fail;
+        goto done;
     }
     p->rules = a;
     struct fc_tp_rule *r = &a[p->n];
     memset(r, 0, sizeof(*r));
-    FC_TRY_GOTO(fc_regex_compile(&r->re, pat, where), rc, fail);
-    r->where = fc_strdup(where);
-    if (r->where == NULL) {
-        fc_regex_free(r->re);
-        rc = fc_error_set(FC_ENOMEM, "out of memory");
-        goto fail;
-    }
-    r->pattern = pat;
+    FC_TRY_GOTO(fc_regex_compile(&r->re, pat, where), rc, done);
     r->dim = d;
     p->n++;
-    return FC_OK;
-fail:
+done: /* the regex keeps its own copy of the pattern */
     fc_free(pat);
     return rc;
 }
@@ -112,8 +104,6 @@ void fc_tp_plan_release(struct fc_tp_plan *p)
 {
     for (size_t i = 0; i < p->n; i++) {
         fc_regex_free(p->rules[i].re);
-        fc_free(p->rules[i].pattern);
-        fc_free(p->rules[i].where);
     }
     fc_free(p->rules);
     p->rules = NULL;
@@ -133,14 +123,15 @@ int fc_tp_plan_dim(struct fc_tp_plan *p, const char *key, int ndim, int *dim_out
         if (r->dim >= ndim)
             return fc_error_set(FC_EINVAL,
                                 "%s: tp rule '%s' shards dim %d of '%s', which has %d dims",
-                                r->where, r->pattern, r->dim, key, ndim);
+                                fc_regex_where(r->re), fc_regex_pattern(r->re), r->dim, key, ndim);
         if (first != NULL && first->dim != r->dim) {
             char a[16], b[16];
             snprintf(a, sizeof(a), r->dim < 0 ? "replicate" : "dim %d", r->dim);
             snprintf(b, sizeof(b), first->dim < 0 ? "replicate" : "dim %d", first->dim);
             return fc_error_set(FC_EINVAL,
                                 "%s: tp rule '%s' (%s) disagrees with %s: '%s' (%s) on '%s'",
-                                r->where, r->pattern, a, first->where, first->pattern, b, key);
+                                fc_regex_where(r->re), fc_regex_pattern(r->re), a,
+                                fc_regex_where(first->re), fc_regex_pattern(first->re), b, key);
         }
         first = first != NULL ? first : r;
     }
@@ -152,7 +143,7 @@ int fc_tp_plan_check_used(const struct fc_tp_plan *p)
 {
     for (size_t i = 0; i < p->n; i++)
         if (p->rules[i].hits == 0)
-            return fc_error_set(FC_EINVAL, "%s: tp rule '%s' matches no key", p->rules[i].where,
-                                p->rules[i].pattern);
+            return fc_error_set(FC_EINVAL, "%s: tp rule '%s' matches no key",
+                                fc_regex_where(p->rules[i].re), fc_regex_pattern(p->rules[i].re));
     return FC_OK;
 }

@@ -29,11 +29,9 @@
 struct fc_regex;
 
 struct fc_tp_rule {
-    char *pattern;
-    char *where; /* "--tp" or "FILE:LINE", for messages */
-    int dim;     /* -1: replicate */
-    size_t hits; /* keys matched so far */
-    struct fc_regex *re;
+    struct fc_regex *re; /* knows its pattern and its origin ("--tp", "FILE:LINE") */
+    int dim;             /* -1: replicate */
+    size_t hits;         /* keys matched so far */
 };
 
 struct fc_tp_plan {

@@ -82,6 +82,16 @@ int fc_regex_compile(struct fc_regex **out, const char *pattern, const char *whe
     return FC_OK;
 }
 
+const char *fc_regex_pattern(const struct fc_regex *re)
+{
+    return re->pattern;
+}
+
+const char *fc_regex_where(const struct fc_regex *re)
+{
+    return re->where;
+}
+
 void fc_regex_free(struct fc_regex *re)
 {
     if (re == NULL)

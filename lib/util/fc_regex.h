@@ -30,6 +30,10 @@ struct fc_regex; /* opaque; compiled once, then read-only (safe to share between
 int fc_regex_compile(struct fc_regex **out, const char *pattern, const char *where);
 void fc_regex_free(struct fc_regex *re); /* accepts NULL */
 
+/* The pattern and the rule (`where`) re was compiled from, for messages. */
+const char *fc_regex_pattern(const struct fc_regex *re);
+const char *fc_regex_where(const struct fc_regex *re);
+
 /*
  * fc_regex_search() - 1 when re matches somewhere in s, 0 when not, or a
  * negative fc_err (a limit hit, or s is not UTF-8) whose message names the rule.
