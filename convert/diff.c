@@ -88,9 +88,9 @@ static int fc_diff_tensors(const struct fc_source *sa, const struct fc_entry *ea
     (void)fc_shape_numel(ea->t.shape, ndim, &numel);
     const int64_t rows = ndim == 0 ? 1 : ea->t.shape[0];
     const uint64_t per_row = (uint64_t)row * (za + zb + (floating ? 16 : 0));
-    int64_t step = per_row == 0 ? rows : (int64_t)(budget / per_row);
-    if (step < 1)
-        step = 1;
+    /* A budget larger than the tensor (--max-memory 1TB) buys one slab of the whole tensor. */
+    const uint64_t fit = per_row == 0 ? (uint64_t)rows : budget / per_row;
+    const int64_t step = fit < 1 ? 1 : fit > (uint64_t)rows ? (rows < 1 ? 1 : rows) : (int64_t)fit;
     const size_t cap = (size_t)((ndim == 0 ? 1 : step) * row);
     unsigned char *a = fc_malloc(cap * za + 1), *b = fc_malloc(cap * zb + 1);
     double *fa = floating ? fc_malloc(cap * sizeof(double) + 1) : NULL;
