@@ -9,6 +9,8 @@
 #        BENCH_LOAD_GB  size of the second model the load side runs on (default 0.5: the 512 MiB,
 #                    345-tensor model issue 14 states its targets for; 0 skips it)
 #        BENCH_INSPECT_REPS  runs per inspect case (default 3)
+#        BENCH_TRAIN_RANKS, BENCH_TRAIN_ROUNDS  the training-start headline (default 1,4 and 3;
+#                    BENCH_TRAIN_RANKS=0 skips it): bench_train_start.py
 # Needs about 6 x BENCH_GB GiB free in BENCH_DIR and 3 x BENCH_GB GiB of RAM. Drops the page
 # cache before every measured run when it can (root); otherwise measures warm (see measure.py).
 # Writes BENCH_DIR/results.jsonl (raw figures) and prints BENCH_DIR/summary.md (tables).
@@ -85,4 +87,12 @@ echo
 echo
 # 4-rank load on a dp=2 x tp=2 mesh: TP-layout DCP vs plain --world-size 4 (a ~1 GiB model)
 "$py" "$here/bench_tp_load.py" "$bin" "$dir/tp_load" --rounds "${BENCH_LOAD_REPS:-2}"
+echo
+# The headline: a training start the FSDP1 way against meta-init + dcp.load of fsdpconv's output,
+# on a 1.1 B-parameter Llama (2.2 GB bf16), 1 and 4 gloo ranks, cold (BENCH_TRAIN_RANKS, _ROUNDS;
+# BENCH_TRAIN_RANKS=0 skips it).
+if [ "${BENCH_TRAIN_RANKS:-1,4}" != 0 ]; then
+    "$py" "$here/bench_train_start.py" "$bin" "$dir/train_start" --ranks "${BENCH_TRAIN_RANKS:-1,4}" \
+        --rounds "${BENCH_TRAIN_ROUNDS:-3}" --results "$dir/results.jsonl"
+fi
 echo "bench: done in $(( $(date +%s) - start )) s"
