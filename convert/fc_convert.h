@@ -262,7 +262,7 @@ int fc_comm_size(const struct fc_comm *c);
 int fc_comm_uses_nccl(const struct fc_comm *c);
 
 /*
- * fc_comm_serve() - a worker's whole life: write the files rank 0 sends until
+ * fc_comm_serve() - an NCCL worker's whole life: write the files rank 0 sends until
  * the job ends.  FC_OK when the job succeeded everywhere, else an error.
  */
 int fc_comm_serve(struct fc_comm *c);
