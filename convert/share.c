@@ -295,22 +295,30 @@ static void fc_share_remove_files(const struct fc_share *sh, const struct fc_exe
     }
 }
 
-/* The staging directory of this job: made, or one of ours from an earlier run. */
+/*
+ * The staging directory of this job: made, or one of ours from an earlier run.  Its name has
+ * the number of shares too: shares cut another way own other files.  A commit makes none.
+ */
 static int fc_share_mkdir(struct fc_share *sh)
 {
-    const size_t n = strlen(sh->stage.target) + 40;
+    const size_t n = strlen(sh->stage.target) + 48;
     char *p = fc_malloc(n);
     struct stat st;
     if (p == NULL)
         return fc_error_set(FC_ENOMEM, "out of memory");
-    snprintf(p, n, "%s.partial-job-%016" PRIx64, sh->stage.target, sh->hash);
+    snprintf(p, n, "%s.partial-job-%016" PRIx64 "-%d", sh->stage.target, sh->hash, sh->nparts);
     fc_free(sh->stage.path);
     sh->stage.path = p;
     sh->stage.is_dir = 1;
-    if (mkdir(p, 0755) == 0)
+    if (sh->part >= 0 && mkdir(p, 0755) == 0)
         return FC_OK;
-    if (errno != EEXIST)
+    if (sh->part >= 0 && errno != EEXIST)
         return fc_error_set(FC_EIO, "%s: cannot create: %s", p, strerror(errno));
+    if (lstat(p, &st) != 0 && errno == ENOENT)
+        return fc_error_set(FC_EINVAL,
+                            "%s: no share of this job has been written (no %s; the shares must "
+                            "run with the same arguments and --part K/%d)",
+                            sh->stage.target, p, sh->nparts);
     /* Its name can be guessed: only a real directory of ours is written into. */
     if (lstat(p, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid())
         return fc_error_set(FC_EINVAL,

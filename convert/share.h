@@ -4,10 +4,11 @@
  * commit that joins them.
  *
  * No coordination is needed to agree on where to write: every share derives
- * the staging directory "<target>.partial-job-<16 hex>" from the job's
+ * the staging directory "<target>.partial-job-<16 hex>-<N>" from the job's
  * identity (inputs' names, sizes and mtimes, options, rules and the whole
- * plan; fc_share_hash()), so two different jobs writing the same target never
- * mix their files, and a rerun of the same job finds its earlier work.
+ * plan; fc_share_hash()) and its number of shares, so two different jobs
+ * writing the same target never mix their files, and a rerun of the same job
+ * finds its earlier work.
  *
  * Share K owns the rank files r with r % N == K.  It writes them, fsyncs
  * them, then records durably what it wrote: ".share-K-of-N" holds the plan

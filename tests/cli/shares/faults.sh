@@ -56,6 +56,8 @@ same && [ "$(partials)" = 0 ] && echo "kill -9 of rank 0: the next run finishes 
 rm -rf out
 
 # --part: a share killed mid-way is missing at the commit; rerunning it completes the job
+conv --commit-parts 3 2>&1 | sed 's/partial-job-[0-9a-f]*/partial-job-H/g; s/^fsdpconv: full-to-dcp: //'
+[ "$(partials)" = 0 ] || { echo "a commit with no shares left a directory"; exit 1; }
 conv --part 0/3 2>/dev/null && conv --part 2/3 2>/dev/null || exit 1
 fsdpconv full-to-dcp $job --part 1/3 "$in" 2>/dev/null &
 p=$!
