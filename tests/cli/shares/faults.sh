@@ -28,15 +28,17 @@ outcome() {
     rm -rf out
 }
 
-# kill -9 of a worker at several points: the job fails (or had committed), no staging stays
-for d in 0.02 0.08 0.15 0.25 0.4; do
+# kill -9 of a worker at several points, two of them random: the job fails (or had
+# committed), no staging stays
+random=$(awk 'BEGIN { srand(); printf "%.3f %.3f", rand() * 0.4, rand() * 0.4 }')
+for d in 0.02 0.08 0.15 0.25 0.4 $random; do
     fsdpconv full-to-dcp $job --nproc 3 "$in" 2>/dev/null &
     p=$!
     sleep $d
     w=$(pgrep -P $p | head -1)
     [ -n "$w" ] && kill -9 "$w" 2>/dev/null
     wait $p
-    outcome "worker killed after $d s"
+    outcome "worker killed after $d s (the points were 0.02 0.08 0.15 0.25 0.4 $random)"
 done
 echo "kill -9 of a worker: complete or nothing, no staging"
 
