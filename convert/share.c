@@ -116,8 +116,8 @@ struct fc_share_rec {
     int part;
     uint64_t hash;
     long k, n;
-    size_t nfiles; /* file lines seen, in the plan's order of this share's files */
-    size_t next_file;
+    size_t nextents;  /* extent lines seen */
+    size_t next_file; /* file lines come in the plan's order of this share's files */
     int ended;
     int verify_crc;
     char *path;
@@ -135,6 +135,15 @@ static size_t fc_share_next_owned(const struct fc_exec *ex, int part, int nparts
     while (fi < ex->plan->nfiles && ex->plan->files[fi].rank % nparts != part)
         fi++;
     return fi;
+}
+
+/* How many items share part's files hold. */
+static size_t fc_share_items(const struct fc_exec *ex, int part, int nparts)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < ex->plan->nitems; i++)
+        n += ex->plan->items[i].rank % nparts == part;
+    return n;
 }
 
 static int fc_file_crc(const char *path, uint64_t size, uint32_t *crc)
@@ -177,7 +186,6 @@ static int fc_share_rec_file(struct fc_share_rec *r, char *args, const char *whe
     if (fi >= ex->plan->nfiles || strcmp(ex->plan->files[fi].name, args) != 0)
         return fc_share_bad(r, where, "its files are not the plan's");
     r->next_file = fi + 1;
-    r->nfiles++;
     if (ex->extents == NULL && size != ex->plan->files[fi].nbytes)
         return fc_share_bad(r, where, "a file's size is not the plan's");
     char *p = fc_path_join(r->sh->stage.path, args);
@@ -215,6 +223,7 @@ static int fc_share_rec_extent(struct fc_share_rec *r, char *args, const char *w
         return fc_share_bad(r, where, "bad extent line");
     if (ex->extents != NULL)
         ex->extents[item] = (struct fc_extent){off, len};
+    r->nextents++;
     return FC_OK;
 }
 
@@ -269,6 +278,8 @@ static int fc_share_check(const struct fc_share *sh, const struct fc_exec *ex, i
         rc = fc_share_bad(&r, NULL, "incomplete record");
     else if (fc_share_next_owned(ex, part, sh->nparts, r.next_file) < ex->plan->nfiles)
         rc = fc_share_bad(&r, NULL, "files of the plan are missing from it");
+    else if (ex->extents != NULL && r.nextents != fc_share_items(ex, part, sh->nparts))
+        rc = fc_share_bad(&r, NULL, "it does not say where every compressed item landed");
 done:
     fc_free(r.path);
     return rc;
