@@ -171,7 +171,7 @@ FUZZ_BIN := $(patsubst tests/fuzz/%.c,$(B)/fuzz/%,$(FUZZ_SRC))
 GPU_SRC := $(sort $(wildcard tests/gpu/test_*.c))
 GPU_BIN := $(patsubst tests/gpu/%.c,$(B)/gpu/%,$(GPU_SRC))
 
-.PHONY: all fsdpconv wheel-bin wheel test-wheel check-unused unused-list deps venv demo test test-unit test-cli test-hostile test-interop test-gpu bench-gpu fuzz fuzz-long fuzz-regress \
+.PHONY: all fsdpconv wheel-bin wheel test-wheel check-unused unused-list deps venv demo test test-unit test-cli test-hostile test-interop test-gpu bench-gpu bench-workers fuzz fuzz-long fuzz-regress \
         asan ubsan valgrind check check-deps check-banned man-lint format format-check \
         install clean bench fixtures config-summary
 .DEFAULT_GOAL := all
@@ -333,6 +333,10 @@ bench-gpu: $(BIN) $(B)/gpu/bench_kernels_cuda
 
 bench: $(BIN)
 	@sh tests/bench/run.sh "$(CURDIR)/$(BIN)" "$(PYTHON)"
+
+# Independent workers (1, 2, 4) against cp + fsync on a BENCH_GB (default 4) GiB model.
+bench-workers: $(BIN)
+	@python3 tests/bench/bench_workers.py "$(CURDIR)/$(BIN)" --gb $${BENCH_GB:-4}
 
 fixtures: venv
 	@$(PYTHON) fixtures/gen/gen_fixtures.py fixtures

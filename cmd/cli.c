@@ -150,8 +150,10 @@ int fc_cli_mp_start(long nproc, int engine, struct fc_comm **comm, int *worker_e
     *worker_exit = -1;
     if (nproc > 1)
         rc = fc_comm_fork(comm, (int)nproc);
-    else
+    else if (nproc == 0) /* --nproc 1 runs alone whatever the launcher's variables say */
         rc = fc_comm_env(comm);
+    else
+        rc = FC_OK;
     if (rc == FC_OK)
         rc = fc_comm_start_nccl(*comm, engine);
     if (rc < 0) {
@@ -168,9 +170,9 @@ int fc_cli_mp_start(long nproc, int engine, struct fc_comm **comm, int *worker_e
         *comm = NULL;
         return rc;
     }
-    if (*comm != NULL && fc_comm_rank(*comm) != 0) {
+    if (*comm != NULL && fc_comm_rank(*comm) != 0 && fc_comm_uses_nccl(*comm)) {
         /*
-         * A worker: write what rank 0 sends, then leave with the job's outcome.
+         * An NCCL worker: write what rank 0 sends, then leave with the job's outcome.
          * Rank 0 prints the one message of a failed job (a worker's own failure
          * reaches it in the worker's acknowledgement, naming the rank).
          */

@@ -93,15 +93,15 @@ void fc_cli_summary(const char *output, const char *format, size_t ntensors, siz
                     const struct timespec *start);
 
 /*
- * Multi-process jobs.  fc_cli_mp_start() forks `--nproc` workers (nproc > 1)
- * or joins a launcher job (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT).  In a
- * worker it serves rank 0 until the job ends and sets *worker_exit to the
- * status the worker must exit with; in rank 0 (or a single process) it sets
- * *comm (NULL when alone) and *worker_exit = -1.  Returns FC_OK, or a
- * negative code when the job could not start (for rank 0 to report; a worker
- * reports its own failure and gets FC_EXIT_FAILURE in *worker_exit, as the
- * worker's life is its own top level).  fc_cli_mp_end() tells the workers the
- * outcome, reaps forked ones and returns the final exit status.
+ * Multi-process jobs.  fc_cli_mp_start() forks `--nproc` workers (nproc > 1),
+ * runs alone (nproc 1), or, nproc 0 (not given), joins a launcher job
+ * (fc_comm_env()).  With NCCL, a worker serves rank 0 until the job ends and
+ * *worker_exit is the status it must exit with; otherwise every rank gets
+ * *comm (NULL when alone) and runs its share of the job, and *worker_exit = -1.  Returns FC_OK, or
+ * a negative code when the job could not start (for rank 0 to report; a worker reports its own
+ * failure and gets FC_EXIT_FAILURE in *worker_exit, as the worker's life is its own top level).
+ * fc_cli_mp_end() tells the workers the outcome, reaps forked ones and returns the final exit
+ * status.
  */
 struct fc_comm;
 int fc_cli_mp_start(long nproc, int engine, struct fc_comm **comm, int *worker_exit);

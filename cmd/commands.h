@@ -72,7 +72,9 @@ struct fc_cli_job {
     struct fc_full_to_dcp_opts *o;
     long world;                          /* --world-size, 0 = not given */
     long threads;                        /* --threads, 0 = default */
-    long nproc;                          /* --nproc, default 1 */
+    long nproc;                          /* --nproc, 0 = not given */
+    long part, nparts;                   /* --part K/N, nparts 0 = not given */
+    long commit_parts;                   /* --commit-parts N, 0 = not given */
     const char *tp[FC_CLI_MAX_TP_RULES]; /* --tp REGEX=DIM, in command-line order */
     size_t ntp;
     /* the conversion to run: fc_reshard, or NULL for fc_full_to_dcp */
@@ -82,7 +84,7 @@ struct fc_cli_job {
 /* The defaults of the job options around opts (an FC_*_OPTS_INIT of fc_convert.h). */
 #define FC_CLI_JOB_INIT(opts)                                                                      \
     {                                                                                              \
-        .o = (opts), .world = 0, .threads = 0, .nproc = 1, .ntp = 0                                \
+        .o = (opts), .world = 0, .threads = 0, .nproc = 0, .ntp = 0                                \
     }
 
 /*

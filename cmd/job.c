@@ -6,6 +6,7 @@
  * end, printing the result), written once so the two commands cannot drift.
  */
 #include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -29,6 +30,8 @@ enum {
     OPT_TP,
     OPT_TP_PLAN,
     OPT_METADATA,
+    OPT_PART,
+    OPT_COMMIT_PARTS,
     OPT_NO_VERIFY = 500 /* apart from every command's own ids: the table joins any command */
 };
 
@@ -83,8 +86,13 @@ const struct fc_opt fc_cli_job_run_opts[] = {
     {OPT_COMPRESS, 0, "compress", "zstd[:<level>]", 0, NULL, NULL,
      "zstd-compress every item (torch's stream.zstd/1 extension)"},
     {OPT_NPROC, 0, "nproc", "<p>", 0, NULL, NULL,
-     "worker processes (one per local GPU): rank 0 reads and\n"
-     "transforms, every worker writes the rank files it owns"},
+     "worker processes: each reads the input bytes of the rank\n"
+     "files it owns (r % p) and writes them; rank 0 commits"},
+    {OPT_PART, 0, "part", "<k>/<n>", 0, NULL, NULL,
+     "write only share k (0..n-1) of n, e.g. one array task each;\n"
+     "finish with the same command and --commit-parts n"},
+    {OPT_COMMIT_PARTS, 0, "commit-parts", "<n>", 0, NULL, NULL,
+     "check the n shares written with --part and commit the output"},
     {OPT_ENGINE, 0, "engine", "(cpu|cuda)", 0, NULL, NULL,
      "kernels on cpu or cuda (default: cuda when built with CUDA\n"
      "and a GPU is visible, else cpu)"},
@@ -106,6 +114,20 @@ int fc_cli_verify_option(int id, unsigned *source_flags)
     return FC_OK;
 }
 
+/* --part K/N: share K (0-based, as SLURM_ARRAY_TASK_ID and JOB_COMPLETION_INDEX count) of N. */
+static int fc_cli_part(const char *value, struct fc_cli_job *j)
+{
+    const char *slash = strchr(value, '/');
+    char k[24];
+    if (slash == NULL || (size_t)(slash - value) >= sizeof(k))
+        return fc_cli_usage("--part '%s': expected K/N, share K (0..N-1) of N", value);
+    memcpy(k, value, (size_t)(slash - value));
+    k[slash - value] = '\0';
+    FC_TRY(fc_opt_int("--part N", slash + 1, 1, 1 << 16, &j->nparts));
+    FC_TRY(fc_opt_int("--part K", k, 0, j->nparts - 1, &j->part));
+    return FC_OK;
+}
+
 int fc_cli_job_option(void *ctx, int id, const char *value)
 {
     struct fc_cli_job *j = ctx;
@@ -121,6 +143,8 @@ int fc_cli_job_option(void *ctx, int id, const char *value)
     case OPT_TP_PLAN: j->o->tp_plan = value; return FC_OK;
     case OPT_THREADS: return fc_opt_int("--threads", value, 1, 256, &j->threads);
     case OPT_NPROC: return fc_opt_int("--nproc", value, 1, 4096, &j->nproc);
+    case OPT_PART: return fc_cli_part(value, j);
+    case OPT_COMMIT_PARTS: return fc_opt_int("--commit-parts", value, 1, 1 << 16, &j->commit_parts);
     case OPT_ENGINE: return fc_opt_engine("--engine", value, &j->o->engine);
     case OPT_MAXMEM: return fc_opt_max_memory(value, &j->o->max_memory);
     case OPT_COMPRESS: return fc_opt_compress("--compress", value, &j->o->compress);
@@ -155,6 +179,14 @@ int fc_cli_run_convert(struct fc_cli_job *job)
         o->replicate = 1;
         o->shard = (int)world;
     }
+    if ((job->nparts > 0) + (job->commit_parts > 0) + (nproc > 0) > 1)
+        return fc_cli_report(
+            fc_cli_usage("give at most one of --part, --commit-parts and --nproc"));
+    if (job->nparts > 0 || job->commit_parts > 0) {
+        /* Shares run apart, maybe at other times: nothing to join, whatever the launcher says. */
+        o->part = job->nparts > 0 ? (int)job->part : -1;
+        o->nparts = (int)(job->nparts > 0 ? job->nparts : job->commit_parts);
+    }
     o->tp_rules = job->tp;
     o->ntp_rules = job->ntp;
     if (threads == 0) {
@@ -171,7 +203,7 @@ int fc_cli_run_convert(struct fc_cli_job *job)
     }
     struct fc_comm *comm = NULL;
     int worker_exit = -1;
-    if (!o->dry_run) {
+    if (!o->dry_run && o->nparts == 0) {
         const int rc = fc_cli_mp_start(nproc, o->engine, &comm, &worker_exit);
         if (rc < 0)
             return fc_cli_report(rc);
@@ -179,16 +211,34 @@ int fc_cli_run_convert(struct fc_cli_job *job)
             return worker_exit;
     }
     o->comm = comm;
+    if (comm != NULL && !fc_comm_uses_nccl(comm)) {
+        /* Independent workers: rank r writes share r; rank 0 alone draws and reports. */
+        o->part = fc_comm_rank(comm);
+        o->nparts = fc_comm_size(comm);
+        if (o->part != 0)
+            o->progress = NULL;
+    }
     const int rc = (job->run != NULL ? job->run : fc_full_to_dcp)(o, &res);
     if (rc < 0) {
         if (prog.active)
             fputc('\n', stderr);
+        /* One message per failed job: rank 0 names a worker's failure (or that it is gone). */
+        if (res.reported)
+            return fc_cli_mp_end(comm, FC_EXIT_FAILURE);
         return fc_cli_mp_end(comm, fc_cli_report(rc));
     }
     for (size_t i = 0; i < res.nnotes; i++)
         fc_cli_note("%s", res.notes[i]);
     if (o->dry_run)
         fputs(res.plan_text, stdout);
+    else if (comm != NULL && o->part > 0)
+        ; /* a worker: rank 0 reports the job */
+    else if (comm == NULL && o->nparts > 0 && o->part >= 0)
+        fc_cli_note("%s share %d of %d of %s: %zu rank file%s, %.1f MiB; commit with "
+                    "--commit-parts %d once every share is written",
+                    res.resumed ? "kept the already written" : "wrote", o->part, o->nparts,
+                    o->output, res.nfiles, res.nfiles == 1 ? "" : "s",
+                    (double)res.bytes_written / 1048576.0, o->nparts);
     else
         fc_cli_summary(o->output, o->format == FC_OUT_SAFETENSORS ? "safetensors" : "DCP",
                        res.ntensors, res.nvalues, res.bytes_written, res.nfiles, "rank file",

@@ -1,6 +1,13 @@
 /*
- * comm.h - the multi-process transport: rank 0 reads, transforms and sends
- * each worker the bytes of the files it owns; workers only write.
+ * comm.h - the control connection of a multi-process job, and the NCCL data
+ * path of --engine cuda.
+ *
+ * CPU jobs have independent workers (share.h): every process plans alone and
+ * writes its own share of the rank files; the connection carries only each
+ * worker's status to rank 0 (fc_comm_report/gather) and the job's outcome
+ * back (fc_comm_done/await), after which rank 0 alone commits.  With NCCL
+ * (--engine cuda) rank 0 transforms on its GPU and sends each worker the
+ * bytes of its files GPU to GPU, driven by the file protocol below.
  *
  * struct fc_comm is a star: rank 0 holds one connection per worker, a worker
  * one connection to rank 0.  Two ways to get one: fc_comm_fork() forks the
@@ -10,9 +17,10 @@
  * closes its end is an error on the next send or receive, never a hang
  * (SIGPIPE is ignored; every blocking call has the other side's lifetime).
  *
- * The file protocol (rank 0 -> worker; "ack" = worker -> rank 0 status):
- *   OPEN  file path               worker creates/truncates it
- *   WRITE file offset bytes       pwrite
+ * The file protocol of the NCCL path (rank 0 -> worker; "ack" = worker ->
+ * rank 0 status):
+ *   OPEN  file path               worker creates it
+ *   WRITE file offset length      pwrite of the bytes that follow over NCCL
  *   CLOSE file             ack    fsync + close, status of every write
  *   END                    ack    the worker holds no open file
  *   DONE  ok|failed               the job's outcome; the worker exits 0 or 1
@@ -33,6 +41,7 @@ struct fc_comm {
     int *fds;               /* rank 0: fds[peer] for peers 1..size-1; worker: fds[0] */
     pthread_mutex_t *locks; /* rank 0: one per peer, held for a whole file */
     int forked;             /* fc_comm_fork(): rank 0 reaps its children */
+    int done_sent;          /* rank 0 told the workers the outcome */
     int *pids;
     void *nccl; /* the NCCL data path when in use (comm_nccl.c), else NULL */
 };
@@ -62,6 +71,16 @@ int fc_comm_close(struct fc_comm *c, int peer, uint32_t file);
 
 /* END to every worker and wait for every ack (all files durable). */
 int fc_comm_finish(struct fc_comm *c);
+
+/* A worker's status after its share: FC_OK, or rc < 0 with fc_error_last() as the message. */
+int fc_comm_report(struct fc_comm *c, int rc);
+
+/* Rank 0: every worker's status (or its death); the first failure, naming its rank. */
+int fc_comm_gather(struct fc_comm *c);
+
+/* A worker: wait for the job's outcome (fc_comm_done): FC_OK, FC_ERROR (it failed), FC_EIO (rank 0
+ * is gone). */
+int fc_comm_await(struct fc_comm *c);
 
 /* Raw bytes over the socket to/from a peer (bootstrap of the NCCL data path). */
 int fc_comm_send_raw(struct fc_comm *c, int peer, const void *p, size_t n);

@@ -29,7 +29,7 @@
 #include "fc_io.h"
 #include "fc_kernels.h"
 
-enum { MSG_OPEN = 1, MSG_WRITE, MSG_CLOSE, MSG_END, MSG_DONE, MSG_ACK, MSG_WRITE_NCCL };
+enum { MSG_OPEN = 1, MSG_CLOSE = 3, MSG_END, MSG_DONE, MSG_ACK, MSG_WRITE_NCCL };
 
 #define FC_COMM_HDR             21 /* u8 type, u32 file, u64 offset, u64 length */
 #define FC_COMM_MAX_PATH        4096
@@ -238,13 +238,25 @@ static int fc_env_int(const char *name, long min, long max, long *out)
 
 int fc_comm_env(struct fc_comm **out)
 {
+    /* The launchers' names for the rank and the size, in the order they are looked for. */
+    static const char *const vars[][2] = {{"RANK", "WORLD_SIZE"},
+                                          {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+                                          {"SLURM_PROCID", "SLURM_NTASKS"}};
     long size, rank, port;
+    size_t v = 0;
     *out = NULL;
-    const char *ws = getenv("WORLD_SIZE");
-    if (ws == NULL || strcmp(ws, "1") == 0)
+    while (v < sizeof(vars) / sizeof(vars[0]) && getenv(vars[v][1]) == NULL)
+        v++;
+    if (v == sizeof(vars) / sizeof(vars[0]) || strcmp(getenv(vars[v][1]), "1") == 0)
         return FC_OK;
-    FC_TRY(fc_env_int("WORLD_SIZE", 1, 1 << 16, &size));
-    FC_TRY(fc_env_int("RANK", 0, size - 1, &rank));
+    FC_TRY(fc_env_int(vars[v][1], 1, 1 << 16, &size));
+    FC_TRY(fc_env_int(vars[v][0], 0, size - 1, &rank));
+    if (getenv("MASTER_PORT") == NULL)
+        return fc_error_set(FC_EINVAL,
+                            "%s=%ld ranks but MASTER_PORT is not set: export MASTER_ADDR and "
+                            "MASTER_PORT (rank 0's host and a free port), or give --nproc 1 to "
+                            "run alone",
+                            vars[v][1], size);
     FC_TRY(fc_env_int("MASTER_PORT", 1, 65535, &port));
     const char *addr = getenv("MASTER_ADDR");
     if (addr == NULL || addr[0] == '\0')
@@ -343,8 +355,6 @@ int fc_comm_open(struct fc_comm *c, int peer, uint32_t file, const char *path)
 int fc_comm_write(struct fc_comm *c, int peer, uint32_t file, uint64_t offset, const void *p,
                   size_t n)
 {
-    if (c->nccl == NULL)
-        return fc_send_msg(c->fds[peer], MSG_WRITE, file, offset, p, n);
     /* Header on the socket (it carries the length), payload over NCCL. */
     unsigned char h[FC_COMM_HDR];
     h[0] = MSG_WRITE_NCCL;
@@ -382,11 +392,56 @@ int fc_comm_finish(struct fc_comm *c)
 
 void fc_comm_done(struct fc_comm *c, int ok)
 {
-    if (c == NULL)
+    if (c == NULL || c->done_sent)
         return;
+    c->done_sent = 1;
+    /* A worker gone already cannot be told; the job's own message stays the one reported. */
+    char saved[1024];
+    snprintf(saved, sizeof(saved), "%s", fc_error_last());
     for (int p = 1; p < c->size; p++)
         if (c->fds[p] >= 0)
             (void)fc_send_msg(c->fds[p], MSG_DONE, 0, ok ? 0 : 1, NULL, 0);
+    fc_error_set(FC_ERROR, "%s", saved);
+}
+
+/* ---- independent workers: only the status of each share passes ---- */
+
+int fc_comm_report(struct fc_comm *c, int rc)
+{
+    return fc_send_ack(c->fds[0], rc);
+}
+
+int fc_comm_gather(struct fc_comm *c)
+{
+    int rc = FC_OK;
+    char first[1024] = "";
+    /* Every worker is heard (or seen gone) before the caller commits or removes the staging. */
+    for (int p = 1; p < c->size; p++) {
+        const int r = fc_recv_ack(c->fds[p], p);
+        if (r < 0 && rc == FC_OK) {
+            /* a report names its rank already; a lost connection does not */
+            const char *msg = fc_error_last();
+            char rank[24] = "";
+            if (strncmp(msg, "rank ", 5) != 0)
+                snprintf(rank, sizeof(rank), "rank %d: ", p);
+            rc = r;
+            snprintf(first, sizeof(first), "%s%s", rank, msg);
+        }
+    }
+    return rc < 0 ? fc_error_set(rc, "%s", first) : FC_OK;
+}
+
+int fc_comm_await(struct fc_comm *c)
+{
+    unsigned type;
+    uint32_t file;
+    uint64_t status, n;
+    FC_TRY(fc_recv_hdr(c->fds[0], &type, &file, &status, &n));
+    if (type != MSG_DONE || n != 0)
+        return fc_error_set(FC_EIO, "rank %d: unexpected message %u from rank 0", c->rank, type);
+    if (status != 0)
+        return fc_error_set(FC_ERROR, "rank %d: the job failed on another rank", c->rank);
+    return FC_OK;
 }
 
 /* ---- worker ---- */
@@ -412,7 +467,8 @@ int fc_comm_serve(struct fc_comm *c)
         uint32_t file;
         uint64_t off, n;
         FC_TRY_GOTO(fc_recv_hdr(fd, &type, &file, &off, &n), rc, done);
-        if (n > ((uint64_t)1 << 40)) {
+        /* Only OPEN carries a payload on the socket (a path); data comes over NCCL. */
+        if (type != MSG_WRITE_NCCL && n >= FC_COMM_MAX_PATH) {
             rc = fc_error_set(FC_EIO, "rank %d: oversized message from rank 0", c->rank);
             goto done;
         }
@@ -430,7 +486,6 @@ int fc_comm_serve(struct fc_comm *c)
             const void *dp;
             FC_TRY_GOTO(fc_comm_nccl_recv(c, (size_t)n, &dp), rc, done);
             payload = dp;
-            type = MSG_WRITE;
         } else if (n > 0) {
             FC_TRY_GOTO(fc_recv_all(fd, buf, (size_t)n), rc, done);
         }
@@ -460,7 +515,7 @@ int fc_comm_serve(struct fc_comm *c)
             nfiles++;
             break;
         }
-        case MSG_WRITE:
+        case MSG_WRITE_NCCL:
             if (failed == FC_OK && of == NULL)
                 step = fc_error_set(FC_EIO, "rank %d: WRITE to a file that is not open", c->rank);
             else if (failed == FC_OK)
@@ -522,6 +577,11 @@ int fc_comm_rank(const struct fc_comm *c)
 int fc_comm_size(const struct fc_comm *c)
 {
     return c == NULL ? 1 : c->size;
+}
+
+int fc_comm_uses_nccl(const struct fc_comm *c)
+{
+    return c != NULL && c->nccl != NULL;
 }
 
 int fc_comm_start_nccl(struct fc_comm *c, int engine)

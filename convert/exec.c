@@ -35,7 +35,8 @@ struct fc_exec_shared {
     /* Source-order mode: every rank file open at once, items taken in input order. */
     int *fds; /* per file, or NULL in file-by-file mode */
     char **paths;
-    size_t *order;     /* item indices sorted by where their bytes come from */
+    size_t *order;     /* this share's item indices sorted by where their bytes come from */
+    size_t nitems;     /* in order */
     size_t *group_end; /* order[i .. group_end[i]) hold the same bytes (0: inside a group) */
     atomic_size_t next_item;
     atomic_uint_fast64_t bytes_done;
@@ -219,6 +220,11 @@ static int fc_same_bytes(const struct fc_exec *ex, const struct fc_plan_item *x,
     return 1;
 }
 
+int fc_exec_owns(const struct fc_exec *ex, size_t fi)
+{
+    return ex->nparts <= 1 || ex->plan->files[fi].rank % ex->nparts == ex->part;
+}
+
 /* Open every rank file and order the items, or leave sh->order NULL (file-by-file mode). */
 static int fc_source_order_setup(struct fc_exec_shared *sh)
 {
@@ -236,6 +242,8 @@ static int fc_source_order_setup(struct fc_exec_shared *sh)
     for (size_t f = 0; f < nf; f++)
         sh->fds[f] = -1;
     for (size_t f = 0; f < nf; f++) {
+        if (!fc_exec_owns(ex, f))
+            continue; /* another share's file */
         sh->paths[f] = fc_path_join(ex->dir, ex->plan->files[f].name);
         if (sh->paths[f] == NULL)
             return fc_error_set(FC_ENOMEM, "out of memory");
@@ -244,16 +252,18 @@ static int fc_source_order_setup(struct fc_exec_shared *sh)
         if (head != NULL)
             FC_TRY(fc_pwrite_full(sh->fds[f], head->data, head->len, 0, sh->paths[f]));
     }
+    /* Only this share's items: it reads just the input bytes its files hold. */
     for (size_t i = 0; i < ex->plan->nitems; i++)
-        sh->order[i] = i;
-    FC_TRY(fc_sort_idx(sh->order, ex->plan->nitems, fc_cmp_source_order, ex));
+        if (fc_exec_owns(ex, (size_t)ex->plan->items[i].rank))
+            sh->order[sh->nitems++] = i;
+    FC_TRY(fc_sort_idx(sh->order, sh->nitems, fc_cmp_source_order, ex));
     /* Runs of items with the same bytes are written together (read once). */
     sh->group_end = fc_calloc(ex->plan->nitems + 1, sizeof(*sh->group_end));
     if (sh->group_end == NULL)
         return fc_error_set(FC_ENOMEM, "out of memory");
-    for (size_t i = 0; i < ex->plan->nitems;) {
+    for (size_t i = 0; i < sh->nitems;) {
         size_t j = i + 1;
-        while (j < ex->plan->nitems && j - i < FC_EXEC_GROUP_MAX &&
+        while (j < sh->nitems && j - i < FC_EXEC_GROUP_MAX &&
                fc_same_bytes(ex, &ex->plan->items[sh->order[i]], &ex->plan->items[sh->order[j]]))
             j++;
         sh->group_end[i] = j;
@@ -400,7 +410,7 @@ static void *fc_worker_main(void *arg)
         int rc;
         if (sh->order != NULL) {
             const size_t i = atomic_fetch_add(&sh->next_item, 1);
-            if (i >= sh->ex->plan->nitems || sh->rc < 0)
+            if (i >= sh->nitems || sh->rc < 0)
                 break;
             if (sh->group_end[i] == 0)
                 continue; /* inside a group its first item's worker writes */
@@ -409,7 +419,7 @@ static void *fc_worker_main(void *arg)
             const size_t fi = atomic_fetch_add(&sh->next_file, 1);
             if (fi >= sh->ex->plan->nfiles || sh->rc < 0)
                 break;
-            rc = fc_write_file(w, fi);
+            rc = fc_exec_owns(sh->ex, fi) ? fc_write_file(w, fi) : FC_OK;
         }
         if (rc < 0) {
             pthread_mutex_lock(&sh->lock);
@@ -463,7 +473,8 @@ int fc_exec_run(const struct fc_exec *ex)
     }
     uint64_t total = 0;
     for (size_t i = 0; i < ex->plan->nitems; i++)
-        total += ex->plan->items[i].length;
+        if (fc_exec_owns(ex, (size_t)ex->plan->items[i].rank))
+            total += ex->plan->items[i].length;
     while (atomic_load(&sh.workers_left) > 0) {
         const struct timespec ts = {0, 200 * 1000 * 1000};
         if (ex->progress != NULL)

@@ -8,7 +8,7 @@
  * default every rank file is open at once and the workers take items in the
  * order their bytes sit in the inputs (a chunk and its --copy twins are read
  * once), each item with pwrite at its planned offset.  When items pass
- * through a per-file stream (compression), go to another process (--nproc),
+ * through a per-file stream (compression), go to another process (NCCL),
  * or there are more than 512 files, the workers take whole files instead, one
  * file at a time each, appending.  Big tensors go in row slabs so data
  * buffers never exceed max_memory in total (plus one row when a single row is
@@ -97,8 +97,12 @@ struct fc_exec {
     struct fc_extent *extents; /* per plan item, filled by fc_exec_run (may be NULL) */
     int engine;                /* resolved fc_engine: FC_ENGINE_CPU or FC_ENGINE_CUDA */
     int device;                /* CUDA device (fc_local_rank()) */
-    struct fc_comm *comm;      /* multi-process: files of other ranks go to their owner */
+    struct fc_comm *comm;      /* NCCL star: files of other ranks go to their owner */
+    int part, nparts;          /* write only the files of share `part` of `nparts` (0: all) */
 };
+
+/* fc_exec_owns() - does this run write file fi (its rank file's share is ex->part)? */
+int fc_exec_owns(const struct fc_exec *ex, size_t fi);
 
 /* Returns FC_OK, FC_EIO (with the file named), FC_ECORRUPT (source), FC_ENOMEM. */
 int fc_exec_run(const struct fc_exec *ex);

@@ -162,7 +162,15 @@ struct fc_full_to_dcp_opts {
     const char *optim_select; /* --optim-select KEY inside it (or inside input) */
     int layout;               /* enum fc_layout of xform.h: 0 none, 1 torchtitan, 2 app */
     int engine;               /* enum fc_engine: 0 auto, 1 cpu, 2 cuda */
-    struct fc_comm *comm;     /* multi-process job (rank 0's view), or NULL */
+    struct fc_comm *comm;     /* multi-process job (convert/comm.h), or NULL */
+    /*
+     * Shares (convert/share.h): nparts > 0 writes share `part` (0-based) of
+     * nparts into the job's staging directory, part -1 only commits the
+     * nparts shares.  With comm, part is the rank and rank 0 commits once
+     * every rank reported; without, the commit is a run of its own.
+     */
+    int part;
+    int nparts;
     fc_progress_fn progress;
     void *progress_ctx;
 };
@@ -190,6 +198,8 @@ struct fc_full_to_dcp_result {
     size_t nfiles;
     size_t ntensors;
     size_t nvalues;
+    int resumed;  /* a share found already written by an earlier run (kept) */
+    int reported; /* also on failure: a worker's outcome reached rank 0, which tells the user */
 };
 
 /*
@@ -227,10 +237,12 @@ int fc_reshard(const struct fc_full_to_dcp_opts *opts, struct fc_full_to_dcp_res
 int fc_comm_fork(struct fc_comm **out, int nproc);
 
 /*
- * fc_comm_env() - join a job started by torchrun/srun-style launchers (RANK,
- * WORLD_SIZE, MASTER_ADDR, MASTER_PORT) over TCP: rank 0 listens, the others
- * connect (60 s).  *out is NULL when WORLD_SIZE is unset or 1.  Every rank
- * must see the output directory at the same path (a shared filesystem).
+ * fc_comm_env() - join a job started by a launcher over TCP: the rank and
+ * size from RANK/WORLD_SIZE (torchrun), else OMPI_COMM_WORLD_RANK/
+ * OMPI_COMM_WORLD_SIZE (mpirun), else SLURM_PROCID/SLURM_NTASKS (srun); rank
+ * 0 listens on MASTER_ADDR:MASTER_PORT, the others connect (60 s).  *out is
+ * NULL when the size is unset or 1.  Every rank must see the output
+ * directory at the same path (a shared filesystem).
  * Returns FC_OK, FC_EINVAL (bad variables), FC_EIO.
  */
 int fc_comm_env(struct fc_comm **out);
@@ -246,9 +258,11 @@ int fc_comm_start_nccl(struct fc_comm *c, int engine);
 
 int fc_comm_rank(const struct fc_comm *c);
 int fc_comm_size(const struct fc_comm *c);
+/* Does the job move data over NCCL (rank 0 transforms, workers serve)? */
+int fc_comm_uses_nccl(const struct fc_comm *c);
 
 /*
- * fc_comm_serve() - a worker's whole life: write the files rank 0 sends until
+ * fc_comm_serve() - an NCCL worker's whole life: write the files rank 0 sends until
  * the job ends.  FC_OK when the job succeeded everywhere, else an error.
  */
 int fc_comm_serve(struct fc_comm *c);

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "comm.h"
 #include "exec.h"
@@ -24,6 +25,7 @@
 #include "keys.h"
 #include "dcp_sink.h"
 #include "plan.h"
+#include "share.h"
 #include "st_sink.h"
 #include "stream.h"
 #include "tp.h"
@@ -55,6 +57,7 @@ struct fc_job {
     struct fc_dcp_sink dcp; /* --format dcp: value blobs, compression */
     struct fc_st_sink st;   /* --format safetensors: per-file headers */
     struct fc_stage out;
+    int reported; /* a worker's failure went to rank 0, which reports the job */
 };
 
 static void fc_job_release(struct fc_job *j)
@@ -366,13 +369,115 @@ static int fc_copy_notes(const struct fc_xform_result *xr, struct fc_full_to_dcp
 }
 
 /* Safetensors files carry their own headers; a DCP exists once its metadata (.metadata, or
- * every __{r}.metadata) does. */
-static int fc_commit(const struct fc_full_to_dcp_opts *o, struct fc_job *j)
+ * every __{r}.metadata) does: written into dir last, after every rank file is durable. */
+static int fc_write_metadata(const struct fc_full_to_dcp_opts *o, const struct fc_job *j,
+                             const char *dir)
 {
-    if (o->format == FC_OUT_DCP)
-        FC_TRY(fc_dcp_sink_write_metadata(&j->dcp, j->plan, &j->xr, j->extents, j->out.path,
-                                          o->output, o->rank_local));
-    return fc_stage_commit(&j->out);
+    if (o->format != FC_OUT_DCP)
+        return FC_OK;
+    return fc_dcp_sink_write_metadata(&j->dcp, j->plan, &j->xr, j->extents, dir, o->output,
+                                      o->rank_local);
+}
+
+/*
+ * What makes two runs the same job: the inputs (names, sizes, mtimes), the
+ * options that change bytes, the rules, the whole plan and the value blobs.
+ * Shares started anywhere agree on it without talking (share.h).
+ */
+static int fc_job_hash(const struct fc_full_to_dcp_opts *o, struct fc_job *j, uint64_t *out)
+{
+    struct fc_buf id = FC_BUF_INIT(FC_PLAN_TEXT_CAP);
+    const struct fc_input_arg one = {NULL, o->input};
+    const struct fc_input_arg *args = o->ninputs > 0 ? o->inputs : &one;
+    const size_t n = o->ninputs > 0 ? o->ninputs : 1;
+    const struct fc_sink sink = fc_dcp_sink_sink(&j->dcp);
+    int rc = fc_buf_printf(&id, "fsdpconv job 1\nformat %d compress %d metadata %d layout %d\n",
+                           (int)o->format, j->dcp.compress_level, o->rank_local, o->layout);
+    for (size_t i = 0; i < n && rc == FC_OK; i++) {
+        rc = fc_buf_printf(&id, "input %s=\n", args[i].prefix != NULL ? args[i].prefix : "");
+        if (rc == FC_OK)
+            rc = fc_share_add_path(&id, args[i].path);
+    }
+    if (rc == FC_OK && o->optim != NULL) {
+        rc = fc_buf_puts(&id, "optim\n");
+        if (rc == FC_OK)
+            rc = fc_share_add_path(&id, o->optim);
+    }
+    if (rc == FC_OK && o->optim_select != NULL)
+        rc = fc_buf_printf(&id, "optim-select %s\n", o->optim_select);
+    if (rc == FC_OK)
+        rc = fc_xform_rules_describe(&j->rules, &id);
+    if (rc == FC_OK)
+        rc = fc_plan_describe(j->plan, &id);
+    for (size_t v = 0; o->format == FC_OUT_DCP && v < j->plan->nvalues && rc == FC_OK; v++) {
+        const struct fc_buf *b = sink.ops->value_bytes(sink.ctx, v);
+        rc = fc_buf_append(&id, b->data, b->len);
+    }
+    if (rc == FC_OK)
+        *out = fc_share_hash(id.data, id.len);
+    fc_buf_release(&id);
+    return rc;
+}
+
+/*
+ * One share of the job (--part K/N, --nproc, launchers; share.h), then the
+ * commit where this process does it: rank 0 once every rank reported, or a
+ * run of its own (part -1).  A failed multi-process job leaves no staging:
+ * every rank has reported (or died) before rank 0 removes it.
+ */
+static int fc_run_share(const struct fc_full_to_dcp_opts *o, struct fc_job *j, struct fc_exec *ex,
+                        struct fc_full_to_dcp_result *res)
+{
+    struct fc_share sh;
+    uint64_t hash = 0;
+    int began = 0;
+    memset(&sh, 0, sizeof(sh));
+    sh.lock_fd = -1;
+    int rc = fc_job_hash(o, j, &hash);
+    if (rc == FC_OK)
+        rc = fc_share_begin(&sh, o->output, o->force, hash, o->part, o->nparts, ex);
+    began = rc == FC_OK;
+    ex->dir = sh.stage.path;
+    if (rc == FC_OK && o->part >= 0 && !sh.resumed) {
+        fc_cancel_polled(); /* files appear in the staging dir from here on */
+        rc = fc_exec_run(ex);
+        if (rc == FC_OK)
+            rc = fc_share_record(&sh, ex);
+        if (rc < 0)
+            fc_share_discard(&sh, ex);
+    }
+    res->resumed = sh.resumed;
+    /* The share's lock goes before its status: the commit takes every share's lock. */
+    if (sh.lock_fd >= 0)
+        close(sh.lock_fd);
+    sh.lock_fd = -1;
+    if (o->comm != NULL && fc_comm_rank(o->comm) != 0) {
+        /* Rank 0 reports the job; a worker speaks only when rank 0 cannot (it is gone). */
+        const int sent = fc_comm_report(o->comm, rc);
+        const int outcome = sent == FC_OK ? fc_comm_await(o->comm) : sent;
+        j->reported = sent == FC_OK && outcome != FC_EIO;
+        if (rc == FC_OK)
+            rc = outcome;
+    } else if (o->comm != NULL || o->part < 0) {
+        if (o->comm != NULL) {
+            const int all = fc_comm_gather(o->comm);
+            if (rc == FC_OK)
+                rc = all;
+        }
+        if (rc == FC_OK)
+            rc = fc_share_collect(&sh, ex);
+        if (rc == FC_OK)
+            rc = fc_write_metadata(o, j, sh.stage.path);
+        if (rc == FC_OK)
+            rc = fc_share_seal(&sh);
+        if (rc == FC_OK)
+            rc = fc_stage_commit(&sh.stage);
+        if (rc < 0 && o->comm != NULL && began)
+            (void)fc_remove_tree(sh.stage.path);
+        fc_comm_done(o->comm, rc == FC_OK);
+    }
+    fc_share_release(&sh);
+    return rc;
 }
 
 int fc_write_job_run(const struct fc_full_to_dcp_opts *o, const struct fc_job_kind *kind,
@@ -385,8 +490,9 @@ int fc_write_job_run(const struct fc_full_to_dcp_opts *o, const struct fc_job_ki
     memset(res, 0, sizeof(*res));
     /* --engine cuda without a usable GPU fails before anything is read or written. */
     FC_TRY(fc_engine_resolve((fc_engine)o->engine, &engine));
-    /* The output is checked (and its partial made) before any input is read. */
-    if (!o->dry_run) {
+    /* The output is checked (and its partial made) before any input is read; shares check it
+     * when they know their job's staging directory (fc_run_share). */
+    if (!o->dry_run && o->nparts == 0) {
         fc_cancel_hold();
         rc = fc_stage_begin(&j.out, o->output, 1, o->force, fc_cancel_requested);
         fc_cancel_staged(rc == FC_OK ? j.out.path : NULL);
@@ -422,7 +528,7 @@ int fc_write_job_run(const struct fc_full_to_dcp_opts *o, const struct fc_job_ki
             goto done;
         }
     }
-    {
+    if (o->part >= 0) {
         /* Mean fill rows of --resize-rows: one pass over the rows they average, before writing. */
         struct fc_slabs slabs;
         memset(&slabs, 0, sizeof(slabs));
@@ -431,7 +537,7 @@ int fc_write_job_run(const struct fc_full_to_dcp_opts *o, const struct fc_job_ki
         if (rc < 0)
             goto done;
     }
-    const struct fc_exec ex = {
+    struct fc_exec ex = {
         .plan = j.plan,
         .src = j.src,
         .xr = &j.xr,
@@ -444,23 +550,39 @@ int fc_write_job_run(const struct fc_full_to_dcp_opts *o, const struct fc_job_ki
         .extents = j.extents,
         .engine = engine,
         .device = fc_local_rank(0),
-        .comm = o->comm,
+        .comm = o->nparts == 0 ? o->comm : NULL,
+        .part = o->part,
+        .nparts = o->nparts,
     };
-    fc_cancel_polled(); /* files appear in the staging dir from here on */
-    FC_TRY_GOTO(fc_exec_run(&ex), rc, done);
-    /* Every worker has fsynced its files before .metadata makes the checkpoint exist. */
-    if (o->comm != NULL)
-        FC_TRY_GOTO(fc_comm_finish(o->comm), rc, done);
-    FC_TRY_GOTO(fc_commit(o, &j), rc, done);
-    res->bytes_written = j.plan->total_bytes;
-    if (j.extents != NULL) {
-        res->bytes_written = 0;
-        for (size_t i = 0; i < j.plan->nitems; i++)
-            res->bytes_written += j.extents[i].length;
+    if (o->nparts > 0) {
+        FC_TRY_GOTO(fc_run_share(o, &j, &ex, res), rc, done);
+    } else {
+        fc_cancel_polled(); /* files appear in the staging dir from here on */
+        FC_TRY_GOTO(fc_exec_run(&ex), rc, done);
+        /* Every NCCL worker has fsynced its files before .metadata makes the checkpoint exist. */
+        if (o->comm != NULL)
+            FC_TRY_GOTO(fc_comm_finish(o->comm), rc, done);
+        FC_TRY_GOTO(fc_write_metadata(o, &j, j.out.path), rc, done);
+        FC_TRY_GOTO(fc_stage_commit(&j.out), rc, done);
+    }
+    {
+        /* A --part run counts its own share; a committing run, the whole checkpoint. */
+        const int whole = o->part < 0 || o->comm != NULL;
+        res->nfiles = 0;
+        for (size_t f = 0; f < j.plan->nfiles; f++) {
+            if (!whole && !fc_exec_owns(&ex, f))
+                continue;
+            res->nfiles++;
+            res->bytes_written += j.extents == NULL ? j.plan->files[f].nbytes : 0;
+        }
+        for (size_t i = 0; j.extents != NULL && i < j.plan->nitems; i++)
+            if (whole || fc_exec_owns(&ex, (size_t)j.plan->items[i].rank))
+                res->bytes_written += j.extents[i].length;
     }
 done:
     if (rc < 0)
         fc_full_to_dcp_result_release(res);
+    res->reported = j.reported;
     fc_job_release(&j);
     fc_cancel_staged(NULL);
     return rc;

@@ -1,79 +1,111 @@
 /*
- * test_comm.c - the multi-process transport with real forked workers:
- * files written on their owner, acks carrying worker failures back to rank
- * 0, and exit statuses reaped by rank 0.
+ * test_comm.c - the control connection of multi-process jobs with real
+ * forked workers: each share's status to rank 0 (failures with the worker's
+ * message, a dead worker seen, not waited for), the outcome back, exit
+ * statuses reaped by rank 0; which launcher variables are read.
  */
 #include "fc_test.h"
 
-#include <fcntl.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include "comm.h"
 
-/* Fork nproc - 1 workers; in a worker, serve and leave.  Returns rank 0's comm. */
-static struct fc_comm *start(int nproc)
+/*
+ * Fork nproc - 1 workers.  A worker reports `worker_rc[rank]` (its share's
+ * outcome; an exit code 9 means "die without a word"), waits for the job's
+ * outcome and exits 0 only when the job succeeded.  Returns rank 0's comm.
+ */
+static struct fc_comm *start(int nproc, const int *worker_rc)
 {
     struct fc_comm *c = NULL;
     assert_fc_ok(fc_comm_fork(&c, nproc));
     if (fc_comm_rank(c) != 0) {
-        const int rc = fc_comm_serve(c);
+        const int want = worker_rc[fc_comm_rank(c)];
+        if (want == 9)
+            _exit(9);
+        if (want < 0)
+            fc_error_set(want, "__%d_0.distcp: disk full", fc_comm_rank(c));
+        int rc = fc_comm_report(c, want);
+        if (rc == FC_OK)
+            rc = fc_comm_await(c);
         fc_comm_free(c);
-        _exit(rc == FC_OK ? 0 : 1);
+        _exit(rc == FC_OK && want == FC_OK ? 0 : rc == FC_ERROR ? 1 : 2);
     }
     assert_int_equal(fc_comm_size(c), nproc);
     return c;
 }
 
-static void test_comm_workers_write_the_files_they_own(void **state)
+static void test_comm_every_share_reports_then_rank_0_tells_the_outcome(void **state)
 {
-    char *dir = fc_test_tmpdir();
-    char path[3][256];
+    static const int ok[3] = {0, FC_OK, FC_OK};
     (void)state;
-    assert_non_null(dir);
-    struct fc_comm *c = start(3);
+    struct fc_comm *c = start(3, ok);
     for (int f = 0; f < 5; f++)
         assert_int_equal(fc_comm_owner(c, f), f % 3);
-    for (uint32_t f = 1; f < 3; f++) {
-        snprintf(path[f], sizeof(path[f]), "%s/__%u_0.distcp", dir, f);
-        assert_fc_ok(fc_comm_open(c, (int)f, f, path[f]));
-        /* Out of order on purpose: workers pwrite at the given offsets. */
-        assert_fc_ok(fc_comm_write(c, (int)f, f, 5, "world", 5));
-        assert_fc_ok(fc_comm_write(c, (int)f, f, 0, "hello", 5));
-        assert_fc_ok(fc_comm_close(c, (int)f, f));
-    }
-    assert_fc_ok(fc_comm_finish(c));
+    assert_fc_ok(fc_comm_gather(c));
     fc_comm_done(c, 1);
+    fc_comm_done(c, 0); /* told once: the first outcome stands */
     assert_fc_ok(fc_comm_free(c));
-    for (int f = 1; f < 3; f++) {
-        char got[16] = {0};
-        const int fd = open(path[f], O_RDONLY);
-        assert_true(fd >= 0);
-        assert_int_equal(read(fd, got, sizeof(got)), 10);
-        close(fd);
-        assert_string_equal(got, "helloworld");
-    }
-    fc_test_rmdir(dir);
 }
 
 static void test_comm_worker_failure_reaches_rank_0_and_every_exit_status(void **state)
 {
+    static const int rcs[3] = {0, FC_OK, FC_EIO};
     (void)state;
-    struct fc_comm *c = start(2);
-    assert_fc_ok(fc_comm_open(c, 1, 7, "/nonexistent-dir/__1_0.distcp"));
-    assert_fc_ok(fc_comm_write(c, 1, 7, 0, "x", 1));
-    /* The ack of CLOSE carries the worker's first error, with its file. */
-    assert_fc_fails(fc_comm_close(c, 1, 7), FC_EIO, "/nonexistent-dir/__1_0.distcp: cannot create");
+    struct fc_comm *c = start(3, rcs);
+    /* The report carries the worker's own message, with its rank. */
+    assert_fc_fails(fc_comm_gather(c), FC_EIO, "rank 2: __2_0.distcp: disk full");
     fc_comm_done(c, 0);
+    /* rank 1 was fine but the job failed: it exits 1 too */
     assert_fc_fails(fc_comm_free(c), FC_ERROR, "worker rank 1 exited with status 1");
 }
 
 static void test_comm_job_failure_on_rank_0_fails_every_worker(void **state)
 {
+    static const int ok[3] = {0, FC_OK, FC_OK};
     (void)state;
-    struct fc_comm *c = start(3);
-    assert_fc_ok(fc_comm_finish(c)); /* workers are fine... */
+    struct fc_comm *c = start(3, ok);
+    assert_fc_ok(fc_comm_gather(c)); /* workers are fine... */
     fc_comm_done(c, 0);              /* ...but the job failed on rank 0 */
     assert_fc_fails(fc_comm_free(c), FC_ERROR, "exited with status 1");
+}
+
+static void test_comm_a_worker_gone_is_a_failure_not_a_hang(void **state)
+{
+    static const int rcs[3] = {0, 9, FC_OK};
+    (void)state;
+    struct fc_comm *c = start(3, rcs);
+    assert_fc_fails(fc_comm_gather(c), FC_EIO, "rank 1: multi-process transport: connection closed");
+    fc_comm_done(c, 0);
+    assert_fc_fails(fc_comm_free(c), FC_ERROR, "worker rank 1 exited with status 9");
+}
+
+/* srun and mpirun name the rank and size their own way; the control connection needs MASTER_PORT. */
+static void test_comm_env_reads_each_launchers_variables(void **state)
+{
+    struct fc_comm *c = (struct fc_comm *)1;
+    (void)state;
+    unsetenv("WORLD_SIZE");
+    unsetenv("OMPI_COMM_WORLD_SIZE");
+    unsetenv("MASTER_PORT");
+    setenv("SLURM_NTASKS", "1", 1);
+    setenv("SLURM_PROCID", "0", 1);
+    assert_fc_ok(fc_comm_env(&c)); /* one task: alone */
+    assert_null(c);
+    setenv("SLURM_NTASKS", "4", 1);
+    assert_fc_fails(fc_comm_env(&c), FC_EINVAL, "SLURM_NTASKS=4 ranks but MASTER_PORT is not set");
+    setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+    setenv("OMPI_COMM_WORLD_RANK", "5", 1);
+    assert_fc_fails(fc_comm_env(&c), FC_EINVAL, "OMPI_COMM_WORLD_RANK='5' is not an integer in [0, 1]");
+    setenv("WORLD_SIZE", "1", 1); /* torchrun's names win */
+    assert_fc_ok(fc_comm_env(&c));
+    assert_null(c);
+    unsetenv("WORLD_SIZE");
+    unsetenv("OMPI_COMM_WORLD_SIZE");
+    unsetenv("OMPI_COMM_WORLD_RANK");
+    unsetenv("SLURM_NTASKS");
+    unsetenv("SLURM_PROCID");
 }
 
 /* One LOCAL_RANK parser for the executor's GPU and NCCL's: what torchrun sets, else the fallback.
@@ -99,9 +131,11 @@ static void test_comm_local_rank_reads_torchrun_or_falls_back(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_comm_workers_write_the_files_they_own),
+        cmocka_unit_test(test_comm_every_share_reports_then_rank_0_tells_the_outcome),
         cmocka_unit_test(test_comm_worker_failure_reaches_rank_0_and_every_exit_status),
         cmocka_unit_test(test_comm_job_failure_on_rank_0_fails_every_worker),
+        cmocka_unit_test(test_comm_a_worker_gone_is_a_failure_not_a_hang),
+        cmocka_unit_test(test_comm_env_reads_each_launchers_variables),
         cmocka_unit_test(test_comm_local_rank_reads_torchrun_or_falls_back),
     };
     return cmocka_run_group_tests_name("comm", tests, NULL, NULL);

@@ -1,4 +1,4 @@
-# --nproc 3 (rank 0 reads and transforms, workers write the rank files they own)
+# --nproc 3 (independent workers, each reading and writing the rank files it owns)
 # gives byte-identical output to one process, for full-to-dcp and reshard.
 in="$FIXTURES/full/tiny_vitlm_train.pt"
 fsdpconv full-to-dcp --world-size 7 --dtype bf16 --select model -o out "$in" && mv out one
