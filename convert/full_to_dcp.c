@@ -414,7 +414,7 @@ static int fc_job_hash(const struct fc_full_to_dcp_opts *o, struct fc_job *j, ui
         rc = fc_buf_append(&id, b->data, b->len);
     }
     if (rc == FC_OK)
-        *out = fc_share_hash(id.data, id.len);
+        rc = fc_share_hash(id.data, id.len, out);
     fc_buf_release(&id);
     return rc;
 }

@@ -16,6 +16,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <openssl/evp.h>
+
 #include "fc_alloc.h"
 #include "fc_convert.h"
 #include "fc_error.h"
@@ -24,15 +26,21 @@
 #define FC_SHARE_MAGIC      "fsdpconv-share 1"
 #define FC_SHARE_RECORD_CAP ((size_t)1 << 30)
 
-uint64_t fc_share_hash(const void *p, size_t n)
+/*
+ * SHA-256 (libcrypto), not a fast non-cryptographic hash: two different jobs
+ * writing the same OUT must never agree on a staging directory, and the
+ * identity text is hashed once per job.
+ */
+int fc_share_hash(const void *p, size_t n, uint64_t *out)
 {
-    const unsigned char *q = p;
-    uint64_t h = 0xcbf29ce484222325u;
-    for (size_t i = 0; i < n; i++) {
-        h ^= q[i];
-        h *= 0x100000001b3u;
-    }
-    return h;
+    unsigned char digest[32];
+    if (EVP_Digest(p, n, digest, NULL, EVP_sha256(), NULL) != 1)
+        return fc_error_set(FC_ENOMEM, "cannot compute the job's SHA-256");
+    uint64_t h = 0;
+    for (int i = 0; i < 8; i++)
+        h = (h << 8) | digest[i];
+    *out = h;
+    return FC_OK;
 }
 
 static int fc_cmp_names(const void *a, const void *b)

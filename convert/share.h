@@ -48,8 +48,13 @@ struct fc_share {
  */
 int fc_share_add_path(struct fc_buf *id, const char *path);
 
-/* fc_share_hash() - the 64-bit hash of a job identity text (FNV-1a). */
-uint64_t fc_share_hash(const void *p, size_t n);
+/*
+ * fc_share_hash() - *out = the 64-bit hash of a job identity text: the first
+ * 8 bytes of its SHA-256 (libcrypto), not a fast non-cryptographic hash, since
+ * two different jobs writing the same OUT must never agree on a staging
+ * directory.  Returns FC_OK or FC_ENOMEM.
+ */
+int fc_share_hash(const void *p, size_t n, uint64_t *out);
 
 /*
  * fc_share_begin() - refuse an existing target (unless force), make or reuse
