@@ -9,6 +9,7 @@
 #        BENCH_LOAD_GB  size of the second model the load side runs on (default 0.5: the 512 MiB,
 #                    345-tensor model issue 14 states its targets for; 0 skips it)
 #        BENCH_INSPECT_REPS  runs per inspect case (default 3)
+#        BENCH_WORKERS_GB  the independent workers' model (default 4, 0 skips; bench_workers.py)
 #        BENCH_TRAIN_RANKS, BENCH_TRAIN_ROUNDS  the training-start headline (default 1,4 and 3;
 #                    BENCH_TRAIN_RANKS=0 skips it): bench_train_start.py
 # Needs about 6 x BENCH_GB GiB free in BENCH_DIR and 3 x BENCH_GB GiB of RAM. Drops the page
@@ -95,4 +96,9 @@ if [ "${BENCH_TRAIN_RANKS:-1,4}" != 0 ]; then
     "$py" "$here/bench_train_start.py" "$bin" "$dir/train_start" --ranks "${BENCH_TRAIN_RANKS:-1,4}" \
         --rounds "${BENCH_TRAIN_ROUNDS:-3}" --results "$dir/results.jsonl"
 fi
+echo
+# Independent workers (issue 22): 1, 2 and 4 torchrun-style ranks on a BENCH_WORKERS_GB (default 4)
+# GiB model against cp + fsync, with each worker's read bytes; BENCH_WORKERS_GB=0 skips it.
+[ "${BENCH_WORKERS_GB:-4}" = 0 ] ||
+    "$py" "$here/bench_workers.py" "$bin" --gb "${BENCH_WORKERS_GB:-4}" --dir "$dir/workers"
 echo "bench: done in $(( $(date +%s) - start )) s"
