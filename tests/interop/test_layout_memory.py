@@ -1,15 +1,18 @@
 """Interop test: stacking experts does not copy them into memory.
 
-Per-expert Mixtral-style safetensors (w1/w3 [I, H], w2 [H, I] per expert, float32, written
-by the safetensors library) are converted with the mixtral-hf5 rules (--stack, --concat) at
---max-memory 16M on one thread, once with 4 experts (a rank box of two, as much as one slab) and once with 16: the stacked
-gate_up_proj of the large case is 128 MiB, 8x the budget.  Then exported back with --split
-and --unstack at the same budget.
+Per-expert Mixtral-style safetensors (w1/w3 [I, H], w2 [H, I] per expert, 4 MiB each,
+float32, written by the safetensors library) are converted with the mixtral-hf5 rules
+(--stack, --concat) at --max-memory 2M on one thread, once with 4 experts and once with 16:
+the stacked gate_up_proj of the large case is 128 MiB, 64x the budget, and one expert's
+slice of it (8 MiB) is 4x the budget.  Then exported back with --split and --unstack at the
+same budget.
 
 Checks:
   flat        peak RSS (GNU time) of the 16-expert runs is within 8 MiB of the 4-expert
               runs' and below half of one stacked tensor: each rank's box is read in slabs,
               each slab from the parts it overlaps, never a whole tensor
+  bounded     and at most 4x the budget above fsdpconv's own (a one-tensor conversion):
+              an expert's slice bigger than the budget streams in runs of its rows
   values      dcp.load (no process group) of the large DCP: gate_up_proj[e] is
               cat(w1_e, w3_e) and down_proj[e] is w2_e, bit-exact; the export is the input
               (fsdpconv diff)
@@ -30,7 +33,7 @@ from safetensors.torch import save_file  # noqa: E402
 import common  # noqa: E402
 
 H, I = 2048, 512   # one w1/w3/w2 = 4 MiB
-BUDGET = "16M"
+BUDGET, BUDGET_KIB = "2M", 2048
 IMPORT = [
     "--stack", r"^(.*)\.block_sparse_moe\.experts\.(\d+)\.(w[13])\.weight$=\1.mlp.experts.\3",
     "--concat", r"^(.*)\.mlp\.experts\.w1$,\1.mlp.experts.w3=\1.mlp.experts.gate_up_proj:1",
@@ -103,6 +106,12 @@ def main():
         small, _, _, _ = convert(tmp, 4)
         big, src, dcp_dir, back = convert(tmp, 16)
         stacked_kib = 16 * 2 * I * H * 4 // 1024
+        tiny = os.path.join(tmp, "tiny.safetensors")
+        save_file({"w": torch.zeros(4, 4)}, tiny)
+        base = common.run_measured([common.fsdpconv_path(), "full-to-dcp", "--world-size", "2",
+                                    "-o", os.path.join(tmp, "tiny"), tiny],
+                                   os.path.join(tmp, "tiny.log"))["maxrss_kib"]
+        print("fsdpconv's own peak RSS (one [4, 4] tensor): %d KiB" % base)
         for what in ("import", "export"):
             s, b = small[what]["maxrss_kib"], big[what]["maxrss_kib"]
             print("%s: peak RSS %d KiB with 4 experts, %d KiB with 16 (one stacked tensor "
@@ -112,6 +121,9 @@ def main():
                 probs.append("peak RSS grew from %d to %d KiB" % (s, b))
             if b > stacked_kib // 2:
                 probs.append("peak RSS %d KiB is over half a stacked tensor" % b)
+            if b > base + 4 * BUDGET_KIB:
+                probs.append("peak RSS %d KiB is more than 4x --max-memory over %d KiB" % (
+                    b, base))
             rep.case("%s of 16 experts: peak RSS flat at --max-memory %s" % (what, BUDGET), probs)
         rep.case("16 experts: stacked bit-exact under dcp.load; export equals the input",
                  check_values(src, dcp_dir, back, 16))
