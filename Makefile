@@ -10,6 +10,7 @@
 # Define V=1 for full command lines.
 # Define PREFIX, DESTDIR, BINDIR, MANDIR for `make install`.
 # Define VENV=/path for the Python venv used by fixtures and interop tests.
+# Define TF5_VENV=/path for the second venv, with transformers 5 (make venv-tf5, test-interop).
 # Define WHEEL_VENV=/path for the venv that builds and checks the wheel (make wheel, test-wheel).
 # Define WHEEL=1 for the self-contained CPU binary of the Python wheel (build/wheel/, see
 #   pyproject.toml): compiled and linked by zig cc against glibc $(WHEEL_GLIBC) symbol
@@ -43,6 +44,7 @@ PREFIX ?= /usr/local
 BINDIR ?= $(PREFIX)/bin
 MANDIR ?= $(PREFIX)/share/man
 VENV ?= $(HOME)/.cache/fsdpconv/venv
+TF5_VENV ?= $(HOME)/.cache/fsdpconv/venv-tf5
 WHEEL_VENV ?= $(HOME)/.cache/fsdpconv/wheel-venv
 PYTHON := $(VENV)/bin/python
 
@@ -171,7 +173,7 @@ FUZZ_BIN := $(patsubst tests/fuzz/%.c,$(B)/fuzz/%,$(FUZZ_SRC))
 GPU_SRC := $(sort $(wildcard tests/gpu/test_*.c))
 GPU_BIN := $(patsubst tests/gpu/%.c,$(B)/gpu/%,$(GPU_SRC))
 
-.PHONY: all fsdpconv wheel-bin wheel test-wheel check-unused unused-list deps venv demo test test-unit test-cli test-hostile test-interop test-gpu bench-gpu bench-workers fuzz fuzz-long fuzz-regress \
+.PHONY: all fsdpconv wheel-bin wheel test-wheel check-unused unused-list deps venv venv-tf5 demo test test-unit test-cli test-hostile test-interop test-gpu bench-gpu bench-workers fuzz fuzz-long fuzz-regress \
         asan ubsan valgrind check check-deps check-banned man-lint format format-check \
         install clean bench fixtures config-summary
 .DEFAULT_GOAL := all
@@ -261,6 +263,9 @@ deps:
 venv:
 	@sh tests/setup/venv.sh "$(VENV)"
 
+venv-tf5:
+	@sh tests/setup/venv_tf5.sh "$(TF5_VENV)"
+
 demo: deps
 	@$(MAKE) --no-print-directory all
 	@sh tests/setup/demo.sh ./fsdpconv
@@ -286,8 +291,8 @@ test-cli: $(BIN)
 test-hostile: $(BIN)
 	@sh tests/hostile/run.sh "$(CURDIR)/$(BIN)" "$(PYTHON)"
 
-test-interop: $(BIN)
-	@sh tests/interop/run.sh "$(CURDIR)/$(BIN)" "$(PYTHON)"
+test-interop: $(BIN) venv-tf5
+	@sh tests/interop/run.sh "$(CURDIR)/$(BIN)" "$(PYTHON)" "$(TF5_VENV)/bin/python"
 
 # The wheel: built, installed into a fresh venv and run where only glibc is left (tests/wheel/).
 test-wheel: $(BIN)

@@ -30,7 +30,8 @@ extern const struct fc_opt fc_cli_job_run_opts[];
 
 /*
  * The transform rules every FC_CMD_RULES command takes (full-to-dcp, reshard,
- * dcp-to-full): rename, drop, copy, resize-rows, strip-wrappers, dtype.
+ * dcp-to-full): rename, drop, copy, strip-wrappers, stack, concat, split,
+ * unstack, resize-rows, dtype.
  * They run in command-line order with the command's other rules.
  */
 extern const struct fc_opt fc_cli_pipeline_opts[];

@@ -72,6 +72,20 @@ const struct fc_opt fc_cli_pipeline_opts[] = {
     {0, 0, "strip-wrappers", NULL, FC_OPT_RULE | FC_OPT_REPEAT, "strip-wrappers", NULL,
      "remove _fsdp_wrapped_module., _checkpoint_wrapped_module.,\n"
      "_orig_mod. anywhere in a key and a leading module."},
+    {0, 0, "stack", "<re>=<dst>", FC_OPT_RULE | FC_OPT_REPEAT, "stack", NULL,
+     "keys matching <re> become the slices of <dst> along a new\n"
+     "dim 0, in the order of the one group <dst> leaves out (their\n"
+     "index: 0, 1, ...); transformers' MergeModulelist"},
+    {0, 0, "concat", "<re>,<b>[,...]=<dst>:<dim>", FC_OPT_RULE | FC_OPT_REPEAT, "concat", NULL,
+     "each key matching <re>, then <b>... (replacements of its\n"
+     "match), joined along <dim> into <dst>; transformers' Concatenate"},
+    {0, 0, "split", "<re>=<a>,<b>[,...]:<dim>[:<n>,...]", FC_OPT_RULE | FC_OPT_REPEAT, "split",
+     NULL,
+     "each key matching <re> cut along <dim> into <a>, <b>...: equal\n"
+     "parts, or <n>,... long; transformers' Chunk"},
+    {0, 0, "unstack", "<re>=<pattern>", FC_OPT_RULE | FC_OPT_REPEAT, "unstack", NULL,
+     "each key matching <re> becomes its slices along dim 0, named\n"
+     "<pattern> with {} the index; transformers' SplitModulelist"},
     FC_OPT_OP_RULES(FC_RULE_SCOPE_PIPELINE),
     {0, 0, NULL, NULL, 0, NULL, NULL, NULL},
 };

@@ -609,6 +609,11 @@ int fc_xform_add_optimizer(struct fc_xform_result *xr, const struct fc_xform_rul
         o.model_prefix += strlen(o.lay->model[c]) + 1;
     if (osrc == NULL) /* --layout alone: only the model keys move */
         return fc_prefix_model(xr, o.nmodel, o.lay);
+    if (fc_xform_layout_rule(rules) != NULL)
+        return fc_error_set(FC_EINVAL,
+                            "%s: optimizer state does not follow stacked, concatenated or split "
+                            "parameters yet; convert the model alone",
+                            fc_xform_layout_rule(rules));
     FC_TRY_GOTO(fc_optim_collect(&o, select), rc, done);
     FC_TRY_GOTO(fc_optim_map_ids(&o), rc, done);
     FC_TRY_GOTO(fc_optim_copies(&o), rc, done);

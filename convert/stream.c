@@ -177,14 +177,73 @@ static int fc_stream_ops(const struct fc_source *src, const struct fc_entry *e,
     return FC_OK;
 }
 
+/*
+ * The dim to cut a box along when one of its rows exceeds the budget, or -1
+ * (rows fit, or the ops are not all elementwise).  Only casts are: with them
+ * (or no op) any sub-box streams alone, so a stacked expert bigger than
+ * --max-memory goes out in runs of a later dim, single indices on the dims
+ * before it, C order kept.  *run is how many indices of that dim fit.
+ */
+static int fc_stream_cut_dim(const struct fc_xspec *spec, const int64_t *size, uint64_t budget,
+                             int64_t *run)
+{
+    const int n = spec->ndim;
+    uint64_t row[FC_MAX_DIMS]; /* bytes of one index of dim d, every stage's buffer counted */
+    if (n < 2)
+        return -1;
+    row[n - 1] = fc_dtype_size(spec->nops > 0 ? spec->ops[0].in_dtype : spec->dtype);
+    for (size_t k = 0; k < spec->nops; k++) {
+        if (spec->ops[k].kind != FC_OP_CAST)
+            return -1;
+        row[n - 1] += 2 * fc_dtype_size(spec->ops[k].dtype);
+    }
+    for (int d = n - 2; d >= 0; d--)
+        row[d] = row[d + 1] * (uint64_t)size[d + 1];
+    if (row[0] <= budget)
+        return -1;
+    int d = 1;
+    while (d < n - 1 && row[d] > budget)
+        d++;
+    const uint64_t fit = row[d] <= budget ? budget / row[d] : 1;
+    *run = fit < (uint64_t)size[d] ? (int64_t)fit : size[d];
+    return d;
+}
+
 int fc_stream_box(const struct fc_source *src, const struct fc_xspec *spec, const int64_t *off,
                   const int64_t *size, uint64_t budget, struct fc_slabs *slabs,
                   fc_stream_sink_fn sink, void *ctx)
 {
     if (spec->src != NULL)
         src = spec->src;
-    return fc_stream_ops(src, &src->entries[spec->entry], spec->ops, spec->nops, spec->dtype,
-                         spec->ndim, off, size, budget, slabs, sink, ctx);
+    const struct fc_entry *e = &src->entries[spec->entry];
+    int64_t run = 0;
+    const int cut = fc_stream_cut_dim(spec, size, budget, &run);
+    if (cut < 0)
+        return fc_stream_ops(src, e, spec->ops, spec->nops, spec->dtype, spec->ndim, off, size,
+                             budget, slabs, sink, ctx);
+    /* Sub-boxes: an odometer over dims [0, cut), runs along cut, whole dims after it. */
+    int64_t o[FC_MAX_DIMS], z[FC_MAX_DIMS], idx[FC_MAX_DIMS] = {0};
+    for (int d = 0; d < spec->ndim; d++) {
+        o[d] = off[d];
+        z[d] = d < cut ? 1 : size[d];
+        if (size[d] == 0)
+            return FC_OK;
+    }
+    for (;;) {
+        for (int64_t j = 0; j < size[cut]; j += run) {
+            o[cut] = off[cut] + j;
+            z[cut] = size[cut] - j < run ? size[cut] - j : run;
+            FC_TRY(fc_stream_ops(src, e, spec->ops, spec->nops, spec->dtype, spec->ndim, o, z,
+                                 budget, slabs, sink, ctx));
+        }
+        int d = cut - 1;
+        while (d >= 0 && ++idx[d] == size[d])
+            idx[d--] = 0;
+        if (d < 0)
+            return FC_OK;
+        for (int k = 0; k < cut; k++)
+            o[k] = off[k] + idx[k];
+    }
 }
 
 /* Column sums in float64 of the rows a mean pass streams. */

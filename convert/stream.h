@@ -6,8 +6,10 @@
  *
  * Every op is row-local, so any slab of output rows comes from the same rows
  * of the input (or from a resize's fill row); memory stays within `budget`
- * bytes of slab buffers (at least one row).  Used by the DCP executor and the
- * exporters alike, on the CPU or the GPU.
+ * bytes of slab buffers (at least one row).  A box whose rows are bigger than
+ * the budget and that only casts (a stacked expert bigger than --max-memory)
+ * streams in runs of a later dim instead, within the budget.  Used by the DCP
+ * executor and the exporters alike, on the CPU or the GPU.
  */
 #ifndef FC_STREAM_H
 #define FC_STREAM_H

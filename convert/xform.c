@@ -5,6 +5,7 @@
  * tied storage; debug builds check the result's invariants (xform.h).
  */
 #include "xform.h"
+#include "xform_pipe.h"
 
 #include <assert.h>
 #include <stdio.h>
@@ -19,7 +20,7 @@
 
 /* ---- specs ---- */
 
-static void fc_xspec_clear(struct fc_xspec *s)
+void fc_xspec_clear(struct fc_xspec *s)
 {
     fc_free(s->key);
     for (size_t j = 0; j < s->path_len; j++)
@@ -50,6 +51,7 @@ void fc_xform_result_release(struct fc_xform_result *out)
         fc_free(v);
     }
     fc_free(out->owned);
+    fc_source_free(out->virt); /* after the specs that read from it */
     memset(out, 0, sizeof(*out));
 }
 
@@ -157,7 +159,7 @@ const char *fc_path_elem_text(const struct fc_path_elem *e, char *tmp, size_t tm
  * kept, the rest of the key becomes one component (an FQN with dots inside,
  * as state dicts have).
  */
-static int fc_xspec_rekey(struct fc_xspec *s, char *newkey)
+int fc_xspec_rekey(struct fc_xspec *s, char *newkey)
 {
     size_t keep = 0, pos = 0;
     char tmp[32];
@@ -194,18 +196,6 @@ static int fc_xspec_rekey(struct fc_xspec *s, char *newkey)
 
 /* ---- the pipeline's state: specs plus where renamed keys went ---- */
 
-struct fc_gone {
-    char *key;
-    const char *by; /* the label of the rule that renamed it away (borrowed from the rules) */
-};
-
-struct fc_pipe {
-    struct fc_xform_result *out;
-    struct fc_gone *gone;
-    size_t ngone;
-    size_t max_keys; /* fc_xform_key_cap() of the inputs */
-};
-
 /*
  * The most keys the rules may make: FC_XFORM_KEYS_PER_INPUT_KEY times the
  * inputs' keys, at least FC_XFORM_MIN_KEY_CAP.  Real pipelines (EMA and MoT
@@ -221,7 +211,7 @@ static size_t fc_xform_key_cap(size_t input_keys)
 }
 
 /* FC_EINVAL naming the rule when one more key would pass the cap. */
-static int fc_pipe_room(const struct fc_pipe *p, const struct fc_rule *rule)
+int fc_pipe_room(const struct fc_pipe *p, const struct fc_rule *rule)
 {
     if (p->out->n < p->max_keys)
         return FC_OK;
@@ -232,7 +222,7 @@ static int fc_pipe_room(const struct fc_pipe *p, const struct fc_rule *rule)
                         FC_XFORM_MIN_KEY_CAP);
 }
 
-static int fc_pipe_gone(struct fc_pipe *p, const char *key, const struct fc_rule *rule)
+int fc_pipe_gone(struct fc_pipe *p, const char *key, const struct fc_rule *rule)
 {
     struct fc_gone *g = fc_reallocarray(p->gone, p->ngone + 1, sizeof(*g));
     if (g == NULL)
@@ -256,7 +246,7 @@ static int fc_pipe_missing(const struct fc_pipe *p, const struct fc_rule *rule, 
     return fc_error_set(FC_EINVAL, "%s: the input has no key '%s'", rule->label, key);
 }
 
-static int fc_key_index(const struct fc_xform_result *out, struct fc_strmap *m)
+int fc_key_index(const struct fc_xform_result *out, struct fc_strmap *m)
 {
     for (size_t i = 0; i < out->n; i++)
         FC_TRY(fc_strmap_put(m, out->specs[i].key, i, NULL));
@@ -271,8 +261,7 @@ static long fc_spec_find(const struct fc_xform_result *out, const char *key)
     return -1;
 }
 
-static int fc_find_tensor(const struct fc_pipe *p, const struct fc_rule *rule, const char *key,
-                          long *idx)
+int fc_find_tensor(const struct fc_pipe *p, const struct fc_rule *rule, const char *key, long *idx)
 {
     *idx = fc_spec_find(p->out, key);
     if (*idx < 0)
@@ -282,7 +271,7 @@ static int fc_find_tensor(const struct fc_pipe *p, const struct fc_rule *rule, c
     return FC_OK;
 }
 
-static int fc_check_unique(const struct fc_xform_result *out, const struct fc_rule *rule)
+int fc_check_unique(const struct fc_xform_result *out, const struct fc_rule *rule)
 {
     struct fc_strmap seen = FC_STRMAP_INIT;
     int rc = FC_OK;
@@ -303,7 +292,7 @@ static int fc_check_unique(const struct fc_xform_result *out, const struct fc_ru
  * drop can remove most of 100k keys).  Aliases and copies are renumbered; an
  * alias whose root is dropped makes the first surviving alias the new root.
  */
-static int fc_specs_compact(struct fc_xform_result *out, const unsigned char *keep)
+int fc_specs_compact(struct fc_xform_result *out, const unsigned char *keep)
 {
     long *map = fc_calloc(out->n + 1, sizeof(*map));
     if (map == NULL)
@@ -645,7 +634,7 @@ int fc_step_tie(struct fc_pipe *p, const struct fc_rule *rule)
 /* ---- rules that add ops ---- */
 
 /* A tied pair must stay identical: an op on one member only is refused. */
-static int fc_check_untied(const struct fc_xform_result *out, const struct fc_rule *rule, long i)
+int fc_check_untied(const struct fc_xform_result *out, const struct fc_rule *rule, long i)
 {
     const struct fc_xspec *s = &out->specs[i];
     for (size_t j = 0; j < out->n; j++)

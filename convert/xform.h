@@ -53,7 +53,24 @@ enum fc_rule_kind {
     FC_RULE_STRIP_WRAPPERS, /* FSDP1, activation-checkpoint, torch.compile, DDP names */
     FC_RULE_REPLICATE,      /* REGEX: stored whole instead of Shard(0) */
     FC_RULE_OPTIM_SKIP,     /* REGEX: no optimizer parameter (frozen, float buffer) */
-    FC_RULE_OP              /* appends an op (ops.c's table: conv2d-to-linear, dtype, ...) */
+    FC_RULE_OP,             /* appends an op (ops.c's table: conv2d-to-linear, dtype, ...) */
+    FC_RULE_STACK,          /* REGEX=DST: matching keys, by their index group, along a new dim 0 */
+    FC_RULE_CONCAT,         /* REGEX,B,...=DST:DIM: a key and its partners joined along DIM */
+    FC_RULE_SPLIT,          /* REGEX=A,B,...:DIM[:N,...]: a key cut along DIM */
+    FC_RULE_UNSTACK         /* REGEX=PATTERN: a key's slices along dim 0, {} their index */
+};
+
+/*
+ * The layout rules (stack, concat, split, unstack; xform_layout.c): what
+ * their argument says beyond the regex (rule->re, whose text is rule->a).
+ */
+struct fc_layout_args {
+    char **names; /* templates (replacements of rule->re): concat's partners then DST,
+                     split's outputs, stack's DST, unstack's PATTERN */
+    size_t nnames;
+    int dim;         /* concat, split: the dim (negative counts from the end) */
+    int64_t *sizes;  /* split: the outputs' extents along dim, or NULL for equal parts */
+    int index_group; /* stack: the group of rule->re holding the index */
 };
 
 struct fc_rule;
@@ -71,6 +88,7 @@ struct fc_rule {
     char *a, *b; /* pattern or key or prefix; replacement or SRC (tie) */
     struct fc_regex *re;
     struct fc_op append; /* FC_RULE_OP: the op it appends (kind and parameters; no input yet) */
+    struct fc_layout_args *layout; /* the layout rules' parameters, owned; else NULL */
 };
 
 struct fc_xform_rules {
@@ -141,6 +159,8 @@ struct fc_xform_result {
     size_t nowned;
     char **notes; /* informational lines for the user (e.g. conv2d left alone) */
     size_t nnotes;
+    struct fc_source
+        *virt; /* the tensors the layout rules built (fc_source_add_virtual), or NULL */
 };
 
 /* One input of a run: its keys get `prefix` (or nothing when NULL) before the rules run. */
@@ -211,6 +231,27 @@ int fc_step_copy(struct fc_pipe *p, const struct fc_rule *rule);
 int fc_step_tie(struct fc_pipe *p, const struct fc_rule *rule);
 int fc_step_mark(struct fc_pipe *p, const struct fc_rule *rule);
 int fc_step_op(struct fc_pipe *p, const struct fc_rule *rule);
+
+/*
+ * The layout rules (xform_layout.c): their parsers (rule->a and rule->b as
+ * split at the last '='), their steps, and the release of their parameters.
+ * A stacked, concatenated, split or unstacked tensor reads its parts' bytes
+ * through a virtual tensor (fc_source_add_virtual(), xr->virt); the specs it
+ * takes vanish.  Parts may carry casts (they commute); other ops must come
+ * after the rule.  Tied parts are refused.
+ */
+int fc_parse_stack(struct fc_rule *rule);
+int fc_parse_concat(struct fc_rule *rule);
+int fc_parse_split(struct fc_rule *rule);
+int fc_parse_unstack(struct fc_rule *rule);
+int fc_step_stack(struct fc_pipe *p, const struct fc_rule *rule);
+int fc_step_concat(struct fc_pipe *p, const struct fc_rule *rule);
+int fc_step_split(struct fc_pipe *p, const struct fc_rule *rule);
+int fc_step_unstack(struct fc_pipe *p, const struct fc_rule *rule);
+void fc_layout_args_free(struct fc_layout_args *a); /* accepts NULL */
+
+/* The label of the first layout rule of r, or NULL (optimizer state does not follow them yet). */
+const char *fc_xform_layout_rule(const struct fc_xform_rules *r);
 
 /* The checkpoint layouts of --layout (input-formats.md C.5). */
 enum fc_layout {

@@ -70,6 +70,10 @@ static const struct fc_rule_name fc_rule_names[] = {
     {"strip-wrappers", FC_RULE_STRIP_WRAPPERS, NULL, 0, fc_parse_plain, fc_step_rekey},
     {"replicate", FC_RULE_REPLICATE, NULL, 0, fc_parse_regex, fc_step_mark},
     {"optim-skip", FC_RULE_OPTIM_SKIP, NULL, 0, fc_parse_regex, fc_step_mark},
+    {"stack", FC_RULE_STACK, "REGEX=DST", 1, fc_parse_stack, fc_step_stack},
+    {"concat", FC_RULE_CONCAT, "REGEX,B[,C...]=DST:DIM", 1, fc_parse_concat, fc_step_concat},
+    {"split", FC_RULE_SPLIT, "REGEX=A,B[,C...]:DIM[:N,N...]", 1, fc_parse_split, fc_step_split},
+    {"unstack", FC_RULE_UNSTACK, "REGEX=PATTERN", 1, fc_parse_unstack, fc_step_unstack},
 };
 
 static void fc_rule_release(struct fc_rule *r)
@@ -80,6 +84,7 @@ static void fc_rule_release(struct fc_rule *r)
     fc_free(r->a);
     fc_free(r->b);
     fc_regex_free(r->re);
+    fc_layout_args_free(r->layout);
 }
 
 void fc_xform_rules_release(struct fc_xform_rules *r)

@@ -194,6 +194,39 @@ int fc_dcp_meta_load_dir(struct fc_dcp_meta **out, const char *dir);
  */
 int fc_source_is_dcp_dir(const char *path);
 
+/*
+ * Virtual tensors (fc_source_virtual.c): tensors assembled from boxes of
+ * other sources' tensors, for the rules that stack, concatenate and split.
+ *
+ * A part is the box of input entry `entry` of `src` that starts at in_off
+ * (the input's dims), placed at `at` with extents `size` in the virtual
+ * tensor.  lead is 0 when the two have the same dims, +1 when the virtual
+ * tensor has a leading dim of size 1 that the input has not (a stack's
+ * slice), -1 when the input has a leading dim the virtual tensor has not,
+ * fixed at in_off[0] (an unstack's slice).
+ */
+struct fc_vpart {
+    const struct fc_source *src;
+    size_t entry;
+    int64_t at[FC_MAX_DIMS];
+    int64_t size[FC_MAX_DIMS];
+    int64_t in_off[FC_MAX_DIMS];
+    int lead;
+};
+
+/* fc_source_new_virtual() - an empty source of virtual tensors; `name` is its path in messages. */
+int fc_source_new_virtual(struct fc_source **out, const char *name);
+
+/*
+ * fc_source_add_virtual() - append tensor `key` (dtype, shape) made of
+ * parts[0..nparts) (copied), which must tile it; *entry is its index.  Box
+ * reads of it read the overlapping parts from their sources.  Returns FC_OK
+ * or FC_ENOMEM.
+ */
+int fc_source_add_virtual(struct fc_source *v, const char *key, fc_dtype dtype, int ndim,
+                          const int64_t *shape, const struct fc_vpart *parts, size_t nparts,
+                          size_t *entry);
+
 /* Index of the entry with this key, or -1 (O(1)). */
 long fc_source_find(const struct fc_source *src, const char *key);
 

@@ -104,6 +104,13 @@ int fc_source_index_keys(struct fc_source *src);
 int fc_read_strided_box(const struct fc_file *f, uint64_t base, const struct fc_tensor_desc *t,
                         const int64_t *off, const int64_t *size, void *dst, const char *what);
 
+/*
+ * fc_box_scatter() - copy an n-d block of extents `size`, dense at srcbuf,
+ * into dst (a dense box of shape dshape) at offsets doff.
+ */
+void fc_box_scatter(unsigned char *dst, const int64_t *dshape, const int64_t *doff,
+                    const unsigned char *srcbuf, const int64_t *size, int ndim, size_t esz);
+
 /* fc_source_read_box() of a tensor that is one strided storage (src->storages[e->storage]). */
 int fc_storage_read_box(const struct fc_source *src, const struct fc_entry *e, const int64_t *off,
                         const int64_t *size, void *dst);

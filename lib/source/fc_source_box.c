@@ -131,9 +131,8 @@ static int fc_chunk_check_crc(const struct fc_source *src, const struct fc_entry
     return FC_OK;
 }
 
-/* Copy an n-d block `size` from a dense buffer into dst (dense box of shape dshape) at doff. */
-static void fc_scatter(unsigned char *dst, const int64_t *dshape, const int64_t *doff,
-                       const unsigned char *srcbuf, const int64_t *size, int ndim, size_t esz)
+void fc_box_scatter(unsigned char *dst, const int64_t *dshape, const int64_t *doff,
+                    const unsigned char *srcbuf, const int64_t *size, int ndim, size_t esz)
 {
     if (ndim == 0) {
         memcpy(dst, srcbuf, esz);
@@ -235,7 +234,7 @@ int fc_chunks_read_box(const struct fc_source *src, const struct fc_entry *e,
         }
         rc = fc_read_strided_box(&src->files[ref->file], ref->base, &desc, lo, len, tmp, what);
         if (rc == FC_OK)
-            fc_scatter(dst, size, doff, tmp, len, ndim, esz);
+            fc_box_scatter(dst, size, doff, tmp, len, ndim, esz);
         if (rc == FC_OK && whole)
             rc = fc_chunk_check_crc(src, e, ref, mismatch, fc_crc32(0, tmp, (size_t)n * esz));
         fc_free(tmp);

@@ -189,6 +189,57 @@ int fc_regex_check_repl(const struct fc_regex *re, const char *repl, const char 
     return FC_OK;
 }
 
+int fc_regex_unused_group(const struct fc_regex *re, const char *repl, const char *where,
+                          int *group)
+{
+    uint32_t used = 0; /* bit g: repl names group g (at most 31 groups can be told apart) */
+    FC_TRY(fc_regex_check_repl(re, repl, where));
+    for (const char *p = repl; *p != '\0'; p++) {
+        int g = 0;
+        size_t len = 0;
+        if (p[0] == '\\' && p[1] == '\\') {
+            p++;
+        } else if (fc_repl_ref(re, p, &g, &len) == 1) {
+            used |= g < 32 ? (uint32_t)1 << g : 0;
+            p += len - 1;
+        }
+    }
+    *group = 0;
+    for (uint32_t g = 1; g <= re->ngroups && g < 32; g++) {
+        if (used & ((uint32_t)1 << g))
+            continue;
+        if (*group != 0)
+            return fc_error_set(FC_EINVAL,
+                                "%s: groups %d and %u of '%s' are both left out of '%s'; exactly "
+                                "one group (the index) must be",
+                                where, *group, g, re->pattern, repl);
+        *group = (int)g;
+    }
+    if (*group == 0)
+        return fc_error_set(FC_EINVAL,
+                            "%s: '%s' has no group that '%s' leaves out (the index, e.g. "
+                            "experts\\.(\\d+)\\.)",
+                            where, re->pattern, repl);
+    return FC_OK;
+}
+
+int fc_regex_group_text(const struct fc_regex *re, const char *s, int group, char **out)
+{
+    pcre2_match_data *md;
+    *out = NULL;
+    const int rc = fc_regex_exec(re, s, &md);
+    if (rc <= 0) {
+        pcre2_match_data_free(md);
+        return rc;
+    }
+    const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+    const uint32_t npairs = pcre2_get_ovector_count(md);
+    const int set = group >= 0 && (uint32_t)group < npairs && ov[2 * group] != PCRE2_UNSET;
+    *out = set ? fc_strndup(s + ov[2 * group], ov[2 * group + 1] - ov[2 * group]) : fc_strdup("");
+    pcre2_match_data_free(md);
+    return *out == NULL ? fc_error_set(FC_ENOMEM, "out of memory") : 1;
+}
+
 int fc_regex_subst(const struct fc_regex *re, const char *repl, const char *s, char **out)
 {
     pcre2_match_data *md;

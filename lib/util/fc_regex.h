@@ -47,6 +47,22 @@ int fc_regex_search(const struct fc_regex *re, const char *s);
 int fc_regex_check_repl(const struct fc_regex *re, const char *repl, const char *where);
 
 /*
+ * fc_regex_unused_group() - the one capture group of re that repl does not
+ * name (a stack's index: the group that differs between the keys stacked
+ * into one tensor).  FC_EINVAL starting with `where` when repl names a group
+ * re lacks, or when no group or more than one is left out.
+ */
+int fc_regex_unused_group(const struct fc_regex *re, const char *repl, const char *where,
+                          int *group);
+
+/*
+ * fc_regex_group_text() - 1 and the text of group `group` of re's first
+ * match in s (empty when the group is unset) in *out, 0 (and *out NULL) when
+ * re does not match, or a negative fc_err.
+ */
+int fc_regex_group_text(const struct fc_regex *re, const char *s, int group, char **out);
+
+/*
  * fc_regex_subst() - replace the first match of re in s by repl.  Returns 1
  * and a new string in *out, 0 (and *out NULL) when nothing matches, or a
  * negative fc_err.

@@ -4,7 +4,8 @@
  * (fixtures/full/tiny_vitlm.pt, found from the repository root where the
  * replay and libFuzzer scripts run).  A pipeline that succeeds must leave
  * unique keys, backward aliases with their target's dtype, shape and op
- * count, and shapes that agree with the op lists.
+ * count, shapes that agree with the op lists, and tensors built by the
+ * layout rules (stack, concat, split, unstack) that read whole.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -52,6 +53,16 @@ static void fuzz_check(const struct fc_xform_result *xr)
         if (dt != s->dtype || nd != s->ndim ||
             memcmp(shape, s->shape, sizeof(int64_t) * (size_t)nd) != 0)
             abort();
+        /* A tensor the layout rules built reads whole from its parts (ASan watches). */
+        if (s->src == xr->virt) {
+            int64_t zero[FC_MAX_DIMS] = {0}, numel = 1;
+            for (int d = 0; d < e->t.ndim; d++)
+                numel *= e->t.shape[d];
+            unsigned char *buf = fc_malloc((size_t)numel * fc_dtype_size(e->t.dtype) + 1);
+            if (buf == NULL || fc_source_read_box(s->src, e, zero, e->t.shape, buf) != FC_OK)
+                abort();
+            fc_free(buf);
+        }
     }
     fc_strmap_release(&keys);
 }

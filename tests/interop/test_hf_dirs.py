@@ -7,7 +7,7 @@ exactly model.state_dict()'s keys and dcp.load fills a fresh model with the save
 with them no note.  Qwen2 is saved sharded (an index.json).
 
 Out: dcp-to-full -o DIR --config-from HF_DIR gives a directory that
-AutoModelForCausalLM/AutoTokenizer.from_pretrained load at once, with equal weights.
+AutoModelForCausalLM/PreTrainedTokenizerFast.from_pretrained load at once, with equal weights.
 """
 import os
 import re
@@ -25,7 +25,7 @@ import torch.distributed.checkpoint as dcp  # noqa: E402
 
 try:
     from tokenizers import Tokenizer, models, pre_tokenizers  # noqa: E402
-    from transformers import (AutoModelForCausalLM, AutoTokenizer, GemmaConfig,  # noqa: E402
+    from transformers import (AutoModelForCausalLM, GemmaConfig,  # noqa: E402
                               GemmaForCausalLM, GPT2Config, GPT2LMHeadModel,
                               PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM, T5Config,
                               T5ForConditionalGeneration)
@@ -123,7 +123,9 @@ def config_from_case(rep, tmp, src, dcp_dir, want):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             m = AutoModelForCausalLM.from_pretrained(out)
-            tok = AutoTokenizer.from_pretrained(out)
+            # The tokenizer's own class: transformers 5's AutoTokenizer picks Qwen2Tokenizer
+            # from config.json's model_type over the files' tokenizer_class.
+            tok = PreTrainedTokenizerFast.from_pretrained(out)
         got = m.state_dict()
         probs += ["%s differs" % k for k in want if not torch.equal(got[k], want[k])]
         if tok("hello world")["input_ids"] != [1, 2]:

@@ -5,7 +5,9 @@ Inputs, built in a temp dir under the names the recipes use:
   qwen2-tiny/   Qwen2ForCausalLM (2 layers, vocab 64, tie_word_embeddings=True) saved with
                 save_pretrained as sharded safetensors + model.safetensors.index.json (tied:
                 the files hold no lm_head.weight)
-  siglip-tiny/  SiglipVisionModel (3 layers, Conv2d patch embedding) via save_pretrained
+  siglip-tiny/  SigLIP's vision transformer (3 layers, Conv2d patch embedding) as BAGEL's
+                checkpoints name it (vision_model.*: transformers 4's SiglipVisionModel
+                layout, whichever transformers runs), one model.safetensors
   extras.pt     BAGEL's freshly initialised modules (connector, time embedder, frozen
                 position embedding, zero llm2vae), dumped once with torch.save
   fsdp1-full.pt {"model": the Qwen2 state dict under wrapper names (module., _orig_mod.,
@@ -50,6 +52,7 @@ if HERE not in sys.path:
 
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
+from safetensors.torch import load_file, save_file  # noqa: E402
 from torch.distributed.checkpoint.api import CheckpointException  # noqa: E402
 
 import common  # noqa: E402
@@ -99,6 +102,16 @@ class Extras(nn.Module):
         self.llm2vae = nn.Linear(DIM, 8)
 
 
+class SiglipViT(nn.Module):
+    """BAGEL's ViT: SigLIP's vision transformer under `vision_model`, the names BAGEL's
+    checkpoints hold (transformers 4's SiglipVisionModel nests it there; 5's is it)."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        vm = SiglipVisionModel(cfg)
+        self.vision_model = getattr(vm, "vision_model", vm)
+
+
 def bagel_model():
     """The final model of recipe (a): what BAGEL trains (structure only; values come from
     the checkpoint)."""
@@ -113,7 +126,7 @@ def bagel_model():
         layer.post_attention_layernorm_moe_gen = copy.deepcopy(layer.post_attention_layernorm)
     llm.model.norm_moe_gen = copy.deepcopy(llm.model.norm)
     m.language_model = llm
-    vit = SiglipVisionModel(siglip_config(VIT_LAYERS - 1))   # the last layer dropped
+    vit = SiglipViT(siglip_config(VIT_LAYERS - 1))   # the last layer dropped
     emb = vit.vision_model.embeddings
     emb.patch_embedding = nn.Linear(3 * PATCH * PATCH, DIM)  # convert_conv2d_to_linear
     m.vit_model = vit
@@ -124,7 +137,9 @@ def write_inputs(tmp):
     torch.manual_seed(1234)
     llm = Qwen2ForCausalLM(qwen2_config())
     llm.save_pretrained(os.path.join(tmp, "qwen2-tiny"), max_shard_size="40KB")
-    SiglipVisionModel(siglip_config()).save_pretrained(os.path.join(tmp, "siglip-tiny"))
+    os.makedirs(os.path.join(tmp, "siglip-tiny"))
+    save_file(SiglipViT(siglip_config()).state_dict(),
+              os.path.join(tmp, "siglip-tiny", "model.safetensors"), metadata={"format": "pt"})
     ex = Extras()
     with torch.no_grad():
         ex.llm2vae.weight.zero_()
@@ -154,7 +169,7 @@ def write_inputs(tmp):
 def bagel_reference(tmp):
     """BAGEL's start done in PyTorch: {"model.<fqn>": t, "ema_model.<fqn>": t}, bf16."""
     llm = Qwen2ForCausalLM.from_pretrained(os.path.join(tmp, "qwen2-tiny")).state_dict()
-    vit = SiglipVisionModel.from_pretrained(os.path.join(tmp, "siglip-tiny")).state_dict()
+    vit = load_file(os.path.join(tmp, "siglip-tiny", "model.safetensors"))
     sd = {"language_model." + k: v for k, v in llm.items()}
     emb = sd["language_model.model.embed_tokens.weight"]
     mean = emb.double().mean(0).to(emb.dtype)      # resize_token_embeddings, mean rows

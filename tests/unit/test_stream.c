@@ -176,11 +176,55 @@ static void test_stream_resize_fills_zero_or_the_float64_mean(void **state)
     fc_source_free(src);
 }
 
+/*
+ * Rows bigger than the budget (a stacked expert bigger than --max-memory):
+ * with only casts, a box streams in runs of a later dim, the same bytes in
+ * the same order at every budget, whole tensor or a box partial in every dim.
+ */
+static void test_stream_cuts_rows_bigger_than_the_budget(void **state)
+{
+    struct fc_source *src = NULL;
+    struct fc_xform_result xr;
+    struct fc_xspec *s;
+    const struct fc_entry *e;
+    (void)state;
+    assert_fc_ok(fc_source_open(&src, fc_test_fixture("safetensors/tiny_vitlm.safetensors"), 0));
+    static const char *const rules[][2] = {
+        {"stack", "^blocks\\.(\\d+)\\.attn\\.qkv\\.weight$=qkv"}, {"dtype", "bf16"}};
+    spec_from_rules(src, rules, 2, "qkv", &xr, &s); /* [2, 24, 8], f32 -> bf16 */
+    uint16_t want[2 * 24 * 8];
+    for (int b = 0; b < 2; b++) {
+        char key[64];
+        snprintf(key, sizeof(key), "blocks.%d.attn.qkv.weight", b);
+        unsigned char *in = read_entry(src, key, &e);
+        assert_fc_ok(fc_kern_cast(FC_DTYPE_BFLOAT16, want + b * 24 * 8, FC_DTYPE_FLOAT32, in,
+                                  24 * 8));
+        free(in);
+    }
+    /* A row is 1536 bytes of slabs, a dim-1 index 64, an element 8. */
+    const uint64_t budgets[] = {1, 8, 50, 64, 700, 1536, 1 << 20};
+    for (size_t b = 0; b < sizeof(budgets) / sizeof(budgets[0]); b++) {
+        const int64_t zero[3] = {0, 0, 0}, off[3] = {1, 3, 2}, size[3] = {1, 10, 5};
+        struct collect c = stream(src, s, zero, s->shape, budgets[b]);
+        assert_int_equal(c.n, sizeof(want));
+        assert_memory_equal(c.p, want, sizeof(want));
+        free(c.p);
+        c = stream(src, s, off, size, budgets[b]);
+        assert_int_equal(c.n, 10 * 5 * 2);
+        for (int r = 0; r < 10; r++)
+            assert_memory_equal(c.p + r * 5 * 2, want + 24 * 8 + (3 + r) * 8 + 2, 5 * 2);
+        free(c.p);
+    }
+    fc_xform_result_release(&xr);
+    fc_source_free(src);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stream_casts_and_permutes_in_any_slab_size),
         cmocka_unit_test(test_stream_resize_fills_zero_or_the_float64_mean),
+        cmocka_unit_test(test_stream_cuts_rows_bigger_than_the_budget),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

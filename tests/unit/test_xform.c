@@ -356,6 +356,112 @@ static void test_xform_debug_check_names_each_broken_invariant(void **state)
 }
 #endif
 
+/*
+ * Every box of a tensor the layout rules build reads the input bytes it
+ * should: the two ViT blocks' qkv [24, 8] stacked (qkv [2, 24, 8]), split on
+ * dim 1 (q, k, v [2, 8, 8]), q and v joined on dim 2 (qv [2, 8, 16]) and
+ * unstacked (qv.0, qv.1 [8, 16]): a virtual tensor of virtual tensors, read
+ * at every offset and extent in every dim (boxes narrower than the parts
+ * past dim 0 take the row-at-a-time path), against the inputs read whole.
+ */
+static float layout_qv(const float *qkv, int e, int r, int c)
+{
+    return qkv[(size_t)e * 24 * 8 + (size_t)(c < 8 ? r : 16 + r) * 8 + (size_t)(c % 8)];
+}
+
+static void check_every_box(const struct fc_xspec *s, const float *qkv, int lead)
+{
+    const int64_t n0 = s->ndim == 3 ? s->shape[0] : 1, n1 = s->shape[s->ndim - 2],
+                  n2 = s->shape[s->ndim - 1];
+    const int e0 = lead; /* the unstacked slice's index, or -1 */
+    float *buf = malloc(sizeof(float) * 2 * 8 * 16);
+    assert_non_null(buf);
+    for (int64_t o0 = 0; o0 < n0; o0++)
+        for (int64_t z0 = 0; o0 + z0 <= n0; z0++)
+            for (int64_t o1 = 0; o1 < n1; o1++)
+                for (int64_t z1 = 1; o1 + z1 <= n1; z1++)
+                    for (int64_t o2 = 0; o2 < n2; o2++)
+                        for (int64_t z2 = 1; o2 + z2 <= n2; z2++) {
+                            int64_t off[3] = {o0, o1, o2}, size[3] = {z0, z1, z2};
+                            const int k = s->ndim == 3 ? 0 : 1;
+                            memset(buf, 0xff, sizeof(float) * 2 * 8 * 16);
+                            assert_fc_ok(fc_source_read_box(s->src, &s->src->entries[s->entry],
+                                                            off + k, size + k, buf));
+                            size_t i = 0;
+                            for (int64_t a = o0; a < o0 + (k ? 1 : z0); a++)
+                                for (int64_t b = o1; b < o1 + z1; b++)
+                                    for (int64_t c = o2; c < o2 + z2; c++, i++)
+                                        assert_true(buf[i] == layout_qv(qkv, k ? e0 : (int)a,
+                                                                        (int)b, (int)c));
+                        }
+    free(buf);
+}
+
+static void test_xform_layout_rules_read_every_box_from_their_parts(void **state)
+{
+    struct fc_source *src = open_fixture("safetensors/tiny_vitlm.safetensors");
+    struct fc_xform_rules r;
+    struct fc_xform_result xr;
+    float qkv[2 * 24 * 8];
+    const int64_t zero[2] = {0, 0}, whole[2] = {24, 8};
+    (void)state;
+    memset(&r, 0, sizeof(r));
+    for (int e = 0; e < 2; e++) {
+        char key[64];
+        snprintf(key, sizeof(key), "blocks.%d.attn.qkv.weight", e);
+        const long i = fc_source_find(src, key);
+        assert_true(i >= 0);
+        assert_fc_ok(fc_source_read_box(src, &src->entries[i], zero, whole, qkv + e * 24 * 8));
+    }
+    assert_fc_ok(fc_xform_rules_add(&r, "stack", "^blocks\\.(\\d+)\\.attn\\.qkv\\.weight$=qkv", "t"));
+    assert_fc_ok(fc_xform_rules_add(&r, "split", "^qkv$=q,k,v:1", "t"));
+    assert_fc_ok(fc_xform_rules_add(&r, "concat", "^q$,v=qv:-1", "t"));
+    assert_fc_ok(fc_xform_rules_add(&r, "copy", "^qv$=qv2", "t"));
+    assert_fc_ok(fc_xform_rules_add(&r, "unstack", "^qv2$=qv.{}", "t"));
+    assert_fc_ok(fc_xform_apply(src, &r, &xr));
+    assert_int_equal(find(&xr, "blocks.0.attn.qkv.weight"), -1);
+    assert_int_equal(find(&xr, "q"), -1);
+    assert_true(find(&xr, "k") >= 0);
+    const struct fc_xspec *qv = &xr.specs[find(&xr, "qv")];
+    assert_int_equal(qv->ndim, 3);
+    assert_int_equal(qv->shape[0], 2);
+    assert_int_equal(qv->shape[1], 8);
+    assert_int_equal(qv->shape[2], 16);
+    check_every_box(qv, qkv, -1);
+    for (int e = 0; e < 2; e++) {
+        const struct fc_xspec *sl = &xr.specs[find(&xr, e == 0 ? "qv.0" : "qv.1")];
+        assert_int_equal(sl->ndim, 2);
+        check_every_box(sl, qkv, e);
+    }
+    fc_xform_result_release(&xr);
+    fc_xform_rules_release(&r);
+    fc_source_free(src);
+}
+
+/* A cast before a stack is carried to the stacked tensor, with the stacked shape. */
+static void test_xform_stack_carries_casts(void **state)
+{
+    struct fc_source *src = open_fixture("safetensors/tiny_vitlm.safetensors");
+    struct fc_xform_rules r;
+    struct fc_xform_result xr;
+    (void)state;
+    memset(&r, 0, sizeof(r));
+    assert_fc_ok(fc_xform_rules_add(&r, "dtype", "bf16", "t"));
+    assert_fc_ok(fc_xform_rules_add(&r, "stack", "^blocks\\.(\\d+)\\.attn\\.qkv\\.weight$=qkv", "t"));
+    assert_fc_ok(fc_xform_apply(src, &r, &xr));
+    const struct fc_xspec *s = &xr.specs[find(&xr, "qkv")];
+    assert_int_equal(s->dtype, FC_DTYPE_BFLOAT16);
+    assert_int_equal(s->nops, 1);
+    assert_int_equal(s->ops[0].kind, FC_OP_CAST);
+    assert_int_equal(s->ops[0].in_dtype, FC_DTYPE_FLOAT32);
+    assert_int_equal(s->ops[0].in_ndim, 3);
+    assert_int_equal(s->ops[0].in_shape[0], 2);
+    assert_int_equal(s->src->entries[s->entry].t.dtype, FC_DTYPE_FLOAT32);
+    fc_xform_result_release(&xr);
+    fc_xform_rules_release(&r);
+    fc_source_free(src);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -366,6 +472,8 @@ int main(void)
         cmocka_unit_test(test_xform_copy_makes_independent_tensors_later_rules_see),
         cmocka_unit_test(test_xform_bad_rules_name_the_rule_and_the_key),
         cmocka_unit_test(test_xform_strip_wrappers_and_several_inputs),
+        cmocka_unit_test(test_xform_layout_rules_read_every_box_from_their_parts),
+        cmocka_unit_test(test_xform_stack_carries_casts),
 #ifdef FC_DEBUG
         cmocka_unit_test(test_xform_debug_check_names_each_broken_invariant),
 #endif
