@@ -116,6 +116,8 @@ def run_rank(rank, world, port, job):
                 mgr = tc.manager("st")
                 mgr.save(os.path.join(job["tmp"], "pkg_" + name), {"model": model.state_dict()})
                 mgr.close()
+                # rank 0 renames the staged save into place after the package's barrier
+                torch.distributed.barrier()
                 _, reads["pkg_" + name] = load_into_meta_model(
                     case, os.path.join(job["tmp"], "pkg_" + name), full, rank, opened)
         except Exception:
@@ -230,7 +232,7 @@ def main():
                      compare_dirs(ours, pkg))
             probs = []
             for r in range(4):
-                if r not in reads or case not in reads[r]:
+                if r not in reads or case not in reads[r] or "pkg_" + case not in reads[r]:
                     probs.append("rank %d: no trace" % r)
                 elif reads[r][case] != reads[r]["pkg_" + case]:
                     probs.append("rank %d read %s, with the package's save %s"
