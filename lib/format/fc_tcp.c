@@ -85,6 +85,7 @@ static void tcp_mesh_free(struct fc_tcp_mesh *mesh)
         return;
     fc_free(mesh->device_type);
     fc_free(mesh->ranks);
+    fc_free(mesh->pos);
     if (mesh->dim_names != NULL)
         for (int d = 0; d < mesh->ndim; d++)
             fc_free(mesh->dim_names[d]);
@@ -117,21 +118,25 @@ static int tcp_mesh_parse(const struct tcp_rd *r, const struct fc_pv *ms, const 
                             where, data->u.seq.n, count);
     mesh->device_type = fc_strdup(dev->u.str.s);
     mesh->ranks = fc_calloc((size_t)count, sizeof(*mesh->ranks));
-    unsigned char *seen = fc_calloc((size_t)r->m->world_size, 1);
+    mesh->pos = fc_calloc((size_t)r->m->world_size, sizeof(*mesh->pos));
     int rc = FC_OK;
-    if (mesh->device_type == NULL || mesh->ranks == NULL || seen == NULL) {
+    if (mesh->device_type == NULL || mesh->ranks == NULL || mesh->pos == NULL) {
         rc = fc_error_set(FC_ENOMEM, "%s: out of memory", r->what);
         goto done;
     }
+    for (int64_t k = 0; k < r->m->world_size; k++)
+        mesh->pos[k] = -1;
+    mesh->nworld = r->m->world_size;
     FC_TRY_GOTO(tcp_ints(r, data, 0, r->m->world_size - 1, (size_t)count, mesh->ranks,
                          &mesh->nranks, where, "mesh_data"),
                 rc, done);
     for (size_t i = 0; i < mesh->nranks; i++) {
-        if (seen[mesh->ranks[i]]++) {
+        if (mesh->pos[mesh->ranks[i]] >= 0) {
             rc = fc_error_set(FC_ECORRUPT, "%s: %s: mesh_data lists rank %" PRId64 " twice",
                               r->what, where, mesh->ranks[i]);
             goto done;
         }
+        mesh->pos[mesh->ranks[i]] = (int64_t)i;
     }
     names = fc_pv_dict_get(ms, "mesh_dim_names");
     if (names != NULL && names->kind != FC_PV_NONE) {
@@ -160,11 +165,31 @@ static int tcp_mesh_parse(const struct tcp_rd *r, const struct fc_pv *ms, const 
         }
     }
 done:
-    fc_free(seen);
     return rc;
 }
 
-/* The mesh of mesh_spec node ms: pickle's memo shares one dict between DTensors of a mesh. */
+/* Meshes are compared by content with this many of the latest distinct ones. */
+#define TCP_MESH_RECENT 8
+
+static int tcp_mesh_equal(const struct fc_tcp_mesh *a, const struct fc_tcp_mesh *b)
+{
+    if (strcmp(a->device_type, b->device_type) != 0 || a->ndim != b->ndim ||
+        a->nranks != b->nranks || (a->dim_names == NULL) != (b->dim_names == NULL) ||
+        memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof(a->shape[0])) != 0 ||
+        memcmp(a->ranks, b->ranks, a->nranks * sizeof(a->ranks[0])) != 0)
+        return 0;
+    for (int d = 0; a->dim_names != NULL && d < a->ndim; d++)
+        if (strcmp(a->dim_names[d], b->dim_names[d]) != 0)
+            return 0;
+    return 1;
+}
+
+/*
+ * The mesh of mesh_spec node ms: pickle's memo shares one dict between the
+ * DTensors of a mesh (the package's metadata); equal dicts written apart
+ * (fsdpconv's, without a memo for dicts) become one mesh too, so that a
+ * mesh's rank index (world_size entries) exists once, not once per tensor.
+ */
 static int tcp_mesh_get(struct tcp_rd *r, const struct fc_pv *ms, const char *where,
                         const struct fc_tcp_mesh **out)
 {
@@ -190,6 +215,14 @@ static int tcp_mesh_get(struct tcp_rd *r, const struct fc_pv *ms, const char *wh
     m->meshes[m->nmeshes] = mesh;
     r->mesh_nodes[m->nmeshes++] = ms;
     FC_TRY(tcp_mesh_parse(r, ms, where, mesh));
+    for (size_t i = m->nmeshes - 1, k = 0; i-- > 0 && k < TCP_MESH_RECENT; k++) {
+        if (tcp_mesh_equal(m->meshes[i], mesh)) {
+            tcp_mesh_free(mesh);
+            m->nmeshes--;
+            *out = m->meshes[i];
+            return FC_OK;
+        }
+    }
     *out = mesh;
     return FC_OK;
 }
@@ -295,10 +328,7 @@ static int tcp_group(struct tcp_rd *r, const struct fc_pv *gv, struct fc_tcp_gro
     FC_TRY(tcp_ints(r, ranks, 0, r->m->world_size - 1, (size_t)r->m->world_size, g->ranks,
                     &g->nranks, where, "ranks"));
     for (size_t i = 0; i < g->nranks; i++) {
-        size_t k = 0;
-        while (k < g->mesh->nranks && g->mesh->ranks[k] != g->ranks[i])
-            k++;
-        if (k == g->mesh->nranks)
+        if (g->mesh->pos[g->ranks[i]] < 0) /* ranks are in [0, world_size): checked above */
             return fc_error_set(FC_ECORRUPT, "%s: %s: rank %" PRId64 " is not in the mesh", r->what,
                                 where, g->ranks[i]);
     }
@@ -711,16 +741,14 @@ int fc_tcp_local_box(const struct fc_tcp_group *g, int64_t rank, int64_t *off, i
                      const char *where, const char *key)
 {
     const struct fc_tcp_mesh *mesh = g->mesh;
-    size_t pos = 0;
-    while (pos < mesh->nranks && mesh->ranks[pos] != rank)
-        pos++;
-    if (pos == mesh->nranks)
+    int64_t pos = rank >= 0 && rank < mesh->nworld ? mesh->pos[rank] : -1;
+    if (pos < 0)
         return fc_error_set(FC_ECORRUPT, "%s: '%s': rank %" PRId64 " is not in its mesh", where,
                             key, rank);
     int64_t coord[FC_MAX_DIMS];
     for (int d = mesh->ndim - 1; d >= 0; d--) {
-        coord[d] = (int64_t)pos % mesh->shape[d];
-        pos /= (size_t)mesh->shape[d];
+        coord[d] = pos % mesh->shape[d];
+        pos /= mesh->shape[d];
     }
     for (int t = 0; t < g->ndim; t++) {
         struct tcp_runs cur = {{0}, {0}, 0, 0}, next;

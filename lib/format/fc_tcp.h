@@ -38,6 +38,8 @@ struct fc_tcp_mesh {
     int64_t shape[FC_MAX_DIMS];
     int64_t *ranks; /* mesh_data: the global ranks in mesh order, prod(shape) of them */
     size_t nranks;
+    int64_t *pos;     /* nworld entries: a rank's index in ranks, or -1 (O(1) lookups) */
+    int64_t nworld;   /* the checkpoint's world_size */
     char **dim_names; /* ndim names, or NULL (mesh_dim_names None) */
 };
 

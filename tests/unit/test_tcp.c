@@ -40,7 +40,7 @@ static void test_tcp_boxes_follow_dtensor(void **state)
 {
     (void)state;
     int64_t ranks[4] = {0, 1, 2, 3};
-    struct fc_tcp_mesh mesh = {NULL, 2, {2, 2}, ranks, 4, NULL};
+    struct fc_tcp_mesh mesh = {NULL, 2, {2, 2}, ranks, 4, ranks, 4, NULL}; /* pos: identity */
     for (size_t c = 0; c < sizeof(box_cases) / sizeof(box_cases[0]); c++) {
         const struct box_case *bc = &box_cases[c];
         struct fc_tcp_group g;
@@ -66,7 +66,7 @@ static void test_tcp_refuses_pieces(void **state)
 {
     (void)state;
     int64_t ranks[2] = {0, 1};
-    struct fc_tcp_mesh mesh = {NULL, 1, {2}, ranks, 2, NULL};
+    struct fc_tcp_mesh mesh = {NULL, 1, {2}, ranks, 2, ranks, 2, NULL}; /* pos: identity */
     struct fc_tcp_group g;
     memset(&g, 0, sizeof(g));
     g.dtype = FC_DTYPE_FLOAT32;
@@ -108,12 +108,36 @@ static void test_tcp_reads_package_metadata(void **state)
     fc_file_close(&f);
 }
 
+/*
+ * fsdpconv's own metadata.pkl (full-to-dcp --format torch-checkpointing --mesh
+ * replicate=2,shard=2 of tiny_vitlm.pt) writes each tensor's mesh dict apart:
+ * its 43 tensors still share the 2 meshes they name (each holds a rank index
+ * of world_size entries, so one per tensor would cost tensors x world_size).
+ */
+static void test_tcp_equal_meshes_are_one(void **state)
+{
+    (void)state;
+    struct fc_file f = FC_FILE_INIT;
+    unsigned char *data = NULL;
+    struct fc_tcp_meta *m = NULL;
+    assert_fc_ok(
+        fc_file_open_read(&f, FC_SOURCE_DIR "/tests/fuzz/corpus/tcp_meta/fsdpconv_hsdp.pkl"));
+    assert_fc_ok(fc_file_read_alloc(&f, 0, (size_t)f.size, 1 << 20, &data));
+    assert_fc_ok(fc_tcp_meta_parse(&m, data, (size_t)f.size, "fsdpconv_hsdp.pkl"));
+    assert_int_equal(m->items[0].npaths, 43);
+    assert_int_equal(m->nmeshes, 2);
+    fc_tcp_meta_free(m);
+    fc_free(data);
+    fc_file_close(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tcp_boxes_follow_dtensor),
         cmocka_unit_test(test_tcp_refuses_pieces),
         cmocka_unit_test(test_tcp_reads_package_metadata),
+        cmocka_unit_test(test_tcp_equal_meshes_are_one),
     };
     return cmocka_run_group_tests_name("tcp", tests, NULL, NULL);
 }
