@@ -40,7 +40,8 @@ static const struct fc_opt dcp_to_full_opts[] = {
 /* clang-format on */
 
 static const struct fc_operand dcp_to_full_operands[] = {
-    {"<checkpoint-dir>", "a DCP or safetensors directory (written by fsdpconv or by PyTorch)"},
+    {"<checkpoint-dir>", "a DCP, safetensors or torch_checkpointing directory (written by\n"
+                         "fsdpconv or by PyTorch)"},
     {NULL, NULL},
 };
 

@@ -25,7 +25,8 @@ static const struct fc_opt reshard_opts[] = {
 /* clang-format on */
 
 static const struct fc_operand reshard_operands[] = {
-    {"<checkpoint-dir>", "a DCP or safetensors directory (written by fsdpconv or by PyTorch)"},
+    {"<checkpoint-dir>", "a DCP, safetensors or torch_checkpointing directory (written by\n"
+                         "fsdpconv or by PyTorch)"},
     {NULL, NULL},
 };
 

@@ -32,6 +32,8 @@ enum {
     OPT_METADATA,
     OPT_PART,
     OPT_COMMIT_PARTS,
+    OPT_MESH_DEVICE,
+    OPT_MESH_DIM_NAMES,
     OPT_NO_VERIFY = 500 /* apart from every command's own ids: the table joins any command */
 };
 
@@ -50,9 +52,17 @@ const struct fc_opt fc_cli_job_target_opts[] = {
      "(or 'replicate'); keys no rule matches are replicated"},
     {OPT_TP_PLAN, 0, "tp-plan", "<file>", 0, NULL, NULL,
      "the same rules from a file: one '<re> <dim>' a line, # comments"},
-    {OPT_FORMAT, 0, "format", "(dcp|safetensors)", 0, NULL, NULL,
-     "dcp (default), or one safetensors file per rank for torch's\n"
-     "HuggingFaceStorageReader (torch >= 2.8; tensors only)"},
+    {OPT_FORMAT, 0, "format", "(dcp|safetensors|torch-checkpointing)", 0, NULL, NULL,
+     "dcp (default), one safetensors file per rank for torch's\n"
+     "HuggingFaceStorageReader (torch >= 2.8; tensors only), or\n"
+     "torch-checkpointing: PyTorch's torch-checkpointing package's\n"
+     "safetensors layout (model_<rank>.safetensors, metadata.pkl)"},
+    {OPT_MESH_DEVICE, 0, "mesh-device", "<type>", 0, NULL, NULL,
+     "torch-checkpointing: the device type its metadata records for\n"
+     "the mesh (default cuda, as a training run has)"},
+    {OPT_MESH_DIM_NAMES, 0, "mesh-dim-names", "<a,b,...>", 0, NULL, NULL,
+     "torch-checkpointing: the mesh's dim names (default torchtitan's:\n"
+     "dp_replicate, dp_shard, tp for the dims the mesh has)"},
     {OPT_METADATA, 0, "metadata", "(global|rank-local)", 0, NULL, NULL,
      "global (default): one .metadata; rank-local: one __{r}.metadata\n"
      "per rank instead, which dcp.load (torch >= 2.9) reads at the\n"
@@ -165,9 +175,10 @@ int fc_cli_job_option(void *ctx, int id, const char *value)
     case OPT_DRY: j->o->dry_run = 1; return FC_OK;
     case OPT_FORCE: j->o->force = 1; return FC_OK;
     case OPT_FORMAT: {
-        static const char *const formats[] = {"dcp", "safetensors"}; /* enum fc_out_format */
+        static const char *const formats[] = {"dcp", "safetensors",
+                                              "torch-checkpointing"}; /* enum fc_out_format */
         int f = 0;
-        const int rc = fc_opt_choice("--format", value, formats, 2, &f);
+        const int rc = fc_opt_choice("--format", value, formats, 3, &f);
         j->o->format = (enum fc_out_format)f;
         return rc;
     }
@@ -175,6 +186,8 @@ int fc_cli_job_option(void *ctx, int id, const char *value)
         static const char *const kinds[] = {"global", "rank-local"};
         return fc_opt_choice("--metadata", value, kinds, 2, &j->o->rank_local);
     }
+    case OPT_MESH_DEVICE: j->o->mesh_device = value; return FC_OK;
+    case OPT_MESH_DIM_NAMES: j->o->mesh_dim_names = value; return FC_OK;
     default: return fc_cli_verify_option(id, &j->o->source_flags);
     }
 }
@@ -254,7 +267,10 @@ int fc_cli_run_convert(struct fc_cli_job *job)
                     o->output, res.nfiles, res.nfiles == 1 ? "" : "s",
                     (double)res.bytes_written / 1048576.0, o->nparts);
     else
-        fc_cli_summary(o->output, o->format == FC_OUT_SAFETENSORS ? "safetensors" : "DCP",
+        fc_cli_summary(o->output,
+                       o->format == FC_OUT_SAFETENSORS           ? "safetensors"
+                       : o->format == FC_OUT_TORCH_CHECKPOINTING ? "torch-checkpointing"
+                                                                 : "DCP",
                        res.ntensors, res.nvalues, res.bytes_written, res.nfiles, "rank file",
                        &prog.start);
     fc_full_to_dcp_result_release(&res);

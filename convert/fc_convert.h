@@ -128,8 +128,11 @@ const struct fc_rule_option *fc_op_rule_option(size_t i);
  */
 typedef void (*fc_progress_fn)(void *ctx, uint64_t done, uint64_t total);
 
-/* What full-to-dcp and reshard write: a DCP, or one safetensors file per rank (st_sink.h). */
-enum fc_out_format { FC_OUT_DCP, FC_OUT_SAFETENSORS };
+/*
+ * What full-to-dcp and reshard write: a DCP, one safetensors file per rank (st_sink.h), or a
+ * torch_checkpointing checkpoint (tcp_sink.h).
+ */
+enum fc_out_format { FC_OUT_DCP, FC_OUT_SAFETENSORS, FC_OUT_TORCH_CHECKPOINTING };
 
 /* One positional input: PATH, or PREFIX=PATH (every key gets PREFIX first). */
 struct fc_input_arg {
@@ -156,13 +159,15 @@ struct fc_full_to_dcp_opts {
     int force;
     uint64_t max_memory; /* bytes of data buffers across all threads */
     int threads;
-    int compress;             /* -1: keep the input's (DCP), 0: none, 1..22: zstd level */
-    int rank_local;           /* --metadata rank-local: __{r}.metadata per rank, no .metadata */
-    const char *optim;        /* --optim FILE: a full optimizer state dict, or NULL */
-    const char *optim_select; /* --optim-select KEY inside it (or inside input) */
-    int layout;               /* enum fc_layout of xform.h: 0 none, 1 torchtitan, 2 app */
-    int engine;               /* enum fc_engine: 0 auto, 1 cpu, 2 cuda */
-    struct fc_comm *comm;     /* multi-process job (convert/comm.h), or NULL */
+    int compress;               /* -1: keep the input's (DCP), 0: none, 1..22: zstd level */
+    int rank_local;             /* --metadata rank-local: __{r}.metadata per rank, no .metadata */
+    const char *optim;          /* --optim FILE: a full optimizer state dict, or NULL */
+    const char *optim_select;   /* --optim-select KEY inside it (or inside input) */
+    int layout;                 /* enum fc_layout of xform.h: 0 none, 1 torchtitan, 2 app */
+    const char *mesh_device;    /* torch-checkpointing: --mesh-device (NULL: cuda) */
+    const char *mesh_dim_names; /* torch-checkpointing: --mesh-dim-names a,b (NULL: torchtitan's) */
+    int engine;                 /* enum fc_engine: 0 auto, 1 cpu, 2 cuda */
+    struct fc_comm *comm;       /* multi-process job (convert/comm.h), or NULL */
     /*
      * Shares (convert/share.h): nparts > 0 writes share `part` (0-based) of
      * nparts into the job's staging directory, part -1 only commits the

@@ -27,6 +27,7 @@
 #include "plan.h"
 #include "share.h"
 #include "st_sink.h"
+#include "tcp_sink.h"
 #include "stream.h"
 #include "tp.h"
 #include "write_job.h"
@@ -51,11 +52,13 @@ struct fc_job {
     struct fc_source *optim_src; /* --optim FILE, when it is not the input itself */
     struct fc_xform_rules rules;
     struct fc_xform_result xr;
-    int *tp_dims; /* per spec: the dim its tp plan rule shards, -1 replicated (NULL: no tp) */
+    int *tp_dims;  /* per spec: the dim its tp plan rule shards, -1 replicated (NULL: no tp) */
+    int *tp_ruled; /* per spec: a tp rule matched it (NULL: no tp) */
     struct fc_plan *plan; /* its tensors' tags: their index in xr.specs */
     struct fc_extent *extents;
     struct fc_dcp_sink dcp; /* --format dcp: value blobs, compression */
     struct fc_st_sink st;   /* --format safetensors: per-file headers */
+    struct fc_tcp_sink tcp; /* --format torch-checkpointing: per-file headers, metadata.pkl */
     struct fc_stage out;
     int reported; /* a worker's failure went to rank 0, which reports the job */
 };
@@ -69,10 +72,12 @@ static void fc_job_release(struct fc_job *j)
     fc_xform_rules_release(&j->rules);
     fc_xform_result_release(&j->xr);
     fc_free(j->tp_dims);
+    fc_free(j->tp_ruled);
     fc_plan_free(j->plan);
     fc_free(j->extents);
     fc_dcp_sink_release(&j->dcp);
     fc_st_sink_release(&j->st);
+    fc_tcp_sink_release(&j->tcp);
     fc_stage_release(&j->out);
 }
 
@@ -149,15 +154,17 @@ static int fc_tp_state_param(const char *key, const struct fc_strmap *keys, char
 /*
  * The tp dim of every spec from --tp / --tp-plan (optimizer state follows its
  * parameter's key: the spec it was built from, or the FQN in its DCP key),
- * into a new array *out; NULL when the mesh has no tp dim.
+ * into a new array *out, and into *ruled whether a rule matched it (its module
+ * is tensor-parallel); both NULL when the mesh has no tp dim.
  */
 static int fc_tp_dims(const struct fc_full_to_dcp_opts *o, const struct fc_xform_result *xr,
-                      int **out)
+                      int **out, int **ruled)
 {
     struct fc_tp_plan tp = FC_TP_PLAN_INIT;
     struct fc_strmap keys = FC_STRMAP_INIT;
     int rc = FC_OK;
     *out = NULL;
+    *ruled = NULL;
     if (o->tp <= 1) {
         if (o->ntp_rules > 0 || o->tp_plan != NULL)
             return fc_error_set(FC_EINVAL, "--tp and --tp-plan need a mesh with a tp dim "
@@ -169,11 +176,13 @@ static int fc_tp_dims(const struct fc_full_to_dcp_opts *o, const struct fc_xform
     for (size_t i = 0; i < o->ntp_rules; i++)
         FC_TRY_GOTO(fc_tp_plan_add(&tp, o->tp_rules[i], "--tp"), rc, done);
     int *dims = fc_calloc(xr->n + 1, sizeof(*dims));
-    if (dims == NULL) {
+    if (dims != NULL)
+        *out = dims;
+    *ruled = dims != NULL ? fc_calloc(xr->n + 1, sizeof(**ruled)) : NULL;
+    if (*ruled == NULL) {
         rc = fc_error_set(FC_ENOMEM, "out of memory");
         goto done;
     }
-    *out = dims;
     for (size_t i = 0; i < xr->n; i++)
         if (fc_strmap_put(&keys, xr->specs[i].key, i, NULL) < 0) {
             rc = fc_error_set(FC_ENOMEM, "out of memory");
@@ -194,6 +203,8 @@ static int fc_tp_dims(const struct fc_full_to_dcp_opts *o, const struct fc_xform
         fc_free(fqn);
         if (rc < 0)
             goto done;
+        (*ruled)[i] = rc == 1;
+        rc = FC_OK;
         if (dims[i] >= 0 && s->replicate) {
             rc = fc_error_set(FC_EINVAL,
                               "'%s' is stored whole (--replicate) but a tp rule "
@@ -265,7 +276,7 @@ static int fc_plan_inputs(const struct fc_full_to_dcp_opts *o, struct fc_job *j,
                           struct fc_plan_tensor_in *tin, size_t *nt, struct fc_plan_value_in *vin,
                           size_t *nv)
 {
-    const int st = o->format == FC_OUT_SAFETENSORS;
+    const int st = o->format != FC_OUT_DCP; /* per-rank safetensors files */
     for (size_t i = 0; i < j->xr.n; i++) {
         const struct fc_xspec *s = &j->xr.specs[i];
         if (s->kind == FC_ENTRY_VALUE && st)
@@ -298,7 +309,7 @@ static int fc_plan_inputs(const struct fc_full_to_dcp_opts *o, struct fc_job *j,
 /* --compress / --decompress / default: keep the input's compression (DCP inputs). */
 static int fc_compress_level(const struct fc_full_to_dcp_opts *o, const struct fc_source *src)
 {
-    if (o->format == FC_OUT_SAFETENSORS)
+    if (o->format != FC_OUT_DCP)
         return 0;
     if (o->compress >= 0)
         return o->compress;
@@ -311,7 +322,14 @@ static int fc_compress_level(const struct fc_full_to_dcp_opts *o, const struct f
 static int fc_plan_job(const struct fc_full_to_dcp_opts *o, const struct fc_job_kind *kind,
                        struct fc_job *j)
 {
-    const int st = o->format == FC_OUT_SAFETENSORS;
+    const int st = o->format != FC_OUT_DCP; /* per-rank safetensors files */
+    if (o->format != FC_OUT_TORCH_CHECKPOINTING && (o->mesh_device || o->mesh_dim_names))
+        return fc_error_set(FC_EINVAL, "%s: only --format torch-checkpointing records a mesh",
+                            o->mesh_device != NULL ? "--mesh-device" : "--mesh-dim-names");
+    if (o->format == FC_OUT_TORCH_CHECKPOINTING && (o->optim != NULL || o->optim_select != NULL))
+        return fc_error_set(FC_EINVAL, "--optim: torch_checkpointing keeps optimizer state with "
+                                       "its param_groups in torch.save files of DTensors, which "
+                                       "fsdpconv does not write; use --format dcp");
     if (st && (o->optim != NULL || o->optim_select != NULL))
         return fc_error_set(FC_EINVAL, "--optim: optimizer state holds non-tensor values "
                                        "(param_groups) that safetensors cannot store; use "
@@ -325,7 +343,7 @@ static int fc_plan_job(const struct fc_full_to_dcp_opts *o, const struct fc_job_
     FC_TRY(fc_job_rules(o, j));
     FC_TRY(fc_open_inputs(o, kind, j));
     FC_TRY(fc_job_optim(o, j));
-    FC_TRY(fc_tp_dims(o, &j->xr, &j->tp_dims));
+    FC_TRY(fc_tp_dims(o, &j->xr, &j->tp_dims, &j->tp_ruled));
     const size_t n = j->xr.n;
     struct fc_plan_tensor_in *tin = fc_calloc(n + 1, sizeof(*tin));
     struct fc_plan_value_in *vin = fc_calloc(n + 1, sizeof(*vin));
@@ -345,7 +363,9 @@ static int fc_plan_job(const struct fc_full_to_dcp_opts *o, const struct fc_job_
     }
     FC_TRY_GOTO(fc_plan_build(&j->plan, &mesh, tin, nt, NULL, 0, fc_st_sink_item_size, NULL), rc,
                 done);
-    rc = fc_st_sink_layout(&j->st, j->plan);
+    rc = o->format == FC_OUT_TORCH_CHECKPOINTING
+             ? fc_tcp_sink_layout(&j->tcp, j->plan, j->tp_ruled, o->mesh_device, o->mesh_dim_names)
+             : fc_st_sink_layout(&j->st, j->plan);
 done:
     fc_free(tin);
     fc_free(vin);
@@ -369,10 +389,13 @@ static int fc_copy_notes(const struct fc_xform_result *xr, struct fc_full_to_dcp
 }
 
 /* Safetensors files carry their own headers; a DCP exists once its metadata (.metadata, or
- * every __{r}.metadata) does: written into dir last, after every rank file is durable. */
+ * every __{r}.metadata) does, a torch_checkpointing checkpoint once its metadata.pkl does:
+ * written into dir last, after every rank file is durable. */
 static int fc_write_metadata(const struct fc_full_to_dcp_opts *o, const struct fc_job *j,
                              const char *dir)
 {
+    if (o->format == FC_OUT_TORCH_CHECKPOINTING)
+        return fc_tcp_sink_write_metadata(&j->tcp, j->plan, dir);
     if (o->format != FC_OUT_DCP)
         return FC_OK;
     return fc_dcp_sink_write_metadata(&j->dcp, j->plan, &j->xr, j->extents, dir, o->output,
@@ -405,6 +428,9 @@ static int fc_job_hash(const struct fc_full_to_dcp_opts *o, struct fc_job *j, ui
     }
     if (rc == FC_OK && o->optim_select != NULL)
         rc = fc_buf_printf(&id, "optim-select %s\n", o->optim_select);
+    if (rc == FC_OK && o->format == FC_OUT_TORCH_CHECKPOINTING)
+        rc = fc_buf_printf(&id, "mesh %s %s\n", o->mesh_device != NULL ? o->mesh_device : "-",
+                           o->mesh_dim_names != NULL ? o->mesh_dim_names : "-");
     if (rc == FC_OK)
         rc = fc_xform_rules_describe(&j->rules, &id);
     if (rc == FC_OK)
@@ -541,7 +567,9 @@ int fc_write_job_run(const struct fc_full_to_dcp_opts *o, const struct fc_job_ki
         .plan = j.plan,
         .src = j.src,
         .xr = &j.xr,
-        .sink = o->format == FC_OUT_SAFETENSORS ? fc_st_sink_sink(&j.st) : fc_dcp_sink_sink(&j.dcp),
+        .sink = o->format == FC_OUT_SAFETENSORS           ? fc_st_sink_sink(&j.st)
+                : o->format == FC_OUT_TORCH_CHECKPOINTING ? fc_tcp_sink_sink(&j.tcp)
+                                                          : fc_dcp_sink_sink(&j.dcp),
         .dir = j.out.path,
         .max_memory = o->max_memory,
         .threads = o->threads,

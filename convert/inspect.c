@@ -107,7 +107,7 @@ static int fc_cmp_name(const void *a, const void *b)
 /* The files of dir named *suffix (.distcp, .safetensors) and their sizes, sorted by name. */
 static int fc_inspect_list_files(const char *dir, const char *suffix, struct fc_inspect_result *r)
 {
-    const size_t slen = strlen(suffix);
+    const size_t slen = suffix != NULL ? strlen(suffix) : 0;
     DIR *d = opendir(dir);
     if (d == NULL)
         return fc_error_set(FC_EIO, "%s: cannot open directory: %s", dir, strerror(errno));
@@ -115,7 +115,8 @@ static int fc_inspect_list_files(const char *dir, const char *suffix, struct fc_
     const struct dirent *de;
     while ((de = readdir(d)) != NULL) {
         const size_t len = strlen(de->d_name);
-        if (len < slen || strcmp(de->d_name + len - slen, suffix) != 0)
+        if (suffix == NULL ? de->d_name[0] == '.'
+                           : len < slen || strcmp(de->d_name + len - slen, suffix) != 0)
             continue;
         char **f = fc_reallocarray(r->files, r->nfiles + 1, sizeof(*f));
         if (f == NULL) {
@@ -481,9 +482,13 @@ done:
 static int fc_inspect_sharded(const struct fc_inspect_opts *opts, struct fc_inspect_result *r,
                               const struct fc_regex *re)
 {
+    /* torch_checkpointing: its metadata names the files; --verify reads every shard. */
+    const int listed = (fc_source_caps(r->src) & FC_SOURCE_LISTED) != 0;
     FC_TRY(fc_source_sharded_meta(r->src, &r->dcp));
-    FC_TRY(fc_inspect_list_files(opts->path, ".safetensors", r));
+    FC_TRY(fc_inspect_list_files(opts->path, listed ? NULL : ".safetensors", r));
     FC_TRY(fc_inspect_coverage(r));
+    if (listed && r->coverage_problems == 0)
+        return fc_inspect_select_chunked(opts, r, re, opts->verify);
     if (opts->verify && r->coverage_problems == 0)
         FC_TRY(fc_inspect_verify_sharded(opts->path, r));
     if (r->coverage_problems > 0) {

@@ -813,6 +813,68 @@ done:
     return rc;
 }
 
+/* One new item: tensor t's chunk c stored (again) in rank r's file. */
+static struct fc_plan_item fc_plan__copy_item(const struct fc_plan *p, size_t t, size_t c, int r)
+{
+    const struct fc_plan_tensor *pt = &p->tensors[t];
+    uint64_t n = fc_dtype_size(pt->dtype);
+    for (int d = 0; d < pt->ndim; d++)
+        n *= (uint64_t)p->chunks[c].box.sizes[d]; /* within the planned file sizes: no overflow */
+    return (struct fc_plan_item){FC_ITEM_TENSOR, t, c, r, 0, n};
+}
+
+/* Does rank r's file already store tensor t's chunk c (its own planned item)? */
+static int fc_plan__stored_at(const struct fc_plan *p, size_t t, size_t c, int r)
+{
+    if (p->tensors[t].alias_of != FC_PLAN_NONE)
+        return 0; /* an alias shares its root's item: stored under the root's name only */
+    return p->items[p->chunks[c].item].rank == r;
+}
+
+int fc_plan_store_at_holders(struct fc_plan *plan)
+{
+    if (plan->nvalues > 0)
+        return fc_error_set(FC_EINVAL, "plan: value '%s' cannot be stored per rank",
+                            plan->values[0].key);
+    const int world = (int)plan->nfiles;
+    size_t extra = 0;
+    for (int r = 0; r < world; r++)
+        for (size_t t = 0; t < plan->ntensors; t++)
+            extra += !fc_plan__stored_at(plan, t, fc_plan_rank_chunk(plan, t, r), r);
+    struct fc_plan_item *items = fc_calloc(plan->nitems + extra + 1, sizeof(*items));
+    size_t *moved = fc_calloc(plan->nitems + 1, sizeof(*moved));
+    if (items == NULL || moved == NULL) {
+        fc_free(items);
+        fc_free(moved);
+        return fc_error_set(FC_ENOMEM, "plan: out of memory for %zu more items", extra);
+    }
+    size_t k = 0;
+    for (int r = 0; r < world; r++) {
+        struct fc_plan_file *f = &plan->files[r];
+        const size_t first = k;
+        for (size_t i = 0; i < f->nitems; i++) {
+            moved[f->first_item + i] = k;
+            items[k++] = plan->items[f->first_item + i];
+        }
+        for (size_t t = 0; t < plan->ntensors; t++) {
+            const size_t c = fc_plan_rank_chunk(plan, t, r);
+            if (!fc_plan__stored_at(plan, t, c, r))
+                items[k++] = fc_plan__copy_item(plan, t, c, r);
+        }
+        f->first_item = first;
+        f->nitems = k - first;
+    }
+    for (size_t c = 0; c < plan->nchunks; c++)
+        if (plan->tensors[plan->chunks[c].tensor].alias_of == FC_PLAN_NONE)
+            plan->chunks[c].item = moved[plan->chunks[c].item];
+    fc_free(plan->items);
+    fc_free(moved);
+    plan->items = items;
+    plan->nitems = k;
+    fc_plan__point_aliases(plan);
+    return FC_OK;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Queries and --dry-run text                                               */
 

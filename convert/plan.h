@@ -231,6 +231,19 @@ typedef int (*fc_plan_file_head_fn)(void *ctx, const struct fc_plan *plan, size_
 int fc_plan_relayout(struct fc_plan *plan, fc_plan_file_head_fn head, void *ctx);
 
 /*
+ * fc_plan_store_at_holders() - give every rank an item for every chunk it
+ * holds, for encodings whose rank files each hold the rank's whole local
+ * state (torch_checkpointing: a rank loads its own file only): items are
+ * added, in file r after r's own, for each (tensor, box of rank r) that
+ * another rank's item stored, alias tensors included (each key is stored
+ * under its own name).  The copies of a chunk hold the same bytes, so the
+ * executor reads them once.  Call before fc_plan_relayout() (which lays the
+ * files out again); chunks keep pointing at one of their items.  The plan
+ * must hold no values.  Returns FC_OK, FC_EINVAL (values), FC_ENOMEM.
+ */
+int fc_plan_store_at_holders(struct fc_plan *plan);
+
+/*
  * fc_plan_file_name() - "__{rank}_0.distcp" into buf (FC_PLAN_FILE_NAME_MAX
  * bytes suffice for any int rank).  Returns FC_OK, or FC_EINVAL when it does
  * not fit.

@@ -136,7 +136,7 @@ int fc_tp_plan_dim(struct fc_tp_plan *p, const char *key, int ndim, int *dim_out
         first = first != NULL ? first : r;
     }
     *dim_out = first != NULL ? first->dim : -1;
-    return FC_OK;
+    return first != NULL;
 }
 
 int fc_tp_plan_check_used(const struct fc_tp_plan *p)

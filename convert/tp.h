@@ -67,7 +67,9 @@ void fc_tp_plan_release(struct fc_tp_plan *p);
 /*
  * fc_tp_plan_dim() - the tp dim of `key`, a tensor of ndim dims, into *dim_out
  * (-1: replicated over tp), counting the hits of the rules that match.
- * Returns FC_OK, or FC_EINVAL when two matching rules disagree, a matching
+ * Returns 1 when a rule matched (the key's module is tensor-parallel: its
+ * tensors are DTensors on the tp mesh even when replicated there), FC_OK (0)
+ * when none did, or FC_EINVAL when two matching rules disagree, a matching
  * rule's DIM is >= ndim (the message names the rule(s) and the key) or a
  * pattern hits a regex limit.
  */

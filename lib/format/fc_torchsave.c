@@ -649,7 +649,7 @@ static int ts_open(struct fc_torchsave **out, const struct fc_file *f, uint64_t 
     FC_TRY_GOTO(fc_buf_printf(&pwhat, "%s: data.pkl", what), rc, done);
     FC_TRY_GOTO(fc_pickle_load(&ts->pk, pkl, (size_t)pe->size, profile, (const char *)pwhat.data),
                 rc, done);
-    if (profile == FC_PICKLE_WEIGHTS_ONLY)
+    if (profile != FC_PICKLE_SYMBOLIC)
         FC_TRY_GOTO(ts_collect(ts), rc, done);
     *out = ts;
     ts = NULL;
@@ -664,6 +664,12 @@ int fc_torchsave_open(struct fc_torchsave **out, const struct fc_file *f, uint64
                       uint64_t len, const char *what)
 {
     return ts_open(out, f, base, len, what, FC_PICKLE_WEIGHTS_ONLY);
+}
+
+int fc_torchsave_open_dtensor(struct fc_torchsave **out, const struct fc_file *f, uint64_t base,
+                              uint64_t len, const char *what)
+{
+    return ts_open(out, f, base, len, what, FC_PICKLE_WEIGHTS_DTENSOR);
 }
 
 int fc_torchsave_open_symbolic(struct fc_torchsave **out, const struct fc_file *f, uint64_t base,

@@ -56,6 +56,14 @@ int fc_torchsave_open(struct fc_torchsave **out, const struct fc_file *f, uint64
 void fc_torchsave_free(struct fc_torchsave *ts); /* accepts NULL */
 
 /*
+ * fc_torchsave_open_dtensor() - fc_torchsave_open() through
+ * FC_PICKLE_WEIGHTS_DTENSOR: the DTensors of a torch_checkpointing rank file
+ * are their local shards (fc_pickle.h).
+ */
+int fc_torchsave_open_dtensor(struct fc_torchsave **out, const struct fc_file *f, uint64_t base,
+                              uint64_t len, const char *what);
+
+/*
  * fc_torchsave_open_symbolic() - the same checks, but data.pkl goes through
  * the symbolic profile (fc_pickle.h): any global is a symbol, REDUCE/NEWOBJ/
  * BUILD are CALL/OBJECT nodes, nothing is imported or run.  For values that

@@ -331,6 +331,9 @@ int fc_pickle_load_hooked(struct fc_pickle **out, const unsigned char *data, siz
     vm.what = what != NULL ? what : "pickle";
     vm.data = data;
     vm.len = len;
+    vm.dtensor = profile == FC_PICKLE_WEIGHTS_DTENSOR;
+    if (vm.dtensor)
+        profile = FC_PICKLE_WEIGHTS_ONLY;
     vm.profile = profile;
     vm.hooks = profile == FC_PICKLE_SYMBOLIC ? hooks : NULL;
     vm.memo_limit = len > FC_PICKLE_MAX_MEMO ? len : FC_PICKLE_MAX_MEMO;

@@ -148,7 +148,17 @@ struct fc_pv {
     } u;
 };
 
-enum fc_pickle_profile { FC_PICKLE_WEIGHTS_ONLY, FC_PICKLE_SYMBOLIC };
+/*
+ * FC_PICKLE_WEIGHTS_DTENSOR: FC_PICKLE_WEIGHTS_ONLY plus the DTensors of a
+ * torch_checkpointing rank file (docs/torch-checkpointing.md):
+ * _rebuild_from_type_v2(_rebuild_wrapper_subclass, DTensor, args, state)
+ * becomes the tensor node of state['_local_tensor'] (the rank's shard; its
+ * geometry comes from metadata.pkl), and exactly the classes a DTensorSpec
+ * pickles (DTensorSpec, TensorMeta, ShardOrderEntry, DeviceMesh and its
+ * layouts, Shard/_StridedShard/Replicate) may be made by NEWOBJ and BUILD
+ * into OBJECT nodes, never called.
+ */
+enum fc_pickle_profile { FC_PICKLE_WEIGHTS_ONLY, FC_PICKLE_SYMBOLIC, FC_PICKLE_WEIGHTS_DTENSOR };
 
 struct fc_pickle; /* the arena and the result */
 

@@ -107,6 +107,18 @@ static const struct fc_sym_entry fc_sym_table[] = {
      "a meta tensor (it has no data)"},
     {"torch._utils._rebuild_device_tensor_from_numpy", SYM_UNCONVERTIBLE,
      "a device tensor saved through numpy"},
+    /* What torch_checkpointing's rank files pickle with a DTensor (torch 2.11 - 2.15). */
+    {"torch.distributed.tensor.DTensor", SYM_DTENSOR_TYPE, NULL},
+    {"torch.distributed.tensor._api.DTensor", SYM_DTENSOR_TYPE, NULL},
+    {"torch.distributed.tensor._dtensor_spec.DTensorSpec", SYM_DTENSOR_PART, NULL},
+    {"torch.distributed.tensor._dtensor_spec.TensorMeta", SYM_DTENSOR_PART, NULL},
+    {"torch.distributed.tensor._dtensor_spec.ShardOrderEntry", SYM_DTENSOR_PART, NULL},
+    {"torch.distributed.device_mesh.DeviceMesh", SYM_DTENSOR_PART, NULL},
+    {"torch.distributed._mesh_layout._MeshLayout", SYM_DTENSOR_PART, NULL},
+    {"torch.distributed._mesh_layout._FlatLayout", SYM_DTENSOR_PART, NULL},
+    {"torch.distributed.tensor.placement_types.Shard", SYM_DTENSOR_PART, NULL},
+    {"torch.distributed.tensor.placement_types._StridedShard", SYM_DTENSOR_PART, NULL},
+    {"torch.distributed.tensor.placement_types.Replicate", SYM_DTENSOR_PART, NULL},
 };
 
 static const char *const fc_torch_dtypes[] = {

@@ -196,7 +196,8 @@ struct fc_vm {
     const unsigned char *data;
     size_t len;
     size_t pos;
-    enum fc_pickle_profile profile;
+    enum fc_pickle_profile profile; /* WEIGHTS_ONLY or SYMBOLIC (WEIGHTS_DTENSOR sets dtensor) */
+    int dtensor;                    /* FC_PICKLE_WEIGHTS_DTENSOR */
     const char *what;
     uint64_t op_off; /* offset of the opcode being run */
     unsigned op;
@@ -262,7 +263,9 @@ enum fc_sym {
     SYM_REBUILD_PARAM_STATE,
     SYM_REBUILD_FROM_TYPE_V2,
     SYM_REBUILD_DEVICE_FROM_CPU,
-    SYM_UNCONVERTIBLE
+    SYM_UNCONVERTIBLE,
+    SYM_DTENSOR_TYPE, /* torch.distributed.tensor.DTensor (FC_PICKLE_WEIGHTS_DTENSOR only) */
+    SYM_DTENSOR_PART  /* a class a DTensorSpec pickles: NEWOBJ only (idem) */
 };
 
 struct fc_sym_entry {

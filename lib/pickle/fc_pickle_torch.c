@@ -154,6 +154,27 @@ static int fc_vm_call_torch(struct fc_vm *vm, struct fc_pv *callable, enum fc_sy
                             const struct fc_sym_entry *entry, struct fc_pv *args, int nested,
                             struct fc_pv **out);
 
+/*
+ * A DTensor of a torch_checkpointing rank file: _rebuild_from_type_v2(
+ * _rebuild_wrapper_subclass, DTensor, args, state) is the tensor
+ * '_local_tensor' of its state (GLOBAL admitted DTensor only for
+ * FC_PICKLE_WEIGHTS_DTENSOR).
+ */
+static int fc_vm_dtensor(struct fc_vm *vm, const char *fn, const struct fc_pv *func,
+                         const struct fc_pv *state, struct fc_pv **out)
+{
+    if (!fc_pv_is_global(func, "torch._utils", "_rebuild_wrapper_subclass"))
+        return fc_vm_bad_args(vm, fn, "a DTensor not rebuilt by _rebuild_wrapper_subclass");
+    /* The state is the object's __dict__, or (__dict__ or None, slot values) for slots. */
+    const struct fc_pv *local = fc_pv_dict_get(state, "_local_tensor");
+    for (size_t i = 0; local == NULL && state->kind == FC_PV_TUPLE && i < state->u.seq.n; i++)
+        local = fc_pv_dict_get(state->u.seq.items[i], "_local_tensor");
+    if (local == NULL || local->kind != FC_PV_TENSOR)
+        return fc_vm_bad_args(vm, fn, "DTensor state has no '_local_tensor' tensor");
+    *out = fc_vm_tensor_copy(vm, local);
+    return *out == NULL ? FC_ENOMEM : FC_OK;
+}
+
 /* _rebuild_* helpers; args already checked to be a tuple. */
 static int fc_vm_rebuild(struct fc_vm *vm, enum fc_sym sym, const char *fn,
                          const struct fc_pv *args, int nested, struct fc_pv **out)
@@ -240,6 +261,8 @@ static int fc_vm_rebuild(struct fc_vm *vm, enum fc_sym sym, const char *fn,
         const struct fc_sym_entry *fe, *te;
         const enum fc_sym fsym = fc_sym_of(func, &fe);
         const enum fc_sym tsym = fc_sym_of(type, &te);
+        if (tsym == SYM_DTENSOR_TYPE)
+            return fc_vm_dtensor(vm, fn, func, fc_arg(args, 3), out);
         if (tsym != SYM_TENSOR_TYPE && tsym != SYM_PARAMETER_TYPE) {
             char name[256] = "?";
             if (type->kind == FC_PV_GLOBAL)
@@ -451,6 +474,7 @@ int fc_op_newobj(struct fc_vm *vm, struct fc_pv *cls, struct fc_pv *args)
         return fc_vm_push(vm, d);
     }
     case SYM_SET: return fc_vm_push(vm, fc_vm_node(vm, FC_PV_SET));
+    case SYM_DTENSOR_PART: /* GLOBAL let it through only for FC_PICKLE_WEIGHTS_DTENSOR */
     case SYM_ALLOWED: return fc_vm_push(vm, fc_vm_call_node(vm, FC_PV_OBJECT, cls, args));
     case SYM_NOT_ALLOWED:
         return fc_vm_err(vm, FC_EFORMAT, "NEWOBJ of a %s (only allowlisted classes)",
@@ -596,7 +620,9 @@ int fc_op_global(struct fc_vm *vm, const unsigned char *mod, size_t mlen, const 
     if (vm->profile == FC_PICKLE_WEIGHTS_ONLY) {
         const struct fc_sym_entry *e;
         const enum fc_sym sym = fc_sym_of(g, &e);
-        if (sym == SYM_NOT_ALLOWED || sym == SYM_FROZENSET || sym == SYM_BYTES) {
+        const int dt = sym == SYM_DTENSOR_TYPE || sym == SYM_DTENSOR_PART;
+        if (sym == SYM_NOT_ALLOWED || sym == SYM_FROZENSET || sym == SYM_BYTES ||
+            (dt && !vm->dtensor)) {
             char full[256];
             fc_global_full(g, full, sizeof(full));
             if (strncmp(full, "torch.distributed.", 18) == 0)

@@ -17,10 +17,9 @@
  * also hold, an index before the shards it names.
  */
 static const struct fc_source_backend *const fc_source_backends[] = {
-    &fc_source_dcp_backend,
-    &fc_source_st_index_backend,
-    &fc_source_st_backend,
-    &fc_source_torchsave_backend,
+    &fc_source_dcp_backend,      &fc_source_tcp_backend, /* before safetensors: its safetensors
+                                                            layout is per-rank files */
+    &fc_source_st_index_backend, &fc_source_st_backend,  &fc_source_torchsave_backend,
 };
 
 /* No backend claimed p: say what was looked for. */
@@ -97,4 +96,12 @@ int fc_source_value_blob(const struct fc_source *src, const struct fc_entry *e, 
         return fc_error_set(FC_EINVAL, "%s: '%s': a %s input holds no values", src->path, e->key,
                             src->format);
     return src->backend->value_blob(src, e, out);
+}
+
+int fc_source_sharded_meta(const struct fc_source *src, struct fc_dcp_meta **out)
+{
+    *out = NULL;
+    if (src->backend->sharded_meta == NULL)
+        return fc_error_set(FC_EINVAL, "%s: not a per-rank sharded checkpoint", src->path);
+    return src->backend->sharded_meta(src, out);
 }

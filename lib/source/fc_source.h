@@ -99,6 +99,7 @@ struct fc_source {
 #define FC_SOURCE_CRCS       0x4u  /* stored CRC-32s are checked (unless FC_SOURCE_NO_VERIFY) */
 #define FC_SOURCE_VALUES     0x8u  /* may hold non-tensor values (FC_ENTRY_VALUE) */
 #define FC_SOURCE_PICKLED    0x10u /* one torch.save pickle, not a checkpoint layout */
+#define FC_SOURCE_LISTED     0x20u /* a metadata file names every data file (torch_checkpointing) */
 unsigned fc_source_caps(const struct fc_source *src);
 
 /*
@@ -166,14 +167,16 @@ int fc_source_value_storage(const struct fc_source *src, const struct fc_entry *
 int fc_source_verify_replicas(const struct fc_source *src);
 
 /*
- * fc_source_sharded_meta() - the chunks of a sharded safetensors source
- * (format "safetensors-sharded") as a DCP metadata model, for inspect:
- * entry i is the source's entry i (global shape as inferred), and every
- * tensor of every file is a chunk of it at its saved_offsets, in file order,
- * duplicates included (reads keep the last file's), its storage the file's
- * name and the tensor's data byte range.  version is the first file's
- * __metadata__ DCP_VERSION, or NULL.  On success *out is owned by the caller
- * (fc_dcp_meta_free).  Returns FC_OK, FC_EINVAL (another source), FC_ENOMEM.
+ * fc_source_sharded_meta() - the chunks of a per-rank sharded source as DCP
+ * metadata (for inspect).  Sharded safetensors: its entries in source order;
+ * every tensor of every file is a chunk of it at its saved_offsets, in file
+ * order, duplicates included (reads keep the last file's), its storage the
+ * file's name and the tensor's data byte range; version is the first file's
+ * __metadata__ DCP_VERSION, or NULL.  torch_checkpointing: every non-empty
+ * rank shard but replicas (the lowest rank's is kept), its storage the rank
+ * file's path relative to the directory and the shard's bytes.  On success
+ * *out is owned by the caller (fc_dcp_meta_free).  Returns FC_OK, FC_EINVAL
+ * (another source), FC_ENOMEM.
  */
 int fc_source_sharded_meta(const struct fc_source *src, struct fc_dcp_meta **out);
 

@@ -5,7 +5,8 @@
  * The front (fc_source.c) probes a path with each row of the backend table
  * and lets the first that claims it open it; then it dispatches box reads and
  * value access to the source's row.  A backend (fc_source_torchsave.c,
- * fc_source_safetensors.c, fc_source_dcp.c) is one such row plus its parser.
+ * fc_source_safetensors.c, fc_source_dcp.c, fc_source_tcp.c) is one such row
+ * plus its parser.
  * Backends build their source with the functions of fc_source_core.c and
  * read chunked tensors with the box reader of fc_source_box.c; they never
  * call the front.
@@ -65,6 +66,8 @@ struct fc_source_backend {
     int (*value_storage)(const struct fc_source *src, const struct fc_entry *e,
                          const struct fc_pv_tensor *t, struct fc_storage *out);
     int (*value_blob)(const struct fc_source *src, const struct fc_entry *e, struct fc_buf *out);
+    /* fc_source_sharded_meta(); NULL: the source is not a per-rank sharded one. */
+    int (*sharded_meta)(const struct fc_source *src, struct fc_dcp_meta **out);
     void (*free)(void *impl); /* src->impl; accepts NULL */
 };
 
@@ -73,6 +76,7 @@ extern const struct fc_source_backend fc_source_st_index_backend;
 extern const struct fc_source_backend fc_source_st_backend;
 extern const struct fc_source_backend fc_source_st_sharded_backend;
 extern const struct fc_source_backend fc_source_torchsave_backend;
+extern const struct fc_source_backend fc_source_tcp_backend;
 
 /* ---- building a source (fc_source_core.c) ---- */
 

@@ -293,14 +293,12 @@ static int fc_source_finish_chunked(struct fc_source *src, unsigned flags)
     return FC_OK;
 }
 
-int fc_source_sharded_meta(const struct fc_source *src, struct fc_dcp_meta **out)
+static int fc_st_sharded_meta(const struct fc_source *src, struct fc_dcp_meta **out)
 {
     const struct fc_st_source *impl = src->impl;
     struct fc_dcp_meta *m = NULL;
     int rc;
     *out = NULL;
-    if (src->backend != &fc_source_st_sharded_backend)
-        return fc_error_set(FC_EINVAL, "%s: not a sharded safetensors checkpoint", src->path);
     FC_TRY(fc_dcp_meta_new(&m));
     /* Entries in the source's order, so entry i of both is the same tensor. */
     for (size_t i = 0; i < src->nentries; i++) {
@@ -490,5 +488,6 @@ const struct fc_source_backend fc_source_st_sharded_backend = {
     .name = "safetensors-sharded",
     .caps = FC_SOURCE_CHUNKS,
     .read_box = fc_st_chunked_read_box,
+    .sharded_meta = fc_st_sharded_meta,
     .free = fc_st_source_free,
 };

@@ -139,7 +139,9 @@ static void fc_virtual_free(void *impl)
 }
 
 static const struct fc_source_backend fc_source_virtual_backend = {
-    "virtual", 0, NULL, NULL, fc_virtual_read_box, NULL, NULL, fc_virtual_free,
+    .name = "virtual",
+    .read_box = fc_virtual_read_box,
+    .free = fc_virtual_free,
 };
 
 int fc_source_new_virtual(struct fc_source **out, const char *name)

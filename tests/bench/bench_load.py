@@ -1,11 +1,15 @@
 """Load side: N gloo processes (CPU) dcp.load a checkpoint directory into FSDP2-style DTensors.
 
 usage: python bench_load.py --ckpt DIR --world N --name NAME --results FILE [--cache auto|cold|warm]
-                            [--timeout S] [--reader dcp|hf] [--prefault] [--save-hf OUT]
+                            [--timeout S] [--reader dcp|hf|tcp] [--prefault] [--save-hf OUT]
+                            [--save-tcp OUT]
 
 --reader dcp (default): a DCP directory through torch's default FileSystemReader; --reader hf:
 a safetensors directory (one file per rank with DCP_SHARDING_INFO, or a plain Hugging Face
-directory) through torch's HuggingFaceStorageReader (metadata and data).
+directory) through torch's HuggingFaceStorageReader (metadata and data); --reader tcp: a
+torch_checkpointing directory (item "model", safetensors layout: fsdpconv's --format
+torch-checkpointing or the package's own save) through the package's CheckpointManager.load with
+DefaultResharder, the tensors listed by its metadata.pkl.
 
 The orchestrator drops the page cache (cold; or, without root, runs the whole job once unmeasured
 first: warm), then starts N copies of this script as workers (env RANK, WORLD_SIZE, MASTER_ADDR,
@@ -24,7 +28,9 @@ shard's bits (elements viewed as same-width integers, int64 sum: exact, order-in
 0 gathers them into one digest, so two loads of the same values give the same digest. --save-hf
 OUT then saves the loaded state with torch's own HuggingFaceStorageWriter(OUT,
 save_distributed=True) (untimed): the same model and sharding as PyTorch writes it, for comparison
-with fsdpconv's --format safetensors.
+with fsdpconv's --format safetensors; --save-tcp OUT likewise saves it with the
+torch-checkpointing package (CheckpointManager, safetensors layout; its CUDA-only metadata
+all-gather replaced by all_gather_object, tests/interop/tcp_common.py).
 
 One JSON line goes to FILE: total DCP bytes (all files) and, per rank, wall_s, rchar, read_bytes,
 syscr, cpu_s (user + sys seconds of the process around dcp.load, all threads; also user_s and
@@ -71,18 +77,39 @@ def cpu_seconds():
     return ru.ru_utime, ru.ru_stime
 
 
+def tcp_tensors(ckpt):
+    """{key: (shape, dtype)} of item "model" of a torch_checkpointing metadata.pkl."""
+    import pickle
+
+    import torch
+    with open(os.path.join(ckpt, "metadata.pkl"), "rb") as f:
+        md = pickle.load(f)  # a checkpoint this benchmark just wrote
+    out = {}
+    for path, groups in md["metadata"]["model"]["nested_path_to_metadata"].items():
+        data = groups[0]["sharding_metadata"]["data"]
+        out[".".join(str(p) for p in json.loads(path))] = (
+            tuple(data["global_shape"]), getattr(torch, data["dtype"].split(".", 1)[1]))
+    return out
+
+
+def dcp_tensors(ckpt, reader):
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+    md = make_reader(ckpt, reader).read_metadata()
+    return {k: (tuple(m.size), m.properties.dtype) for k, m in md.state_dict_metadata.items()
+            if isinstance(m, TensorStorageMetadata)}
+
+
 def make_reader(ckpt, reader):
     from torch.distributed.checkpoint import FileSystemReader, HuggingFaceStorageReader
     return HuggingFaceStorageReader(ckpt) if reader == "hf" else FileSystemReader(ckpt)
 
 
-def worker(ckpt, reader, out_path, prefault, save_hf):
+def worker(ckpt, reader, out_path, prefault, save_hf, save_tcp):
     import gc
 
     import torch
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, Replicate, Shard
 
@@ -90,14 +117,10 @@ def worker(ckpt, reader, out_path, prefault, save_hf):
     world = int(os.environ["WORLD_SIZE"])
     dist.init_process_group("gloo")
     mesh = init_device_mesh("cpu", (world,))
-    md = make_reader(ckpt, reader).read_metadata()
+    tensors = tcp_tensors(ckpt) if reader == "tcp" else dcp_tensors(ckpt, reader)
     state = {}
     local_bytes = 0
-    for key, m in md.state_dict_metadata.items():
-        if not isinstance(m, TensorStorageMetadata):
-            continue
-        shape = tuple(m.size)
-        dtype = m.properties.dtype
+    for key, (shape, dtype) in tensors.items():
         stride = []
         acc = 1
         for d in reversed(shape):
@@ -124,9 +147,17 @@ def worker(ckpt, reader, out_path, prefault, save_hf):
     dist.barrier()
     io0 = proc_io()
     c0 = cpu_seconds()
-    t0 = time.perf_counter()
-    dcp.load(state, storage_reader=make_reader(ckpt, reader))
-    t1 = time.perf_counter()
+    if reader == "tcp":
+        import tcp_common
+        mgr = tcp_common.manager("st")
+        t0 = time.perf_counter()
+        mgr.load(ckpt, into={"model": state})
+        t1 = time.perf_counter()
+        mgr.close()
+    else:
+        t0 = time.perf_counter()
+        dcp.load(state, storage_reader=make_reader(ckpt, reader))
+        t1 = time.perf_counter()
     c1 = cpu_seconds()
     io1 = proc_io()
     dist.barrier()
@@ -137,6 +168,12 @@ def worker(ckpt, reader, out_path, prefault, save_hf):
     if save_hf:
         from torch.distributed.checkpoint import HuggingFaceStorageWriter
         dcp.save(state, storage_writer=HuggingFaceStorageWriter(save_hf, save_distributed=True))
+    if save_tcp:
+        import tcp_common
+        tcp_common.patch_metadata_gather()
+        mgr = tcp_common.manager("st")
+        mgr.save(save_tcp, {"model": state})
+        mgr.close()
     user, sys_ = c1[0] - c0[0], c1[1] - c0[1]
     res = {
         "rank": rank, "wall_s": t1 - t0, "tensors": len(state), "local_bytes": local_bytes,
@@ -199,8 +236,9 @@ def run_job(ckpt, reader, world, timeout, tmp, extra):
 
 
 def main():
-    if len(sys.argv) == 7 and sys.argv[1] == "--worker":
-        return worker(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5] == "1", sys.argv[6])
+    if len(sys.argv) == 8 and sys.argv[1] == "--worker":
+        return worker(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5] == "1", sys.argv[6],
+                      sys.argv[7])
     ap = argparse.ArgumentParser()
     ap.add_argument("--ckpt", required=True)
     ap.add_argument("--world", type=int, default=4)
@@ -208,13 +246,15 @@ def main():
     ap.add_argument("--results", required=True)
     ap.add_argument("--cache", choices=("auto", "cold", "warm"), default="auto")
     ap.add_argument("--timeout", type=float, default=600)
-    ap.add_argument("--reader", choices=("dcp", "hf"), default="dcp")
+    ap.add_argument("--reader", choices=("dcp", "hf", "tcp"), default="dcp")
     ap.add_argument("--prefault", action="store_true")
     ap.add_argument("--save-hf", default="")
+    ap.add_argument("--save-tcp", default="")
     args = ap.parse_args()
     ckpt = os.path.abspath(args.ckpt)
     extra = ["1" if args.prefault else "0",
-             os.path.abspath(args.save_hf) if args.save_hf else ""]
+             os.path.abspath(args.save_hf) if args.save_hf else "",
+             os.path.abspath(args.save_tcp) if args.save_tcp else ""]
     total = 0
     data = 0
     files = 0
@@ -232,7 +272,7 @@ def main():
         return 1
     with tempfile.TemporaryDirectory(prefix="bench_load.") as tmp:
         if mode == "warm" and run_job(ckpt, args.reader, args.world, args.timeout, tmp,
-                                      extra[:1] + [""]) is None:
+                                      extra[:1] + ["", ""]) is None:
             return 1
         t0 = time.perf_counter()
         ranks = run_job(ckpt, args.reader, args.world, args.timeout, tmp, extra)

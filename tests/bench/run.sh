@@ -60,6 +60,7 @@ echo "bench: BENCH_GB=$gb in $dir ($(nproc) cores, load $(cat "$dir/loadavg.star
 sh "$here/bench_inspect.sh" "$bin" "$py" "$dir"
 sh "$here/bench_full_to_dcp.sh" "$bin" "$py" "$dir"
 sh "$here/bench_load_formats.sh" "$bin" "$py" "$dir"
+sh "$here/bench_tcp.sh" "$bin" "$py" "$dir"
 echo
 "$py" "$here/report.py" "$dir" "$bin"
 echo

@@ -1,5 +1,6 @@
 /*
- * fuzz_torchsave.c - fc_torchsave_open on arbitrary bytes; on success, the
+ * fuzz_torchsave.c - fc_torchsave_open (and fc_torchsave_open_dtensor, the
+ * profile of torch_checkpointing's rank files) on arbitrary bytes; on success, the
  * storage table is checked against the tree (every tensor node's storage is
  * found, its view fits), and every tensor is written back as a one-tensor blob
  * (dense, same dtype and shape), which must read back with that dtype and
@@ -131,7 +132,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     (void)fc_torchsave_detect(data, size, size);
     if (fuzz_load(&fd, data, size, &f) != 0)
         return 0;
-    if (fc_torchsave_open(&ts, &f, 0, f.size, "fuzz") == FC_OK) {
+    /* weights-only, then the DTensor profile of torch_checkpointing's rank files */
+    for (int dtensor = 0; dtensor < 2; dtensor++) {
+        const int rc = dtensor ? fc_torchsave_open_dtensor(&ts, &f, 0, f.size, "fuzz")
+                               : fc_torchsave_open(&ts, &f, 0, f.size, "fuzz");
+        if (rc != FC_OK)
+            continue;
         unsigned budget = 64;
         for (size_t i = 0; i < fc_torchsave_storage_count(ts); i++) {
             const struct fc_ts_storage *s = fc_torchsave_storage_at(ts, i);
@@ -140,6 +146,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         fuzz_walk(ts, fc_torchsave_root(ts), &budget);
         fc_torchsave_free(ts);
+        ts = NULL;
     }
     fc_error_clear();
     return 0;

@@ -21,7 +21,7 @@
 static int fuzz_lookup(struct fc_tp_plan *plan, const char *key, int ndim)
 {
     int dim = -2;
-    if (fc_tp_plan_dim(plan, key, ndim, &dim) != FC_OK)
+    if (fc_tp_plan_dim(plan, key, ndim, &dim) < 0)
         return -1;
     if (dim < -1 || dim >= ndim)
         abort();

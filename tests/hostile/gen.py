@@ -355,6 +355,91 @@ def sharded_st_offset_cases(case, write):
               sharded_st_file({"w": ([2], [0])}, text))
 
 
+def tcp_meta(world=2, shape=(4, 3), placements=None, mesh=None, version="2.0", layouts=None):
+    """metadata.pkl of a torch_checkpointing checkpoint (docs/torch-checkpointing.md): item
+    "model" with one float32 tensor "w", sharded Shard(0) over a 1-D mesh of all ranks,
+    each rank's shard in model_<rank>.safetensors (the package's safetensors layout)."""
+    mesh = mesh or {"device_type": "cuda", "mesh_shape": (world,),
+                    "mesh_data": tuple(range(world)), "mesh_dim_names": ("dp_shard",)}
+    strides, acc = [], 1
+    for d in reversed(shape):
+        strides.insert(0, acc)
+        acc *= d
+    data = {"global_shape": list(shape), "dtype": "torch.float32", "stride": strides,
+            "mesh_spec": mesh, "placements": placements or [{"type": "Shard", "dim": 0}]}
+    st = {"type": "SafetensorsSerialization"}
+    return {"metadata": {"model": {
+        "nested_path_to_metadata": {'["w"]': [{
+            "sharding_metadata": {"type": "DTensorShardingMetadata", "data": data},
+            "ranks": tuple(range(world))}]},
+        "rank_to_layout_info": layouts if layouts is not None else {
+            r: {"file_path": "model_%d.safetensors" % r, "serialization_format": st}
+            for r in range(world)}}},
+        "world_size": world, "version": version}
+
+
+def tcp_cases(case, write):
+    """torch_checkpointing directories (issue 23): metadata.pkl is a pickle of builtin values
+    only, naming files each rank holds; every way it can lie is refused before a read."""
+    def tcp_dir(name, meta=None, raw=None, shards=((2, 3), (2, 3)), readers=""):
+        p = case(name, readers)
+        os.mkdir(p)
+        write(os.path.join(p, "metadata.pkl"), raw if raw is not None else pickle.dumps(meta))
+        for r, shape in enumerate(shards):
+            n = 4
+            for d in shape:
+                n *= d
+            h = json.dumps({"w": {"dtype": "F32", "shape": list(shape),
+                                  "data_offsets": [0, n]}}).encode()
+            write(os.path.join(p, "model_%d.safetensors" % r),
+                  struct.pack("<Q", len(h)) + h + b"\0" * n)
+        return p
+
+    # A global in the metadata (the package pickles none): never called, refused.
+    tcp_dir("tcp_global", raw=PROTO2 + b"cos\nsystem\n" + short_str("true") + b"\x85R" + STOP)
+    # File paths that leave the directory, or hide a NUL.
+    st = {"type": "SafetensorsSerialization"}
+    for name, path in (("tcp_path_dotdot", "../canary.safetensors"),
+                       ("tcp_path_abs", "/etc/passwd"),
+                       ("tcp_path_inner_dotdot", "x/../../canary.safetensors"),
+                       ("tcp_path_nul", "model_0.safetensors\x00x")):
+        tcp_dir(name, tcp_meta(layouts={0: {"file_path": path, "serialization_format": st},
+                                        1: {"file_path": "model_1.safetensors",
+                                            "serialization_format": st}}))
+    # Two ranks naming one file, a rank without a layout, a version we do not know.
+    tcp_dir("tcp_same_file", tcp_meta(layouts={r: {"file_path": "model_0.safetensors",
+                                                   "serialization_format": st}
+                                               for r in range(2)}))
+    tcp_dir("tcp_rank_missing", tcp_meta(layouts={0: {"file_path": "model_0.safetensors",
+                                                      "serialization_format": st}}))
+    tcp_dir("tcp_version_1", tcp_meta(version="1.0"))
+    # Meshes: a rank twice, more ranks than the shape, a world of 2**40 ranks.
+    tcp_dir("tcp_mesh_dup_rank", tcp_meta(mesh={"device_type": "cuda", "mesh_shape": (2,),
+                                                "mesh_data": (0, 0), "mesh_dim_names": None}))
+    tcp_dir("tcp_mesh_short", tcp_meta(mesh={"device_type": "cuda", "mesh_shape": (2,),
+                                             "mesh_data": (0, 1, 1), "mesh_dim_names": None}))
+    m = tcp_meta()
+    m["world_size"] = 2**40
+    tcp_dir("tcp_world_huge", m)
+    # A shape whose byte size overflows int64; a shard file of another shape than its box.
+    tcp_dir("tcp_shape_overflow", tcp_meta(shape=(2**62, 2**62)))
+    tcp_dir("tcp_shard_shape", tcp_meta(), shards=((2, 3), (3, 3)))
+    # StridedShard alone leaves each rank two pieces of dim 0: not one box.
+    tcp_dir("tcp_strided_pieces", tcp_meta(shape=(8, 3), placements=[
+        {"type": "StridedShard", "dim": 0, "split_factor": 2}]), shards=((4, 3), (4, 3)))
+    # Placements on a dim the tensor lacks, of an unknown type; a path that is not JSON.
+    tcp_dir("tcp_place_dim", tcp_meta(placements=[{"type": "Shard", "dim": 5}]))
+    tcp_dir("tcp_place_partial", tcp_meta(placements=[{"type": "Partial"}]))
+    m = tcp_meta()
+    md = m["metadata"]["model"]["nested_path_to_metadata"]
+    md["w]"] = md.pop('["w"]')
+    tcp_dir("tcp_path_not_json", m)
+    # A shard file gone; the memo describing 2**40 nodes.
+    p = tcp_dir("tcp_file_missing", tcp_meta())
+    os.unlink(os.path.join(p, "model_1.safetensors"))
+    tcp_dir("tcp_dag", raw=dag_pickle(40))
+
+
 def main():
     fixtures, out = sys.argv[1], sys.argv[2]
     dcp = os.path.join(fixtures, "dcp", "model_optim_ws2")
@@ -508,6 +593,7 @@ def main():
     output_safety_cases(case, write, fixtures)
     overlap_gap_cases(fixtures, case)
     sharded_st_offset_cases(case, write)
+    tcp_cases(case, write)
 
     with open(os.path.join(out, "CASES"), "w") as f:
         f.write("\n".join(cases) + "\n")

@@ -1108,6 +1108,42 @@ static void load_fails(const char *d, size_t n, enum fc_pickle_profile pr, int c
 #define WO FC_PICKLE_WEIGHTS_ONLY
 #define SY FC_PICKLE_SYMBOLIC
 
+/*
+ * FC_PICKLE_WEIGHTS_DTENSOR (torch_checkpointing rank files): a DTensor is its
+ * '_local_tensor', the DeviceMesh of its spec an object made by NEWOBJ; the
+ * same bytes stay refused by the weights-only profile, and the DTensor classes
+ * are never called.
+ */
+static void test_pickle_dtensor_profile_keeps_the_local_tensor(void **state)
+{
+    (void)state;
+    static const char dt[] =
+        "\x80\x02" "ctorch._tensor\n_rebuild_from_type_v2\n(ctorch._utils\n_rebuild_wrapper_subclass\n"
+        "ctorch.distributed.tensor\nDTensor\n)N}X\x0d\x00\x00\x00_local_tensor"
+        "ctorch._utils\n_rebuild_tensor_v2\n((X\x07\x00\x00\x00storagectorch\nFloatStorage\n"
+        "X\x01\x00\x00\x00" "0X\x03\x00\x00\x00" "cpuK\x02tQK\x00K\x02\x85K\x01\x85\x89"
+        "ccollections\nOrderedDict\n)RtRsX\x05\x00\x00\x00_spec"
+        "ctorch.distributed.device_mesh\nDeviceMesh\n)\x81}bs\x86tR.";
+    struct fc_pickle *p =
+        load_ok((const unsigned char *)dt, sizeof(dt) - 1, FC_PICKLE_WEIGHTS_DTENSOR);
+    const struct fc_pv *root = fc_pickle_root(p);
+    assert_int_equal(root->kind, FC_PV_TENSOR);
+    assert_int_equal(root->u.tensor.desc.dtype, FC_DTYPE_FLOAT32);
+    assert_int_equal(root->u.tensor.desc.ndim, 1);
+    assert_int_equal(root->u.tensor.desc.shape[0], 2);
+    assert_string_equal(root->u.tensor.storage_key, "0");
+    fc_pickle_free(p);
+    FAILS(dt, WO, FC_EFORMAT, "unsupported global 'torch.distributed.tensor.DTensor'");
+    FAILS("\x80\x02" "ctorch.distributed.device_mesh\nDeviceMesh\n)R.", FC_PICKLE_WEIGHTS_DTENSOR,
+          FC_EFORMAT, "call of torch.distributed.device_mesh.DeviceMesh is not allowed");
+    FAILS("\x80\x02" "ctorch._tensor\n_rebuild_from_type_v2\n(ctorch._utils\n_rebuild_tensor_v2\n"
+          "ctorch.distributed.tensor\nDTensor\n)}tR.",
+          FC_PICKLE_WEIGHTS_DTENSOR, FC_ECORRUPT, "not rebuilt by _rebuild_wrapper_subclass");
+    FAILS("\x80\x02" "ctorch._tensor\n_rebuild_from_type_v2\n(ctorch._utils\n"
+          "_rebuild_wrapper_subclass\nctorch.distributed.tensor\nDTensor\n)}tR.",
+          FC_PICKLE_WEIGHTS_DTENSOR, FC_ECORRUPT, "no '_local_tensor' tensor");
+}
+
 static void test_pickle_rejects_forbidden_globals_with_torch_wording(void **state)
 {
     (void)state;
@@ -1683,6 +1719,7 @@ int main(void)
         cmocka_unit_test(test_pickle_reads_protocol_5_and_protocol_0_opcodes),
         cmocka_unit_test(test_pickle_reads_rare_opcodes_in_the_symbolic_profile),
         cmocka_unit_test(test_pickle_rejects_forbidden_globals_with_torch_wording),
+        cmocka_unit_test(test_pickle_dtensor_profile_keeps_the_local_tensor),
         cmocka_unit_test(test_pickle_rejects_opcodes_outside_the_profile),
         cmocka_unit_test(test_pickle_rejects_malformed_streams),
         cmocka_unit_test(test_pickle_enforces_mark_and_nesting_limits),

@@ -428,6 +428,51 @@ static void test_plan_relayout_orders_by_element_size_after_the_head(void **stat
     fc_plan_free(p);
 }
 
+/*
+ * fc_plan_store_at_holders() (torch_checkpointing): on HSDP 2 x 3 every rank's file holds its
+ * box of every tensor - replicas and the empty shard included - each copy as long as its box,
+ * and chunks still point at one of their items.
+ */
+static void test_plan_store_at_holders_gives_every_rank_its_boxes(void **state)
+{
+    (void)state;
+    struct fc_plan_tensor_in t[2] = {tin("w", FC_DTYPE_FLOAT32, FC_PLACE_SHARD0, 2, 2, 3, 0),
+                                     tin("s", FC_DTYPE_INT64, FC_PLACE_REPLICATE, 0, 0, 0, 0)};
+    const struct fc_mesh m = mesh3(2, 3, 1);
+    struct fc_plan *p = NULL;
+    assert_fc_ok(fc_plan_build(&p, &m, t, 2, NULL, 0, raw_size, NULL));
+    const size_t before = p->nitems;
+    assert_fc_ok(fc_plan_store_at_holders(p));
+    assert_fc_ok(fc_plan_relayout(p, test_head, NULL));
+    assert_int_equal(p->nitems, 6 * 2); /* each rank: its box of w (rows 1, 1, 0) and s */
+    assert_true(before < p->nitems);
+    for (int r = 0; r < 6; r++) {
+        const struct fc_plan_file *f = &p->files[r];
+        assert_int_equal(f->nitems, 2);
+        int seen[2] = {0, 0};
+        for (size_t i = 0; i < f->nitems; i++) {
+            const struct fc_plan_item *it = &p->items[f->first_item + i];
+            assert_int_equal(it->rank, r);
+            assert_int_equal(it->chunk, fc_plan_rank_chunk(p, it->index, r));
+            int64_t off[2], size[2];
+            fc_plan_rank_box(p, it->index, r, off, size);
+            const uint64_t want = it->index == 0 ? (uint64_t)(size[0] * size[1] * 4) : 8;
+            assert_int_equal(it->length, want);
+            seen[it->index]++;
+        }
+        assert_int_equal(seen[0], 1);
+        assert_int_equal(seen[1], 1);
+    }
+    for (size_t c = 0; c < p->nchunks; c++)
+        assert_int_equal(p->items[p->chunks[c].item].chunk, c);
+    fc_plan_free(p);
+
+    struct fc_plan_value_in v = {"step", 10};
+    assert_fc_ok(fc_plan_build(&p, &m, t, 1, &v, 1, raw_size, NULL));
+    assert_fc_fails(fc_plan_store_at_holders(p), FC_EINVAL, "value 'step'");
+    fc_plan_free(p);
+}
+
 static void test_plan_gives_a_scalar_one_chunk_with_no_dims(void **state)
 {
     (void)state;
@@ -1450,6 +1495,7 @@ int main(void)
         cmocka_unit_test(test_plan_stores_tp_replicated_chunks_once),
         cmocka_unit_test(test_plan_records_identical_empty_boxes_once_at_offset_len),
         cmocka_unit_test(test_plan_relayout_orders_by_element_size_after_the_head),
+        cmocka_unit_test(test_plan_store_at_holders_gives_every_rank_its_boxes),
         cmocka_unit_test(test_plan_gives_a_scalar_one_chunk_with_no_dims),
         cmocka_unit_test(test_plan_alias_shares_the_items_of_its_root),
         cmocka_unit_test(test_plan_rejects_bad_aliases),

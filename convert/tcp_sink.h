@@ -1,0 +1,67 @@
+/*
+ * tcp_sink.h - the torch_checkpointing sink: the plan written as PyTorch's
+ * torch-checkpointing package saves a fully_shard / parallelize_module model
+ * with CheckpointManager and ItemSpec(resharder=DefaultResharder(),
+ * layout=LayoutInfo("model_{rank}.safetensors", SafetensorsSerialization()))
+ * (docs/torch-checkpointing.md): item "model", one safetensors file per rank
+ * holding that rank's unpadded local shard of every tensor (empty ones
+ * included, as the package writes them) keyed by its FQN, and a
+ * metadata.pkl naming each tensor's mesh, placements and ranks.
+ *
+ * Every rank's file holds its whole local state, replicas included
+ * (fc_plan_store_at_holders()).  Keys that all start with "model." (what
+ * fsdpconv reads from a torch_checkpointing checkpoint, torchtitan's DCP
+ * layout) lose that prefix; other keys are the item's FQNs as they are.
+ *
+ * The mesh is recorded as torch records it: device type (default "cuda"),
+ * shape, ranks in row-major order, dimension names (default torchtitan's:
+ * dp_replicate, dp_shard, tp).  A tensor fully_shard leaves on a submesh
+ * (replicated over tp and placed by no tp rule: the dp submesh of each tp
+ * coordinate) gets one group
+ * per submesh; a tensor stored whole (0-d, --replicate) is a plain tensor to
+ * the package: Replicate() over a 1-D mesh of the world with no names.
+ *
+ * Only the items and the metadata differ from the safetensors sink; the
+ * directory is staged and committed, metadata last, as every output.
+ */
+#ifndef FC_TCP_SINK_H
+#define FC_TCP_SINK_H
+
+#include <stddef.h>
+
+#include "exec.h"
+#include "fc_buf.h"
+#include "plan.h"
+#include "st_sink.h"
+
+struct fc_tcp_sink {
+    struct fc_st_sink st;          /* the per-file headers (the safetensors sink's state) */
+    const char *device;            /* mesh device type */
+    char *names[FC_MESH_MAX_DIMS]; /* per plan mesh dim */
+    size_t strip;                  /* bytes of the "model." prefix every key has, or 0 */
+    const int *tp_ruled;           /* see fc_tcp_sink_layout() (borrowed) */
+};
+
+/*
+ * fc_tcp_sink_layout() - lay plan out as the package's rank files and build
+ * their headers.  tp_ruled (by plan tensor tag; NULL without tp): a tp rule
+ * placed the tensor, so parallelize_module made it a DTensor on the tp mesh
+ * even when it is replicated there (a RowwiseParallel bias).  device: --mesh-device or NULL
+ * ("cuda"); dim_names:
+ * --mesh-dim-names ("a,b,c", one per mesh dim) or NULL (torchtitan's).  The
+ * plan must hold no values.  Returns FC_OK, FC_EINVAL (bad names, a value),
+ * FC_EFORMAT (a dtype safetensors cannot hold), FC_ENOMEM.
+ */
+int fc_tcp_sink_layout(struct fc_tcp_sink *sink, struct fc_plan *plan, const int *tp_ruled,
+                       const char *device, const char *dim_names);
+
+/* Write dir/metadata.pkl (fsynced, renamed into place): the last file of the checkpoint. */
+int fc_tcp_sink_write_metadata(const struct fc_tcp_sink *sink, const struct fc_plan *plan,
+                               const char *dir);
+
+void fc_tcp_sink_release(struct fc_tcp_sink *sink);
+
+/* The executor's view of the sink (borrows it; after fc_tcp_sink_layout()). */
+struct fc_sink fc_tcp_sink_sink(const struct fc_tcp_sink *sink);
+
+#endif
