@@ -1,5 +1,5 @@
 # Independent workers (--nproc 3) and array-style shares (--part K/3 in any order, then
-# --commit-parts 3) write the same bytes as one process: DCP and safetensors, 1-D, HSDP and TP
+# --commit-parts 3) write the same bytes as one process: DCP, safetensors and torch-checkpointing, 1-D, HSDP and TP
 # meshes, transforms, optimizer state, zstd items (their offsets come from the share records)
 # and rank-local metadata; reshard of a DCP with optimizer state too.
 in="$FIXTURES/full/tiny_vitlm_train.pt"
@@ -31,6 +31,7 @@ job tp --mesh shard=2,tp=2 --select model --tp 'qkv\.(weight|bias)$=0' --tp 'fc2
 job zstd --world-size 5 --select model --optim-select optimizer --optim-skip '^vit_pos_embed$' --optim-skip '^temperature$' --compress zstd
 job ranklocal --mesh replicate=2,shard=2 --select model --metadata rank-local
 job st --world-size 5 --select model --format safetensors --rename '^(.*)$=m.\1'
+job tcp --mesh replicate=2,shard=2 --select model --format torch-checkpointing --mesh-device cpu
 cmd=reshard
 in="$FIXTURES/dcp/model_optim_ws2"
 job reshard --mesh replicate=2,shard=2
