@@ -19,6 +19,8 @@
 
 /* Gathering a strided box reads the whole covering span when it is at most this big. */
 #define FC_SOURCE_SPAN_CAP ((uint64_t)64 << 20)
+/* A chunk's part that is not one run of the caller's box passes through a buffer this big. */
+#define FC_SOURCE_PIECE_CAP ((size_t)8 << 20)
 
 int fc_read_strided_box(const struct fc_file *f, uint64_t base, const struct fc_tensor_desc *t,
                         const int64_t *off, const int64_t *size, void *dst, const char *what)
@@ -228,16 +230,36 @@ int fc_chunks_read_box(const struct fc_source *src, const struct fc_entry *e,
             covered += n;
             continue;
         }
-        unsigned char *tmp = fc_malloc((size_t)n * esz);
+        /* Else through a scatter buffer, in pieces of whole overlap rows: the caller's
+         * slab is the memory budget, so this buffer stays small whatever the chunk. */
+        size_t row = esz;
+        for (int d = 1; d < ndim; d++)
+            row *= (size_t)len[d];
+        int64_t step = (int64_t)(FC_SOURCE_PIECE_CAP / row);
+        step = step < 1 ? 1 : step < len[0] ? step : len[0];
+        unsigned char *tmp = fc_malloc((size_t)step * row);
         if (tmp == NULL) {
             rc = fc_error_set(FC_ENOMEM, "out of memory reading '%s'", e->key);
             break;
         }
-        rc = fc_read_strided_box(&src->files[ref->file], ref->base, &desc, lo, len, tmp, what);
-        if (rc == FC_OK)
-            fc_scatter(dst, size, doff, tmp, len, ndim, esz);
+        uint32_t crc = 0;
+        for (int64_t r = 0; rc == FC_OK && r < len[0]; r += step) {
+            int64_t plo[FC_MAX_DIMS], plen[FC_MAX_DIMS], pdoff[FC_MAX_DIMS];
+            memcpy(plo, lo, sizeof(plo));
+            memcpy(plen, len, sizeof(plen));
+            memcpy(pdoff, doff, sizeof(pdoff));
+            plo[0] += r;
+            pdoff[0] += r;
+            plen[0] = len[0] - r < step ? len[0] - r : step;
+            rc =
+                fc_read_strided_box(&src->files[ref->file], ref->base, &desc, plo, plen, tmp, what);
+            if (rc == FC_OK)
+                fc_scatter(dst, size, pdoff, tmp, plen, ndim, esz);
+            if (rc == FC_OK && whole) /* whole: the pieces are the record, in order */
+                crc = fc_crc32(crc, tmp, (size_t)plen[0] * row);
+        }
         if (rc == FC_OK && whole)
-            rc = fc_chunk_check_crc(src, e, ref, mismatch, fc_crc32(0, tmp, (size_t)n * esz));
+            rc = fc_chunk_check_crc(src, e, ref, mismatch, crc);
         fc_free(tmp);
         covered += n;
     }
