@@ -714,6 +714,8 @@ int fc_dcp_to_full(const struct fc_dcp_to_full_opts *opts, struct fc_dcp_to_full
         FC_TRY_GOTO(fc_write_shards(src, &xr, idx, n, shard_of, tmp, opts, &slabs, &o, res), rc,
                     done);
     }
+    /* Chunks the slabs read only in part (a --resize-rows that drops rows) are checked whole. */
+    FC_TRY_GOTO(fc_source_verify_rest(src), rc, done);
     FC_TRY_GOTO(fc_stage_commit(&out), rc, done);
     res->format = fmt == FC_EXPORT_TORCH ? "torch.save" : "safetensors";
     res->bytes_written = o.written;
