@@ -34,6 +34,8 @@ struct fc_out {
     void *progress_ctx;
     uint64_t done, total;
     uint64_t written; /* bytes of the files closed so far */
+    int dfd;          /* O_DIRECT twin of fd (fc_dio_open()), or -1: buffered */
+    struct fc_dio_writer dio;
 };
 
 static int fc_out_put(void *ctx, const void *p, size_t n)
@@ -42,7 +44,10 @@ static int fc_out_put(void *ctx, const void *p, size_t n)
     if (fc_cancel_requested())
         return fc_error_set(FC_ERROR, "%s: interrupted", o->path);
     o->crc = fc_crc32(o->crc, p, n);
-    FC_TRY(fc_pwrite_full(o->fd, p, n, o->pos, o->path));
+    if (o->dfd >= 0)
+        FC_TRY(fc_dio_put(&o->dio, o->fd, o->dfd, o->path, o->pos, p, n));
+    else
+        FC_TRY(fc_pwrite_full(o->fd, p, n, o->pos, o->path));
     o->pos += n;
     o->done += n;
     if (o->progress != NULL)
@@ -53,6 +58,12 @@ static int fc_out_put(void *ctx, const void *p, size_t n)
 static uint64_t fc_spec_nbytes(const struct fc_xspec *s)
 {
     return fc_shape_nbytes(s->shape, s->ndim, s->dtype);
+}
+
+/* Open o->fd's O_DIRECT twin for the data (fc_io.h), if the mode and filesystem allow. */
+static void fc_out_open_direct(struct fc_out *o)
+{
+    o->dfd = fc_dio_open(o->fd, o->path);
 }
 
 static int fc_close_synced(int fd, const char *path)
@@ -67,6 +78,21 @@ static int fc_close_synced(int fd, const char *path)
     if (r1 != 0 || r2 != 0)
         return fc_error_set(FC_EIO, "%s: fsync/close failed: %s", path, strerror(r1 ? e : errno));
     return FC_OK;
+}
+
+/* End o's data writes (flushing what the direct writer holds) and close its descriptors. */
+static int fc_out_close(struct fc_out *o, int synced)
+{
+    int rc = o->dfd >= 0 ? fc_dio_flush(&o->dio) : FC_OK;
+    if (o->dfd >= 0)
+        close(o->dfd);
+    o->dfd = -1;
+    if (rc == FC_OK && synced)
+        rc = fc_close_synced(o->fd, o->path);
+    else
+        close(o->fd);
+    o->fd = -1;
+    return rc;
 }
 
 /* The __metadata__ of every safetensors file we write, as transformers writes it. */
@@ -95,6 +121,7 @@ static int fc_write_safetensors(const struct fc_source *src, const struct fc_xfo
     FC_TRY_GOTO(fc_file_create(path, &o->fd), rc, done);
     o->path = path;
     o->pos = 0;
+    fc_out_open_direct(o);
     FC_TRY_GOTO(fc_pwrite_full(o->fd, hdr.data, hdr.len, 0, path), rc, done);
     o->pos = hdr.len;
     for (size_t i = 0; i < n; i++) {
@@ -102,12 +129,11 @@ static int fc_write_safetensors(const struct fc_source *src, const struct fc_xfo
         const int64_t zero[FC_MAX_DIMS] = {0};
         FC_TRY_GOTO(fc_stream_box(src, s, zero, s->shape, budget, slabs, fc_out_put, o), rc, done);
     }
-    rc = fc_close_synced(o->fd, path);
-    o->fd = -1;
+    rc = fc_out_close(o, 1);
     o->written += o->pos;
 done:
     if (o->fd >= 0)
-        close(o->fd);
+        (void)fc_out_close(o, 0);
     fc_buf_release(&hdr);
     fc_free(ts);
     return rc;
@@ -406,6 +432,7 @@ static int fc_write_torchsave(const struct fc_source *src, const struct fc_xform
     FC_TRY_GOTO(fc_zipw_layout(recs, nrec, prefix, &total), rc, done);
     FC_TRY_GOTO(fc_file_create(path, &o->fd), rc, done);
     o->path = path;
+    fc_out_open_direct(o);
     /* Payloads first (CRCs computed as they stream), then everything around them. */
     for (size_t k = 0; k < nst; k++) {
         const struct fc_xspec *s = &xr->specs[storage_spec[k]];
@@ -434,13 +461,12 @@ static int fc_write_torchsave(const struct fc_source *src, const struct fc_xform
         if (r < nrec)
             from = recs[r].data_offset + recs[r].size;
     }
-    rc = fc_close_synced(o->fd, path);
-    o->fd = -1;
+    rc = fc_out_close(o, 1);
     o->written += total;
     *ntensors_out = nst;
 done:
     if (o->fd >= 0)
-        close(o->fd);
+        (void)fc_out_close(o, 0);
     fc_node_free(root);
     fc_free(storage_of);
     fc_free(storage_spec);
@@ -642,7 +668,8 @@ int fc_dcp_to_full(const struct fc_dcp_to_full_opts *opts, struct fc_dcp_to_full
     struct fc_xform_rules rules;
     struct fc_xform_result xr;
     struct fc_slabs slabs;
-    struct fc_out o = {-1, NULL, 0, 0, opts->progress, opts->progress_ctx, 0, 0, 0};
+    struct fc_out o = {-1, NULL, 0, 0,  opts->progress,    opts->progress_ctx,
+                       0,  0,    0, -1, FC_DIO_WRITER_INIT};
     size_t *idx = NULL, *shard_of = NULL;
     struct fc_stage out;
     const char *tmp;
@@ -725,6 +752,7 @@ done:
     fc_free(idx);
     fc_free(shard_of);
     fc_slabs_release(&slabs);
+    fc_dio_release(&o.dio);
     fc_xform_result_release(&xr);
     fc_xform_rules_release(&rules);
     fc_source_free(src);
