@@ -9,6 +9,7 @@
 #        BENCH_LOAD_GB  size of the second model the load side runs on (default 0.5: the 512 MiB,
 #                    345-tensor model issue 14 states its targets for; 0 skips it)
 #        BENCH_INSPECT_REPS  runs per inspect case (default 3)
+#        BENCH_IO_GB  size of the direct-I/O benchmark's model (default 8, 0 skips; bench_io.sh)
 # Needs about 6 x BENCH_GB GiB free in BENCH_DIR and 3 x BENCH_GB GiB of RAM. Drops the page
 # cache before every measured run when it can (root); otherwise measures warm (see measure.py).
 # Writes BENCH_DIR/results.jsonl (raw figures) and prints BENCH_DIR/summary.md (tables).
@@ -85,4 +86,8 @@ echo
 echo
 # 4-rank load on a dp=2 x tp=2 mesh: TP-layout DCP vs plain --world-size 4 (a ~1 GiB model)
 "$py" "$here/bench_tp_load.py" "$bin" "$dir/tp_load" --rounds "${BENCH_LOAD_REPS:-2}"
+echo
+# Direct I/O against cp + fsync and a direct-I/O dd copy, on a BENCH_IO_GB (default 8) GiB model
+# of its own (issue 25); BENCH_IO_GB=0 skips it.
+[ "${BENCH_IO_GB:-8}" = 0 ] || sh "$here/bench_io.sh" "$bin" "$py" "$dir"
 echo "bench: done in $(( $(date +%s) - start )) s"
