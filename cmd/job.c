@@ -98,9 +98,9 @@ const struct fc_opt fc_cli_verify_opts[] = {
      "DCP input: read items without checking their CRC-32"},
     {OPT_IO, 0, "io", "(auto|direct|buffered)", 0, NULL, NULL,
      "tensor data through O_DIRECT (direct), the page cache\n"
-     "(buffered), or writes from 256 KiB up direct, reads buffered\n"
-     "(auto, the default; $FSDPCONV_IO sets another); buffered\n"
-     "where the filesystem refuses O_DIRECT"},
+     "(buffered), or direct from 256 KiB requests up (auto, the\n"
+     "default; $FSDPCONV_IO sets another); buffered where the\n"
+     "filesystem refuses O_DIRECT"},
     {0, 0, NULL, NULL, 0, NULL, NULL, NULL},
 };
 /* clang-format on */

@@ -53,10 +53,10 @@ void fc_dio_count_refused(void)
     atomic_fetch_add(&fc_st_refused, 1);
 }
 
-int fc_dio_wanted(size_t n, int write)
+int fc_dio_wanted(size_t n)
 {
     const enum fc_io_mode m = fc_io_get_mode();
-    return m == FC_IO_DIRECT || (m == FC_IO_AUTO && write && n >= FC_DIO_AUTO_MIN);
+    return m == FC_IO_DIRECT || (m == FC_IO_AUTO && n >= FC_DIO_AUTO_MIN);
 }
 
 static uint64_t fc_align_down(uint64_t x)
@@ -167,7 +167,7 @@ static int fc_dio_write_range(struct fc_dio_writer *w, uint64_t from, uint64_t t
     const size_t n = (size_t)(to - from);
     if (n == 0)
         return FC_OK;
-    if (aligned && w->dfd >= 0 && fc_dio_wanted(n, 1)) {
+    if (aligned && w->dfd >= 0 && fc_dio_wanted(n)) {
         size_t done = 0;
         while (done < n) {
             const ssize_t put = pwrite(w->dfd, p + done, n - done, (off_t)(from + done));

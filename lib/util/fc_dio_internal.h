@@ -11,8 +11,8 @@
 /* Bytes per direct request (and per bounce or writer buffer). */
 #define FC_DIO_CHUNK ((size_t)8 << 20)
 
-/* Should a read (write 0) or write of n bytes go direct in the current mode? */
-int fc_dio_wanted(size_t n, int write);
+/* Should a read or write of n bytes go direct in the current mode? */
+int fc_dio_wanted(size_t n);
 
 /* Count n bytes moved (direct or buffered, written or read) for fc_io_stats(). */
 void fc_dio_count(int direct, int write, uint64_t n);

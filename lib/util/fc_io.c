@@ -308,7 +308,7 @@ int fc_file_pread(const struct fc_file *f, void *dst, size_t n, uint64_t off)
                             " but the file has %" PRIu64,
                             f->path, off, off + (uint64_t)n, f->size);
     FC_TRY(fc_file_acquire(f, &fd));
-    if (n > 0 && fc_dio_wanted(n, 0)) {
+    if (n > 0 && fc_dio_wanted(n)) {
         const int dfd = fc_file_direct_fd(f);
         int refused = 1;
         if (dfd >= 0)

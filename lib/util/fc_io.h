@@ -85,10 +85,11 @@ void fc_file_advise_sequential(const struct fc_file *f, uint64_t off, uint64_t n
  *   FC_IO_BUFFERED  never
  *   FC_IO_DIRECT    every data read (fc_file_pread) and every write through an
  *                   fc_dio_writer
- *   FC_IO_AUTO      writes of at least FC_DIO_AUTO_MIN bytes direct; reads
- *                   buffered, where a cached input is served from memory and
- *                   the kernel's readahead overlaps a cold one with the rest
- *                   (synchronous direct reads cannot: tests/bench measures it)
+ *   FC_IO_AUTO      the same for requests of at least FC_DIO_AUTO_MIN bytes;
+ *                   smaller ones (headers, tiny tensors) stay buffered.  A
+ *                   cached input is then read from disk again: at 8 GiB from a
+ *                   cold cache, buffered reads cost 1.6 s of system time per
+ *                   GB and 1.3x the wall (tests/bench/bench_io.sh)
  * Where the filesystem refuses O_DIRECT (tmpfs, some network filesystems) the
  * same bytes go buffered, silently; fc_io_stats() tells which path ran.
  */
