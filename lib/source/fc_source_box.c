@@ -18,10 +18,15 @@
 #include "fc_source_backend.h"
 #include "fc_zip.h"
 
-/* Gathering a strided box reads the whole covering span when it is at most this big. */
-#define FC_SOURCE_SPAN_CAP ((uint64_t)64 << 20)
+/* Gathering a strided box reads the covering span of at most this many bytes at a time. */
+#define FC_SOURCE_SPAN_CAP ((uint64_t)8 << 20)
 /* A chunk's part that is not one run of the caller's box passes through a buffer this big. */
 #define FC_SOURCE_PIECE_CAP ((size_t)8 << 20)
+
+uint64_t fc_source_read_scratch(void)
+{
+    return FC_SOURCE_SPAN_CAP + FC_SOURCE_PIECE_CAP;
+}
 
 /*
  * The innermost dims of a box of sizes `size` in t that are contiguous in t's
@@ -71,6 +76,23 @@ int fc_read_strided_box(const struct fc_file *f, uint64_t base, const struct fc_
     if (inner == 0)
         return fc_file_pread(f, dst, (size_t)run * esz, base + (uint64_t)first * esz);
     const uint64_t span = (uint64_t)(last - first + 1) * esz;
+    if (span > FC_SOURCE_SPAN_CAP && size[0] > 1) {
+        /* Row blocks whose spans fit the cap, each gathered as below. */
+        const int64_t step = (int64_t)((uint64_t)size[0] * FC_SOURCE_SPAN_CAP / span) > 1
+                                 ? (int64_t)((uint64_t)size[0] * FC_SOURCE_SPAN_CAP / span)
+                                 : 1;
+        const size_t row = (size_t)(numel / size[0]) * esz;
+        int64_t poff[FC_MAX_DIMS], psize[FC_MAX_DIMS];
+        memcpy(poff, off, sizeof(poff[0]) * (size_t)t->ndim);
+        memcpy(psize, size, sizeof(psize[0]) * (size_t)t->ndim);
+        for (int64_t r = 0; r < size[0]; r += step) {
+            poff[0] = off[0] + r;
+            psize[0] = size[0] - r < step ? size[0] - r : step;
+            FC_TRY(fc_read_strided_box(f, base, t, poff, psize,
+                                       (unsigned char *)dst + (size_t)r * row, what));
+        }
+        return FC_OK;
+    }
     unsigned char *tmp = NULL;
     if (span <= FC_SOURCE_SPAN_CAP) {
         tmp = fc_malloc((size_t)span);

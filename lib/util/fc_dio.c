@@ -143,6 +143,11 @@ int fc_dio_pread(int dfd, void *dst, size_t n, uint64_t off, const char *path, i
 
 /* ---- the writer ---- */
 
+uint64_t fc_dio_thread_bytes(void)
+{
+    return fc_io_get_mode() == FC_IO_BUFFERED ? 0 : 2 * (uint64_t)FC_DIO_CHUNK;
+}
+
 int fc_dio_open(int fd, const char *path)
 {
     if (fc_io_get_mode() == FC_IO_BUFFERED)

@@ -133,6 +133,9 @@ struct fc_dio_writer {
         NULL, 0, 0, 0, 0, -1, -1, NULL                                                             \
     }
 int fc_dio_open(int fd, const char *path);
+/* The direct-I/O buffers a thread may hold (a writer's, a read's bounce), 0 when buffered:
+ * callers take them out of their --max-memory budget. */
+uint64_t fc_dio_thread_bytes(void);
 int fc_dio_put(struct fc_dio_writer *w, int fd, int dfd, const char *path, uint64_t pos,
                const void *p, size_t n);
 int fc_dio_flush(struct fc_dio_writer *w);
