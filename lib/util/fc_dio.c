@@ -115,7 +115,7 @@ int fc_dio_pread(int dfd, void *dst, size_t n, uint64_t off, const char *path, i
         const ssize_t got = pread(dfd, b, (size_t)want, (off_t)a);
         if (got < 0 && errno == EINTR)
             continue;
-        if (got < 0 && errno == EINVAL && a == fc_align_down(off) && out == dst) {
+        if (got < 0 && errno == EINVAL && a == fc_align_down(off)) {
             *refused = 1; /* alignment the filesystem does not take: the caller reads buffered */
             break;
         }

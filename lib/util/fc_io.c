@@ -52,6 +52,7 @@ static const char *fc_file_type_name(mode_t mode)
 struct fc_fd_slot {
     int fd;         /* -1 while the pool has closed it */
     int dfd;        /* O_DIRECT twin of fd, opened on the first direct read; -1 none, -2 refused */
+    int dfd_off;    /* a direct read was refused (alignment): read buffered from now on */
     unsigned users; /* preads in flight on fd */
     dev_t dev;      /* identity at first open: a reopen must find the same file */
     ino_t ino;      /* (inode numbers are reused: the change time tells a new file) */
@@ -220,9 +221,19 @@ static int fc_file_direct_fd(const struct fc_file *f)
             s->dfd = -2;
         }
     }
-    dfd = s->dfd;
+    dfd = s->dfd_off ? -1 : s->dfd;
     pthread_mutex_unlock(&fc_pool_lock);
     return dfd;
+}
+
+/* A direct read of f was refused: its later reads go buffered (dfd stays open for readers). */
+static void fc_file_direct_off(const struct fc_file *f)
+{
+    pthread_mutex_lock(&fc_pool_lock);
+    if (!f->slot->dfd_off)
+        fc_dio_count_refused();
+    f->slot->dfd_off = 1;
+    pthread_mutex_unlock(&fc_pool_lock);
 }
 
 static void fc_file_release(const struct fc_file *f)
@@ -317,6 +328,8 @@ int fc_file_pread(const struct fc_file *f, void *dst, size_t n, uint64_t off)
             fc_file_release(f);
             return rc;
         }
+        if (dfd >= 0)
+            fc_file_direct_off(f);
     }
     fc_dio_count(0, 0, n);
     while (n > 0) {
