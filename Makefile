@@ -237,6 +237,8 @@ $(B)/tests/%: tests/unit/%.c tests/unit/fc_test.h tests/unit/dcp_meta_diff.h $(L
 
 # test_exec counts the executor's CRC-32s through a wrapper of fc_crc32.
 $(B)/tests/test_exec: LDFLAGS += -Wl,--wrap=fc_crc32
+# test_source counts the bytes a source reads through a wrapper of fc_file_pread.
+$(B)/tests/test_source: LDFLAGS += -Wl,--wrap=fc_file_pread
 
 # Fuzz targets with the standalone replay driver (gcc); `make fuzz` uses libFuzzer.
 $(B)/fuzz/%: tests/fuzz/%.c tests/fuzz/driver.c tests/unit/dcp_meta_diff.h $(LIBFC)

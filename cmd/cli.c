@@ -13,6 +13,7 @@
 
 #include "fc_convert.h"
 #include "fc_error.h"
+#include "fc_io.h"
 
 int fc_cli_verbosity;
 const struct fc_cmd *fc_cli_cmd;
@@ -102,6 +103,24 @@ static void fc_cli_human_size(char *buf, size_t cap, uint64_t bytes)
         u++;
     }
     snprintf(buf, cap, "%.1f %s", v, units[u]);
+}
+
+void fc_cli_io_report(void)
+{
+    static const char *const modes[] = {"auto", "buffered", "direct"}; /* enum fc_io_mode */
+    struct fc_io_stats st;
+    char dr[32], br[32], dw[32], bw[32];
+    /* The commands that take --io (FC_CMD_READS_DCP): the ones that move tensor data. */
+    if (fc_cli_verbosity < 1 || fc_cli_cmd == NULL || !(fc_cli_cmd->flags & FC_CMD_READS_DCP))
+        return;
+    fc_io_stats(&st);
+    fc_cli_human_size(dr, sizeof(dr), st.direct_read);
+    fc_cli_human_size(br, sizeof(br), st.buffered_read);
+    fc_cli_human_size(dw, sizeof(dw), st.direct_written);
+    fc_cli_human_size(bw, sizeof(bw), st.buffered_written);
+    fc_cli_note("io %s: read %s direct, %s buffered; wrote %s direct, %s buffered%s",
+                modes[fc_io_get_mode()], dr, br, dw, bw,
+                st.refused > 0 ? " (O_DIRECT refused here: buffered instead)" : "");
 }
 
 void fc_cli_summary(const char *output, const char *format, size_t ntensors, size_t nvalues,

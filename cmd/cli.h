@@ -37,7 +37,7 @@ enum fc_exit {
 enum fc_cmd_flags {
     FC_CMD_JOB = 1u << 0,       /* runs a conversion job: the job options of job.c */
     FC_CMD_RULES = 1u << 1,     /* takes the transform rules (fc_cli_pipeline_opts) */
-    FC_CMD_READS_DCP = 1u << 2, /* may read DCP items: --no-verify */
+    FC_CMD_READS_DCP = 1u << 2, /* may read DCP items: --no-verify, --io */
     FC_CMD_EXIT_DIFF = 1u << 3  /* exit 1 means "different": its other failures exit 4 */
 };
 
@@ -80,6 +80,9 @@ int fc_cli_flush_stdout(void);
 
 /* Print "fsdpconv: <command>: <msg>" to stderr unless -q. */
 void fc_cli_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* -v: one line saying which I/O path moved the data (fc_io_stats()), if any moved. */
+void fc_cli_io_report(void);
 
 /*
  * fc_cli_summary() - the one line a successful write prints unless -q, as

@@ -69,7 +69,7 @@ static int dcp_to_full_option(void *ctx, int id, const char *value)
     case OPT_FORCE: o->force = 1; return FC_OK;
     case OPT_CONFIG_FROM: o->config_from = value; return FC_OK;
     case OPT_MAXMEM: return fc_opt_max_memory(value, &o->max_memory);
-    default: return fc_cli_verify_option(id, &o->source_flags);
+    default: return fc_cli_verify_option(id, value, &o->source_flags);
     }
 }
 

@@ -54,7 +54,7 @@ static int diff_option(void *ctx, int id, const char *value)
     case OPT_JSON: d->json = 1; return FC_OK;
     case OPT_KEY: d->o.key_regex = value; return FC_OK;
     case OPT_MAXMEM: return fc_opt_max_memory(value, &d->o.max_memory);
-    default: return fc_cli_verify_option(id, &d->o.source_flags);
+    default: return fc_cli_verify_option(id, value, &d->o.source_flags);
     }
 }
 

@@ -60,14 +60,18 @@ extern const struct fc_opt fc_cli_pipeline_opts[];
     "records boxes that disagree with the data (for dp_shard > 2, e.g. 7 rows on 3 x 2).\n"
 
 /*
- * --no-verify, for every FC_CMD_READS_DCP command (job.c):
- * fc_cli_verify_option() takes it (FC_OK) by setting FC_SOURCE_NO_VERIFY in
- * the command's *source_flags, which its convert/ options hand to every
- * source they open; a command's callback hands it the ids it does not handle
- * itself, and any other id is an error.
+ * --no-verify and --io, for every FC_CMD_READS_DCP command (job.c):
+ * fc_cli_verify_option() takes --no-verify (FC_OK) by setting
+ * FC_SOURCE_NO_VERIFY in the command's *source_flags, which its convert/
+ * options hand to every source they open, and --io by setting the process's
+ * I/O mode (fc_cli_io_mode()); a command's callback hands it the ids it does
+ * not handle itself, and any other id is an error.
  */
 extern const struct fc_opt fc_cli_verify_opts[];
-int fc_cli_verify_option(int id, unsigned *source_flags);
+int fc_cli_verify_option(int id, const char *value, unsigned *source_flags);
+
+/* Set the I/O mode from value (auto, buffered or direct); a usage error names opt. */
+int fc_cli_io_mode(const char *opt, const char *value);
 
 struct fc_cli_job {
     struct fc_full_to_dcp_opts *o;

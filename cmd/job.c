@@ -13,6 +13,7 @@
 #include "commands.h"
 #include "fc_convert.h"
 #include "fc_error.h"
+#include "fc_io.h"
 #include "fc_source.h"
 #include "opt.h"
 
@@ -34,7 +35,8 @@ enum {
     OPT_COMMIT_PARTS,
     OPT_MESH_DEVICE,
     OPT_MESH_DIM_NAMES,
-    OPT_NO_VERIFY = 500 /* apart from every command's own ids: the table joins any command */
+    OPT_NO_VERIFY = 500, /* apart from every command's own ids: the table joins any command */
+    OPT_IO
 };
 
 /* clang-format off */
@@ -126,12 +128,28 @@ const struct fc_opt fc_cli_job_run_opts[] = {
 const struct fc_opt fc_cli_verify_opts[] = {
     {OPT_NO_VERIFY, 0, "no-verify", NULL, 0, NULL, NULL,
      "DCP input: read items without checking their CRC-32"},
+    {OPT_IO, 0, "io", "(auto|direct|buffered)", 0, NULL, NULL,
+     "tensor data through O_DIRECT (direct), the page cache\n"
+     "(buffered), or direct from 256 KiB requests up (auto, the\n"
+     "default; $FSDPCONV_IO sets another); buffered where the\n"
+     "filesystem refuses O_DIRECT"},
     {0, 0, NULL, NULL, 0, NULL, NULL, NULL},
 };
 /* clang-format on */
 
-int fc_cli_verify_option(int id, unsigned *source_flags)
+int fc_cli_io_mode(const char *opt, const char *value)
 {
+    static const char *const modes[] = {"auto", "buffered", "direct"}; /* enum fc_io_mode */
+    int m;
+    FC_TRY(fc_opt_choice(opt, value, modes, 3, &m));
+    fc_io_set_mode((enum fc_io_mode)m);
+    return FC_OK;
+}
+
+int fc_cli_verify_option(int id, const char *value, unsigned *source_flags)
+{
+    if (id == OPT_IO)
+        return fc_cli_io_mode("--io", value);
     if (id != OPT_NO_VERIFY)
         return fc_opt_unknown(id);
     *source_flags |= FC_SOURCE_NO_VERIFY;
@@ -188,7 +206,7 @@ int fc_cli_job_option(void *ctx, int id, const char *value)
     }
     case OPT_MESH_DEVICE: j->o->mesh_device = value; return FC_OK;
     case OPT_MESH_DIM_NAMES: j->o->mesh_dim_names = value; return FC_OK;
-    default: return fc_cli_verify_option(id, &j->o->source_flags);
+    default: return fc_cli_verify_option(id, value, &j->o->source_flags);
     }
 }
 

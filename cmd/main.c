@@ -8,11 +8,13 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
 #include "commands.h"
 #include "fc_convert.h"
+#include "fc_error.h"
 
 static const struct fc_cmd commands[] = {
     {"full-to-dcp", cmd_full_to_dcp, FC_CMD_JOB | FC_CMD_RULES | FC_CMD_READS_DCP,
@@ -87,6 +89,12 @@ int main(int argc, char **argv)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    /* The --io default, for scripts and test suites that run every command one way. */
+    const char *io = getenv("FSDPCONV_IO");
+    if (io != NULL && fc_cli_io_mode("$FSDPCONV_IO", io) < 0) {
+        fprintf(stderr, "fsdpconv: %s\n", fc_error_last());
+        return FC_EXIT_USAGE;
+    }
     opterr = 0;
     while ((c = getopt_long(argc, argv, "+vqh", longopts, NULL)) != -1) {
         switch (c) {
@@ -108,7 +116,9 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
         if (strcmp(commands[i].name, name) == 0) {
             fc_cli_cmd = &commands[i];
-            return commands[i].fn(argc - optind, argv + optind);
+            const int rc = commands[i].fn(argc - optind, argv + optind);
+            fc_cli_io_report();
+            return rc;
         }
     }
     fprintf(stderr, "fsdpconv: '%s' is not a fsdpconv command. See 'fsdpconv --help'.\n", name);

@@ -34,6 +34,8 @@ struct fc_out {
     void *progress_ctx;
     uint64_t done, total;
     uint64_t written; /* bytes of the files closed so far */
+    int dfd;          /* O_DIRECT twin of fd (fc_dio_open()), or -1: buffered */
+    struct fc_dio_writer dio;
 };
 
 static int fc_out_put(void *ctx, const void *p, size_t n)
@@ -42,7 +44,10 @@ static int fc_out_put(void *ctx, const void *p, size_t n)
     if (fc_cancel_requested())
         return fc_error_set(FC_ERROR, "%s: interrupted", o->path);
     o->crc = fc_crc32(o->crc, p, n);
-    FC_TRY(fc_pwrite_full(o->fd, p, n, o->pos, o->path));
+    if (o->dfd >= 0)
+        FC_TRY(fc_dio_put(&o->dio, o->fd, o->dfd, o->path, o->pos, p, n));
+    else
+        FC_TRY(fc_pwrite_full(o->fd, p, n, o->pos, o->path));
     o->pos += n;
     o->done += n;
     if (o->progress != NULL)
@@ -53,6 +58,12 @@ static int fc_out_put(void *ctx, const void *p, size_t n)
 static uint64_t fc_spec_nbytes(const struct fc_xspec *s)
 {
     return fc_shape_nbytes(s->shape, s->ndim, s->dtype);
+}
+
+/* Open o->fd's O_DIRECT twin for the data (fc_io.h), if the mode and filesystem allow. */
+static void fc_out_open_direct(struct fc_out *o)
+{
+    o->dfd = fc_dio_open(o->fd, o->path);
 }
 
 static int fc_close_synced(int fd, const char *path)
@@ -67,6 +78,28 @@ static int fc_close_synced(int fd, const char *path)
     if (r1 != 0 || r2 != 0)
         return fc_error_set(FC_EIO, "%s: fsync/close failed: %s", path, strerror(r1 ? e : errno));
     return FC_OK;
+}
+
+/* End o's data writes (flushing what the direct writer holds) and close its descriptors. */
+static int fc_out_close(struct fc_out *o, int synced)
+{
+    int rc = o->dfd >= 0 ? fc_dio_flush(&o->dio) : FC_OK;
+    if (o->dfd >= 0)
+        close(o->dfd);
+    o->dfd = -1;
+    if (rc == FC_OK && synced)
+        rc = fc_close_synced(o->fd, o->path);
+    else
+        close(o->fd);
+    o->fd = -1;
+    return rc;
+}
+
+/* --max-memory less the read scratch and direct-I/O buffers: what the slabs may use. */
+static uint64_t fc_slab_budget(const struct fc_dcp_to_full_opts *opts)
+{
+    const uint64_t fixed = fc_source_read_scratch() + fc_dio_thread_bytes();
+    return opts->max_memory > fixed + 4096 ? opts->max_memory - fixed : 4096;
 }
 
 /* The __metadata__ of every safetensors file we write, as transformers writes it. */
@@ -95,6 +128,7 @@ static int fc_write_safetensors(const struct fc_source *src, const struct fc_xfo
     FC_TRY_GOTO(fc_file_create(path, &o->fd), rc, done);
     o->path = path;
     o->pos = 0;
+    fc_out_open_direct(o);
     FC_TRY_GOTO(fc_pwrite_full(o->fd, hdr.data, hdr.len, 0, path), rc, done);
     o->pos = hdr.len;
     for (size_t i = 0; i < n; i++) {
@@ -102,12 +136,11 @@ static int fc_write_safetensors(const struct fc_source *src, const struct fc_xfo
         const int64_t zero[FC_MAX_DIMS] = {0};
         FC_TRY_GOTO(fc_stream_box(src, s, zero, s->shape, budget, slabs, fc_out_put, o), rc, done);
     }
-    rc = fc_close_synced(o->fd, path);
-    o->fd = -1;
+    rc = fc_out_close(o, 1);
     o->written += o->pos;
 done:
     if (o->fd >= 0)
-        close(o->fd);
+        (void)fc_out_close(o, 0);
     fc_buf_release(&hdr);
     fc_free(ts);
     return rc;
@@ -406,6 +439,7 @@ static int fc_write_torchsave(const struct fc_source *src, const struct fc_xform
     FC_TRY_GOTO(fc_zipw_layout(recs, nrec, prefix, &total), rc, done);
     FC_TRY_GOTO(fc_file_create(path, &o->fd), rc, done);
     o->path = path;
+    fc_out_open_direct(o);
     /* Payloads first (CRCs computed as they stream), then everything around them. */
     for (size_t k = 0; k < nst; k++) {
         const struct fc_xspec *s = &xr->specs[storage_spec[k]];
@@ -434,13 +468,12 @@ static int fc_write_torchsave(const struct fc_source *src, const struct fc_xform
         if (r < nrec)
             from = recs[r].data_offset + recs[r].size;
     }
-    rc = fc_close_synced(o->fd, path);
-    o->fd = -1;
+    rc = fc_out_close(o, 1);
     o->written += total;
     *ntensors_out = nst;
 done:
     if (o->fd >= 0)
-        close(o->fd);
+        (void)fc_out_close(o, 0);
     fc_node_free(root);
     fc_free(storage_of);
     fc_free(storage_spec);
@@ -619,8 +652,8 @@ static int fc_write_shards(const struct fc_source *src, const struct fc_xform_re
         char *p = fc_path_join(dir, name);
         if (p == NULL)
             return fc_error_set(FC_ENOMEM, "out of memory");
-        rc =
-            fc_write_safetensors(src, xr, idx + first, last - first, p, opts->max_memory, slabs, o);
+        rc = fc_write_safetensors(src, xr, idx + first, last - first, p, fc_slab_budget(opts),
+                                  slabs, o);
         fc_free(p);
         FC_TRY(rc);
         first = last;
@@ -642,7 +675,8 @@ int fc_dcp_to_full(const struct fc_dcp_to_full_opts *opts, struct fc_dcp_to_full
     struct fc_xform_rules rules;
     struct fc_xform_result xr;
     struct fc_slabs slabs;
-    struct fc_out o = {-1, NULL, 0, 0, opts->progress, opts->progress_ctx, 0, 0, 0};
+    struct fc_out o = {-1, NULL, 0, 0,  opts->progress,    opts->progress_ctx,
+                       0,  0,    0, -1, FC_DIO_WRITER_INIT};
     size_t *idx = NULL, *shard_of = NULL;
     struct fc_stage out;
     const char *tmp;
@@ -692,8 +726,8 @@ int fc_dcp_to_full(const struct fc_dcp_to_full_opts *opts, struct fc_dcp_to_full
     if (opts->config_from != NULL)
         FC_TRY_GOTO(fc_hf_copy_files(opts->config_from, tmp), rc, done);
     if (fmt == FC_EXPORT_TORCH) {
-        FC_TRY_GOTO(fc_write_torchsave(src, &xr, tmp, opts->output, opts->max_memory, &slabs, &o,
-                                       &res->ntensors),
+        FC_TRY_GOTO(fc_write_torchsave(src, &xr, tmp, opts->output, fc_slab_budget(opts), &slabs,
+                                       &o, &res->ntensors),
                     rc, done);
         res->nfiles = 1;
     } else if (opts->max_shard_size == 0) {
@@ -703,8 +737,8 @@ int fc_dcp_to_full(const struct fc_dcp_to_full_opts *opts, struct fc_dcp_to_full
             rc = fc_error_set(FC_ENOMEM, "out of memory");
             goto done;
         }
-        rc = fc_write_safetensors(src, &xr, idx, n, is_dir_out ? p : tmp, opts->max_memory, &slabs,
-                                  &o);
+        rc = fc_write_safetensors(src, &xr, idx, n, is_dir_out ? p : tmp, fc_slab_budget(opts),
+                                  &slabs, &o);
         fc_free(p);
         if (rc < 0)
             goto done;
@@ -714,6 +748,8 @@ int fc_dcp_to_full(const struct fc_dcp_to_full_opts *opts, struct fc_dcp_to_full
         FC_TRY_GOTO(fc_write_shards(src, &xr, idx, n, shard_of, tmp, opts, &slabs, &o, res), rc,
                     done);
     }
+    /* Chunks the slabs read only in part (a --resize-rows that drops rows) are checked whole. */
+    FC_TRY_GOTO(fc_source_verify_rest(src), rc, done);
     FC_TRY_GOTO(fc_stage_commit(&out), rc, done);
     res->format = fmt == FC_EXPORT_TORCH ? "torch.save" : "safetensors";
     res->bytes_written = o.written;
@@ -723,6 +759,7 @@ done:
     fc_free(idx);
     fc_free(shard_of);
     fc_slabs_release(&slabs);
+    fc_dio_release(&o.dio);
     fc_xform_result_release(&xr);
     fc_xform_rules_release(&rules);
     fc_source_free(src);

@@ -260,6 +260,9 @@ int fc_diff(const struct fc_diff_opts *o, struct fc_diff_result *res)
             j++;
         }
     }
+    /* Chunks the comparisons read only in part (a pair that differs stops early). */
+    FC_TRY_GOTO(fc_source_verify_rest(res->src_a), rc, done);
+    FC_TRY_GOTO(fc_source_verify_rest(res->src_b), rc, done);
 done:
     fc_regex_free(re);
     fc_free(ka);

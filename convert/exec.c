@@ -33,7 +33,8 @@ struct fc_exec_shared {
     const struct fc_exec *ex;
     atomic_size_t next_file;
     /* Source-order mode: every rank file open at once, items taken in input order. */
-    int *fds; /* per file, or NULL in file-by-file mode */
+    int *fds;  /* per file, or NULL in file-by-file mode */
+    int *dfds; /* their O_DIRECT twins (fc_dio_open()), -1 where buffered */
     char **paths;
     size_t *order;     /* this share's item indices sorted by where their bytes come from */
     size_t nitems;     /* in order */
@@ -51,6 +52,8 @@ int fc_out_write(struct fc_out *o, const void *p, size_t n)
 {
     if (o->comm != NULL)
         FC_TRY(fc_comm_write(o->comm, o->peer, o->file, o->pos, p, n));
+    else if (o->dio != NULL)
+        FC_TRY(fc_dio_put(o->dio, o->fd, o->dfd, o->path, o->pos, p, n));
     else
         FC_TRY(fc_pwrite_full(o->fd, p, n, o->pos, o->path));
     o->pos += n;
@@ -79,6 +82,7 @@ struct fc_worker {
     struct fc_exec_shared *sh;
     struct fc_slabs slabs;
     struct fc_buf hdr;
+    struct fc_dio_writer dio; /* the first destination's writes, when it takes O_DIRECT */
 };
 
 /*
@@ -235,12 +239,13 @@ static int fc_source_order_setup(struct fc_exec_shared *sh)
     if (ex->sink.ops->open_stream != NULL || ex->comm != NULL || nf > 512)
         return FC_OK;
     sh->fds = fc_calloc(nf, sizeof(*sh->fds));
+    sh->dfds = fc_calloc(nf, sizeof(*sh->dfds));
     sh->paths = fc_calloc(nf, sizeof(*sh->paths));
     sh->order = fc_calloc(ex->plan->nitems + 1, sizeof(*sh->order));
-    if (sh->fds == NULL || sh->paths == NULL || sh->order == NULL)
+    if (sh->fds == NULL || sh->dfds == NULL || sh->paths == NULL || sh->order == NULL)
         return fc_error_set(FC_ENOMEM, "out of memory");
     for (size_t f = 0; f < nf; f++)
-        sh->fds[f] = -1;
+        sh->fds[f] = sh->dfds[f] = -1;
     for (size_t f = 0; f < nf; f++) {
         if (!fc_exec_owns(ex, f))
             continue; /* another share's file */
@@ -248,6 +253,7 @@ static int fc_source_order_setup(struct fc_exec_shared *sh)
         if (sh->paths[f] == NULL)
             return fc_error_set(FC_ENOMEM, "out of memory");
         FC_TRY(fc_file_create(sh->paths[f], &sh->fds[f]));
+        sh->dfds[f] = fc_dio_open(sh->fds[f], sh->paths[f]);
         const struct fc_buf *head = fc_file_head(&ex->sink, f);
         if (head != NULL)
             FC_TRY(fc_pwrite_full(sh->fds[f], head->data, head->len, 0, sh->paths[f]));
@@ -276,6 +282,8 @@ static int fc_source_order_setup(struct fc_exec_shared *sh)
 static int fc_source_order_finish(struct fc_exec_shared *sh, int rc)
 {
     for (size_t f = 0; sh->fds != NULL && f < sh->ex->plan->nfiles; f++) {
+        if (sh->dfds != NULL && sh->dfds[f] >= 0)
+            close(sh->dfds[f]); /* its writes are done; fsync below covers them */
         if (sh->fds[f] < 0)
             continue;
         /* fsyncs can take half a run on a slow disk: a signal between them still stops it */
@@ -290,11 +298,13 @@ static int fc_source_order_finish(struct fc_exec_shared *sh, int rc)
         fc_free(sh->paths[f]);
     fc_free(sh->paths);
     fc_free(sh->fds);
+    fc_free(sh->dfds);
     fc_free(sh->order);
     fc_free(sh->group_end);
     sh->group_end = NULL;
     sh->paths = NULL;
     sh->fds = NULL;
+    sh->dfds = NULL;
     sh->order = NULL;
     return rc;
 }
@@ -339,7 +349,7 @@ static int fc_write_file(struct fc_worker *w, size_t fi)
     const struct fc_exec *ex = w->sh->ex;
     const struct fc_plan_file *f = &ex->plan->files[fi];
     char *path = fc_path_join(ex->dir, f->name);
-    struct fc_dest d = {{-1, path, 0, NULL, 0, (uint32_t)fi}, NULL};
+    struct fc_dest d = {{-1, path, 0, NULL, 0, (uint32_t)fi, NULL, -1}, NULL};
     const int owner = fc_comm_owner(ex->comm, f->rank);
     int locked = 0;
     int rc = FC_OK;
@@ -354,10 +364,14 @@ static int fc_write_file(struct fc_worker *w, size_t fi)
         FC_TRY_GOTO(fc_comm_open(ex->comm, owner, d.out.file, path), rc, done);
     } else {
         FC_TRY_GOTO(fc_file_create(path, &d.out.fd), rc, done);
+        d.out.dfd = fc_dio_open(d.out.fd, path);
+        d.out.dio = d.out.dfd >= 0 ? &w->dio : NULL;
     }
     if (ex->sink.ops->open_stream != NULL)
         FC_TRY_GOTO(ex->sink.ops->open_stream(ex->sink.ctx, path, &d.stream), rc, done);
     FC_TRY_GOTO(fc_write_file_items(w, fi, &d), rc, done);
+    if (d.out.dio != NULL)
+        FC_TRY_GOTO(fc_dio_flush(d.out.dio), rc, done);
     if (d.out.comm != NULL) {
         FC_TRY_GOTO(fc_comm_close(d.out.comm, d.out.peer, d.out.file), rc, done);
     } else if (fc_cancel_requested()) {
@@ -370,6 +384,10 @@ static int fc_write_file(struct fc_worker *w, size_t fi)
 done:
     if (locked)
         pthread_mutex_unlock(&ex->comm->locks[owner]);
+    if (d.out.dio != NULL && rc < 0)
+        (void)fc_dio_flush(d.out.dio); /* the output is discarded: only end the run */
+    if (d.out.dfd >= 0)
+        close(d.out.dfd);
     if (d.out.fd >= 0 && close(d.out.fd) != 0 && rc == FC_OK)
         rc = fc_error_set(FC_EIO, "%s: close failed: %s", path, strerror(errno));
     if (d.stream != NULL)
@@ -390,16 +408,22 @@ static int fc_write_items_at(struct fc_worker *w, size_t i)
     for (size_t g = 0; g < n; g++) {
         its[g] = &ex->plan->items[sh->order[i + g]];
         const int r = its[g]->rank;
-        d[g] = (struct fc_dest){{sh->fds[r], sh->paths[r], its[g]->offset, NULL, 0, 0}, NULL};
+        d[g] = (struct fc_dest){
+            {sh->fds[r], sh->paths[r], its[g]->offset, NULL, 0, 0, NULL, sh->dfds[r]}, NULL};
         dp[g] = &d[g];
     }
+    /* The first destination through the worker's direct-I/O writer, the copies buffered. */
+    d[0].out.dio = d[0].out.dfd >= 0 ? &w->dio : NULL;
+    int rc;
     if (its[0]->kind == FC_ITEM_BYTES) {
         const struct fc_buf *b = ex->sink.ops->value_bytes(ex->sink.ctx, its[0]->index);
-        FC_TRY(fc_dest_put(&ex->sink, &d[0], b->data, b->len));
+        rc = fc_dest_put(&ex->sink, &d[0], b->data, b->len);
         atomic_fetch_add(&sh->bytes_done, b->len);
-        return FC_OK;
+    } else {
+        rc = fc_write_tensor_items(w, dp, its, n);
     }
-    return fc_write_tensor_items(w, dp, its, n);
+    const int frc = fc_dio_flush(&w->dio);
+    return rc < 0 ? rc : frc;
 }
 
 static void *fc_worker_main(void *arg)
@@ -448,9 +472,10 @@ int fc_exec_run(const struct fc_exec *ex)
     atomic_init(&sh.bytes_done, 0);
     atomic_init(&sh.workers_left, nthreads);
     pthread_mutex_init(&sh.lock, NULL);
+    /* Each worker's slabs, less the read scratch and direct-I/O buffers it may hold. */
+    const uint64_t fixed = fc_source_read_scratch() + fc_dio_thread_bytes();
     sh.worker_budget = ex->max_memory / (uint64_t)nthreads;
-    if (sh.worker_budget < 4096)
-        sh.worker_budget = 4096;
+    sh.worker_budget = sh.worker_budget > fixed + 4096 ? sh.worker_budget - fixed : 4096;
     struct fc_worker *ws = fc_calloc((size_t)nthreads, sizeof(*ws));
     pthread_t *tids = fc_calloc((size_t)nthreads, sizeof(*tids));
     int started = 0, rc = FC_OK;
@@ -463,6 +488,7 @@ int fc_exec_run(const struct fc_exec *ex)
         ws[i].sh = &sh;
         ws[i].slabs.engine = (fc_engine)ex->engine;
         ws[i].slabs.device = ex->device;
+        ws[i].dio = (struct fc_dio_writer)FC_DIO_WRITER_INIT;
         fc_buf_init(&ws[i].hdr, (size_t)1 << 30);
         if (pthread_create(&tids[i], NULL, fc_worker_main, &ws[i]) != 0) {
             rc = fc_error_set(FC_ERROR, "cannot start a worker thread");
@@ -494,6 +520,7 @@ done:
     for (int i = 0; ws != NULL && i < nthreads; i++) {
         fc_slabs_release(&ws[i].slabs);
         fc_buf_release(&ws[i].hdr);
+        fc_dio_release(&ws[i].dio);
     }
     fc_free(ws);
     fc_free(tids);

@@ -46,6 +46,8 @@ struct fc_out {
     struct fc_comm *comm; /* non-NULL: the file belongs to worker `peer` */
     int peer;
     uint32_t file;
+    struct fc_dio_writer *dio; /* non-NULL: writes go through it, direct to dfd (fc_io.h) */
+    int dfd;
 };
 
 /* fc_out_write() - write n bytes at o->pos and advance it.  FC_OK or FC_EIO. */

@@ -81,6 +81,14 @@ static void fc_job_release(struct fc_job *j)
     fc_stage_release(&j->out);
 }
 
+/* The CRC-32 checks that the reads left partial (chunks read in parts: fc_source_verify_rest()). */
+static int fc_verify_inputs(const struct fc_job *j)
+{
+    for (size_t i = 0; i < j->nsrcs; i++)
+        FC_TRY(fc_source_verify_rest(j->srcs[i]));
+    return fc_source_verify_rest(j->optim_src);
+}
+
 /* Open every input and run the rules over all of them. */
 static int fc_open_inputs(const struct fc_full_to_dcp_opts *o, const struct fc_job_kind *kind,
                           struct fc_job *j)
@@ -468,6 +476,8 @@ static int fc_run_share(const struct fc_full_to_dcp_opts *o, struct fc_job *j, s
         fc_cancel_polled(); /* files appear in the staging dir from here on */
         rc = fc_exec_run(ex);
         if (rc == FC_OK)
+            rc = fc_verify_inputs(j); /* what reads left partial, before the share counts */
+        if (rc == FC_OK)
             rc = fc_share_record(&sh, ex);
         if (rc < 0)
             fc_share_discard(&sh, ex);
@@ -587,6 +597,7 @@ int fc_write_job_run(const struct fc_full_to_dcp_opts *o, const struct fc_job_ki
     } else {
         fc_cancel_polled(); /* files appear in the staging dir from here on */
         FC_TRY_GOTO(fc_exec_run(&ex), rc, done);
+        FC_TRY_GOTO(fc_verify_inputs(&j), rc, done);
         /* Every NCCL worker has fsynced its files before .metadata makes the checkpoint exist. */
         if (o->comm != NULL)
             FC_TRY_GOTO(fc_comm_finish(o->comm), rc, done);

@@ -79,6 +79,7 @@ int fc_tensor_sha256(const struct fc_source *src, const struct fc_entry *e, char
         hex_out[2 * i + 1] = hex[digest[i] & 15];
     }
     hex_out[64] = '\0';
+    rc = fc_source_verify_rest(src); /* the tensor's chunks were read in row slabs */
 done:
     fc_free(buf);
     EVP_MD_CTX_free(md);

@@ -94,6 +94,42 @@ uint32_t fc_crc32(uint32_t crc, const void *p, size_t n)
     return libdeflate_crc32(crc, p, n);
 }
 
+/*
+ * CRC-32 combination, as zlib's crc32_combine computes it: appending len_b
+ * bytes multiplies A's CRC by x^(8 len_b) modulo the polynomial (GF(2),
+ * bit-reflected), and B's CRC adds.  libdeflate, our CRC library, has no
+ * combine, and linking zlib for these few lines would add a library to lib/
+ * and to the static wheel.  fc_crc32_mulmod: a*b mod P, reflected (bit 31 is x^0).
+ */
+static uint32_t fc_crc32_mulmod(uint32_t a, uint32_t b)
+{
+    uint32_t m = (uint32_t)1 << 31, p = 0;
+    for (;;) {
+        if (a & m) {
+            p ^= b;
+            if ((a & (m - 1)) == 0)
+                break;
+        }
+        m >>= 1;
+        b = b & 1 ? (b >> 1) ^ 0xedb88320u : b >> 1;
+    }
+    return p;
+}
+
+uint32_t fc_crc32_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b)
+{
+    uint32_t xp = (uint32_t)1 << 30;    /* x^1, then x^(2^k) by squaring */
+    uint32_t shift = (uint32_t)1 << 31; /* x^0 */
+    for (int k = 0; k < 3; k++)         /* x^8: bytes to bits */
+        xp = fc_crc32_mulmod(xp, xp);
+    for (; len_b != 0; len_b >>= 1) {
+        if (len_b & 1)
+            shift = fc_crc32_mulmod(xp, shift);
+        xp = fc_crc32_mulmod(xp, xp);
+    }
+    return fc_crc32_mulmod(shift, crc_a) ^ crc_b;
+}
+
 void fc_zip_reader_free(struct fc_zip_reader *zr)
 {
     if (zr == NULL)

@@ -94,6 +94,13 @@ int fc_zip_verify_crc(const struct fc_zip_reader *zr, const struct fc_zip_entry 
 /* Streaming CRC-32 (zlib polynomial) via libdeflate. */
 uint32_t fc_crc32(uint32_t crc, const void *p, size_t n);
 
+/*
+ * fc_crc32_combine() - the CRC-32 of A followed by B from crc_a = CRC-32 of A,
+ * crc_b = CRC-32 of B and len_b = B's length: a record read in parts, in any
+ * order, is checked without reading it again.
+ */
+uint32_t fc_crc32_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
+
 /* fc_crc32_file() - CRC-32 of bytes [off, off+n) of f into *out, read in 1 MiB pieces. */
 int fc_crc32_file(const struct fc_file *f, uint64_t off, uint64_t n, uint32_t *out);
 

@@ -75,6 +75,8 @@ struct fc_entry {
     const struct fc_opaque *opaque; /* values torch loads only with weights_only=False, or NULL */
 };
 
+struct fc_crc_fold;
+
 struct fc_source {
     const char *format; /* its backend's name: "torch.save", "safetensors", "dcp", ... */
     const char *path;   /* what the user named */
@@ -85,8 +87,9 @@ struct fc_source {
     struct fc_file *files;
     size_t nfiles;
     const struct fc_source_backend *backend; /* the row of lib/source/'s backend table */
-    int no_verify; /* opened with FC_SOURCE_NO_VERIFY: stored CRC-32s are not checked */
-    void *impl;    /* the backend's state (parsed archives) */
+    int no_verify;            /* opened with FC_SOURCE_NO_VERIFY: stored CRC-32s are not checked */
+    struct fc_crc_fold *fold; /* chunks read in parts, their CRC-32 not yet checked */
+    void *impl;               /* the backend's state (parsed archives) */
     struct fc_strmap key_index; /* key -> entry index, for fc_source_find() */
 };
 
@@ -117,7 +120,10 @@ unsigned fc_source_caps(const struct fc_source *src);
  * tensor itself.
  * FC_SOURCE_NO_VERIFY (--no-verify): DCP sources do not check the zip CRC-32s
  * they otherwise check, of small records when the source is opened and of
- * each chunk's data on its first read (FC_ECORRUPT naming file and item).
+ * each chunk's data as it is read (FC_ECORRUPT naming file and item): a read
+ * of the whole chunk checks it at once; a chunk read in parts (row slabs) is
+ * checked once its parts cover it, their CRCs folded (fc_crc32_combine), and
+ * fc_source_verify_rest() checks what reads left partial.
  */
 #define FC_SOURCE_UNTILED_OK 1u
 #define FC_SOURCE_NO_VERIFY  2u
@@ -243,5 +249,18 @@ long fc_source_find(const struct fc_source *src, const char *key);
  */
 int fc_source_read_box(const struct fc_source *src, const struct fc_entry *e, const int64_t *off,
                        const int64_t *size, void *dst);
+
+/* The scratch bytes one fc_source_read_box() call may allocate (gathers, scatters): callers
+ * take them out of their --max-memory budget, as the destination slab. */
+uint64_t fc_source_read_scratch(void);
+
+/*
+ * fc_source_verify_rest() - finish the CRC-32 checks of the chunks that reads
+ * covered only in part (a --resize-rows that drops rows, parts read twice):
+ * the bytes no read covered are read now.  Call it after the last read of
+ * src and before the output is committed.  FC_OK, FC_ECORRUPT, FC_EIO,
+ * FC_ENOMEM.  Accepts NULL.
+ */
+int fc_source_verify_rest(const struct fc_source *src);
 
 #endif

@@ -156,14 +156,21 @@ void fc_chunk_desc(const struct fc_entry *e, const struct fc_box *box,
 typedef int (*fc_crc_mismatch_fn)(const struct fc_source *src, const struct fc_entry *e,
                                   const struct fc_chunk_ref *ref, uint32_t crc);
 
+/* A source's record of chunks read in parts (fc_source_new() makes it, fc_source_free() frees). */
+struct fc_crc_fold *fc_crc_fold_new(void);
+void fc_crc_fold_free(struct fc_crc_fold *fold);
+
 /*
  * fc_chunks_read_box() - fc_source_read_box() for tensor entry e stored as
  * chunks refs[i] holding boxes[i], indexed by fc_chunk_index_new(): every
  * overlapping chunk is read into place.  The boxes must have passed
  * fc_chunks_check_tiling() (asserted: every byte of dst is written once).
- * A chunk with has_crc has its CRC-32 checked on its first read (when
- * verifying); a mismatch is mismatch()'s error (refs are written only to mark
- * a chunk's CRC-32 checked).
+ * A chunk with has_crc has its CRC-32 checked (when verifying) from the bytes
+ * as they are read: at once when a read covers it, else once the parts read
+ * cover it (see fc_source_verify_rest()); a part that is not one run of the
+ * record (some of its columns) has the record read whole once more.  A
+ * mismatch is mismatch()'s error (refs are written only to mark a chunk's
+ * CRC-32 checked).
  */
 int fc_chunks_read_box(const struct fc_source *src, const struct fc_entry *e,
                        struct fc_chunk_ref *refs, const struct fc_box *boxes,

@@ -6,6 +6,7 @@
  */
 #include <assert.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -17,8 +18,38 @@
 #include "fc_source_backend.h"
 #include "fc_zip.h"
 
-/* Gathering a strided box reads the whole covering span when it is at most this big. */
-#define FC_SOURCE_SPAN_CAP ((uint64_t)64 << 20)
+/* Gathering a strided box reads the covering span of at most this many bytes at a time. */
+#define FC_SOURCE_SPAN_CAP ((uint64_t)8 << 20)
+/* A chunk's part that is not one run of the caller's box passes through a buffer this big. */
+#define FC_SOURCE_PIECE_CAP ((size_t)8 << 20)
+
+uint64_t fc_source_read_scratch(void)
+{
+    return FC_SOURCE_SPAN_CAP + FC_SOURCE_PIECE_CAP;
+}
+
+/*
+ * The innermost dims of a box of sizes `size` in t that are contiguous in t's
+ * storage form one run of *run elements; returns the number of outer dims
+ * left (0: the whole box is one run).
+ */
+static int fc_box_inner(const struct fc_tensor_desc *t, const int64_t *size, int64_t *run)
+{
+    int inner = t->ndim;
+    int64_t expect = 1;
+    *run = 1;
+    while (inner > 0) {
+        const int d = inner - 1;
+        if (size[d] != 1 && t->stride[d] != expect)
+            break;
+        *run *= size[d];
+        inner--;
+        if (size[d] != t->shape[d])
+            break;
+        expect *= t->shape[d];
+    }
+    return inner;
+}
 
 int fc_read_strided_box(const struct fc_file *f, uint64_t base, const struct fc_tensor_desc *t,
                         const int64_t *off, const int64_t *size, void *dst, const char *what)
@@ -40,22 +71,28 @@ int fc_read_strided_box(const struct fc_file *f, uint64_t base, const struct fc_
         first += off[d] * t->stride[d];
         last += (off[d] + (t->stride[d] >= 0 ? size[d] - 1 : 0)) * t->stride[d];
     }
-    /* The innermost dims that are contiguous in the source form one run. */
-    int inner = t->ndim;
-    int64_t run = 1, expect = 1;
-    while (inner > 0) {
-        const int d = inner - 1;
-        if (size[d] != 1 && t->stride[d] != expect)
-            break;
-        run *= size[d];
-        inner--;
-        if (size[d] != t->shape[d])
-            break;
-        expect *= t->shape[d];
-    }
+    int64_t run;
+    const int inner = fc_box_inner(t, size, &run);
     if (inner == 0)
         return fc_file_pread(f, dst, (size_t)run * esz, base + (uint64_t)first * esz);
     const uint64_t span = (uint64_t)(last - first + 1) * esz;
+    if (span > FC_SOURCE_SPAN_CAP && size[0] > 1) {
+        /* Row blocks whose spans fit the cap, each gathered as below. */
+        const int64_t step = (int64_t)((uint64_t)size[0] * FC_SOURCE_SPAN_CAP / span) > 1
+                                 ? (int64_t)((uint64_t)size[0] * FC_SOURCE_SPAN_CAP / span)
+                                 : 1;
+        const size_t row = (size_t)(numel / size[0]) * esz;
+        int64_t poff[FC_MAX_DIMS], psize[FC_MAX_DIMS];
+        memcpy(poff, off, sizeof(poff[0]) * (size_t)t->ndim);
+        memcpy(psize, size, sizeof(psize[0]) * (size_t)t->ndim);
+        for (int64_t r = 0; r < size[0]; r += step) {
+            poff[0] = off[0] + r;
+            psize[0] = size[0] - r < step ? size[0] - r : step;
+            FC_TRY(fc_read_strided_box(f, base, t, poff, psize,
+                                       (unsigned char *)dst + (size_t)r * row, what));
+        }
+        return FC_OK;
+    }
     unsigned char *tmp = NULL;
     if (span <= FC_SOURCE_SPAN_CAP) {
         tmp = fc_malloc((size_t)span);
@@ -131,6 +168,178 @@ static int fc_chunk_check_crc(const struct fc_source *src, const struct fc_entry
     return FC_OK;
 }
 
+/* Bytes [off, off+len) of a chunk's record, whose CRC-32 is crc. */
+struct fc_crc_part {
+    uint64_t off, len;
+    uint32_t crc;
+};
+
+/* A chunk read in parts so far: its parts by offset, adjacent ones merged into one. */
+struct fc_crc_pending {
+    const struct fc_entry *e;
+    struct fc_chunk_ref *ref;
+    fc_crc_mismatch_fn mismatch;
+    uint64_t rec_off, rec_len; /* the record in src->files[ref->file] */
+    struct fc_crc_part *parts;
+    size_t nparts, alloc;
+};
+
+struct fc_crc_fold {
+    struct fc_crc_pending *p;
+    size_t n, alloc;
+};
+
+/* One lock for every source's fold: it is taken once per part of a chunk, not per byte. */
+static pthread_mutex_t fc_fold_lock = PTHREAD_MUTEX_INITIALIZER;
+
+struct fc_crc_fold *fc_crc_fold_new(void)
+{
+    return fc_calloc(1, sizeof(struct fc_crc_fold));
+}
+
+void fc_crc_fold_free(struct fc_crc_fold *fold)
+{
+    if (fold == NULL)
+        return;
+    for (size_t i = 0; i < fold->n; i++)
+        fc_free(fold->p[i].parts);
+    fc_free(fold->p);
+    fc_free(fold);
+}
+
+/* Add part to pd (fold lock held); 1 when the parts now cover the record. */
+static int fc_pending_add(struct fc_crc_pending *pd, const struct fc_crc_part *part)
+{
+    size_t i = 0;
+    while (i < pd->nparts && pd->parts[i].off < part->off)
+        i++;
+    /* Bytes read twice (a --copy, overlapping boxes) count once: an overlapping part is
+     * left out, and fc_source_verify_rest() reads what that leaves uncovered. */
+    if ((i > 0 && pd->parts[i - 1].off + pd->parts[i - 1].len > part->off) ||
+        (i < pd->nparts && part->off + part->len > pd->parts[i].off))
+        return 0;
+    struct fc_crc_part *prev = i > 0 ? &pd->parts[i - 1] : NULL;
+    if (prev != NULL && prev->off + prev->len == part->off) {
+        prev->crc = fc_crc32_combine(prev->crc, part->crc, part->len);
+        prev->len += part->len;
+    } else {
+        if (pd->nparts == pd->alloc) {
+            const size_t n = pd->alloc == 0 ? 4 : pd->alloc * 2;
+            struct fc_crc_part *q = fc_reallocarray(pd->parts, n, sizeof(*q));
+            if (q == NULL)
+                return -1;
+            pd->parts = q;
+            pd->alloc = n;
+        }
+        memmove(&pd->parts[i + 1], &pd->parts[i], (pd->nparts - i) * sizeof(*pd->parts));
+        pd->parts[i] = *part;
+        pd->nparts++;
+        prev = &pd->parts[i++];
+    }
+    if (i < pd->nparts && prev->off + prev->len == pd->parts[i].off) {
+        prev->crc = fc_crc32_combine(prev->crc, pd->parts[i].crc, pd->parts[i].len);
+        prev->len += pd->parts[i].len;
+        memmove(&pd->parts[i], &pd->parts[i + 1], (pd->nparts - i - 1) * sizeof(*pd->parts));
+        pd->nparts--;
+    }
+    return pd->nparts == 1 && pd->parts[0].off == 0 && pd->parts[0].len == pd->rec_len;
+}
+
+/*
+ * Record that the bytes [part->off, +len) of ref's record (rec_len bytes at
+ * rec_off) were read and hash to part->crc; check the chunk once its parts
+ * cover the record.
+ */
+static int fc_crc_fold_add(const struct fc_source *src, const struct fc_entry *e,
+                           struct fc_chunk_ref *ref, fc_crc_mismatch_fn mismatch, uint64_t rec_off,
+                           uint64_t rec_len, const struct fc_crc_part *part)
+{
+    if (part->off == 0 && part->len == rec_len)
+        return fc_chunk_check_crc(src, e, ref, mismatch, part->crc);
+    struct fc_crc_fold *fold = src->fold;
+    int rc = FC_OK;
+    uint32_t crc = 0;
+    pthread_mutex_lock(&fc_fold_lock);
+    size_t k = 0;
+    while (k < fold->n && fold->p[k].ref != ref)
+        k++;
+    if (k == fold->n && fold->n == fold->alloc) {
+        const size_t n = fold->alloc == 0 ? 8 : fold->alloc * 2;
+        struct fc_crc_pending *q = fc_reallocarray(fold->p, n, sizeof(*q));
+        if (q == NULL) {
+            rc = fc_error_set(FC_ENOMEM, "out of memory");
+            goto done;
+        }
+        fold->p = q;
+        fold->alloc = n;
+    }
+    if (k == fold->n)
+        fold->p[fold->n++] =
+            (struct fc_crc_pending){e, ref, mismatch, rec_off, rec_len, NULL, 0, 0};
+    const int covered = fc_pending_add(&fold->p[k], part);
+    if (covered < 0) {
+        rc = fc_error_set(FC_ENOMEM, "out of memory");
+    } else if (covered) {
+        crc = fold->p[k].parts[0].crc;
+        fc_free(fold->p[k].parts);
+        fold->p[k] = fold->p[--fold->n];
+    }
+    pthread_mutex_unlock(&fc_fold_lock);
+    if (rc == FC_OK && covered)
+        rc = fc_chunk_check_crc(src, e, ref, mismatch, crc);
+    return rc;
+done:
+    pthread_mutex_unlock(&fc_fold_lock);
+    return rc;
+}
+
+/* The CRC-32 of pd's record: its parts folded with what lies between them, read now. */
+static int fc_pending_crc(const struct fc_source *src, const struct fc_crc_pending *pd,
+                          uint32_t *out)
+{
+    const struct fc_file *f = &src->files[pd->ref->file];
+    uint32_t crc = 0;
+    uint64_t pos = 0;
+    for (size_t i = 0; i <= pd->nparts; i++) {
+        const uint64_t end = i < pd->nparts ? pd->parts[i].off : pd->rec_len;
+        if (end > pos) {
+            uint32_t gap;
+            FC_TRY(fc_crc32_file(f, pd->rec_off + pos, end - pos, &gap));
+            crc = fc_crc32_combine(crc, gap, end - pos);
+        }
+        if (i < pd->nparts) {
+            crc = fc_crc32_combine(crc, pd->parts[i].crc, pd->parts[i].len);
+            pos = pd->parts[i].off + pd->parts[i].len;
+        }
+    }
+    *out = crc;
+    return FC_OK;
+}
+
+int fc_source_verify_rest(const struct fc_source *src)
+{
+    if (src == NULL || src->fold == NULL)
+        return FC_OK;
+    struct fc_crc_fold *fold = src->fold;
+    pthread_mutex_lock(&fc_fold_lock);
+    struct fc_crc_pending *p = fold->p;
+    const size_t n = fold->n;
+    fold->p = NULL;
+    fold->n = fold->alloc = 0;
+    pthread_mutex_unlock(&fc_fold_lock);
+    int rc = FC_OK;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t crc = 0;
+        if (rc == FC_OK)
+            rc = fc_pending_crc(src, &p[i], &crc);
+        if (rc == FC_OK)
+            rc = fc_chunk_check_crc(src, p[i].e, p[i].ref, p[i].mismatch, crc);
+        fc_free(p[i].parts);
+    }
+    fc_free(p);
+    return rc;
+}
+
 void fc_box_scatter(unsigned char *dst, const int64_t *dshape, const int64_t *doff,
                     const unsigned char *srcbuf, const int64_t *size, int ndim, size_t esz)
 {
@@ -188,23 +397,30 @@ int fc_chunks_read_box(const struct fc_source *src, const struct fc_entry *e,
         char what[512];
         snprintf(what, sizeof(what), "%s: '%s' chunk %zu", src->path, e->key, c);
         /*
-         * CRC-32 on the first read of each chunk: over the bytes just read when
-         * that read is the whole record, else over the record read once more.
+         * CRC-32 (until the chunk is checked) over the bytes as they are read: a part
+         * that is one run of the record is folded into the chunk's check
+         * (fc_crc_fold_add()); any other part has the whole record read once more.
          */
         struct fc_tensor_desc desc;
         fc_chunk_desc(e, &boxes[c], ref, &desc);
         const int check =
             ref->has_crc && !src->no_verify && !__atomic_load_n(&ref->verified, __ATOMIC_ACQUIRE);
-        int whole = check && ref->layout == NULL;
-        for (int d = 0; whole && d < ndim; d++)
-            whole = lo[d] == 0 && len[d] == desc.shape[d];
-        if (check && !whole) {
+        int64_t numel = 0, run = 0;
+        (void)fc_shape_numel(desc.shape, desc.ndim, &numel);
+        const uint64_t rec_off = ref->layout != NULL ? ref->layout->rec_off : ref->base;
+        const uint64_t rec_len = ref->layout != NULL ? ref->layout->rec_len : (uint64_t)numel * esz;
+        struct fc_crc_part part = {0, (uint64_t)n * esz, 0};
+        int fold = check && fc_box_inner(&desc, len, &run) == 0;
+        if (fold) {
+            int64_t first = desc.storage_offset;
+            for (int d = 0; d < ndim; d++)
+                first += lo[d] * desc.stride[d];
+            const uint64_t at = ref->base + (uint64_t)first * esz;
+            fold = at >= rec_off && at - rec_off <= rec_len && part.len <= rec_len - (at - rec_off);
+            part.off = at - rec_off;
+        }
+        if (check && !fold) {
             uint32_t crc = 0;
-            int64_t numel = 0;
-            (void)fc_shape_numel(desc.shape, desc.ndim, &numel);
-            const uint64_t rec_off = ref->layout != NULL ? ref->layout->rec_off : ref->base;
-            const uint64_t rec_len =
-                ref->layout != NULL ? ref->layout->rec_len : (uint64_t)numel * esz;
             rc = fc_crc32_file(&src->files[ref->file], rec_off, rec_len, &crc);
             if (rc == FC_OK)
                 rc = fc_chunk_check_crc(src, e, ref, mismatch, crc);
@@ -222,21 +438,42 @@ int fc_chunks_read_box(const struct fc_source *src, const struct fc_entry *e,
                 row *= (size_t)size[d];
             unsigned char *at = (unsigned char *)dst + (ndim > 0 ? (size_t)doff[0] * row : 0);
             rc = fc_read_strided_box(&src->files[ref->file], ref->base, &desc, lo, len, at, what);
-            if (rc == FC_OK && whole)
-                rc = fc_chunk_check_crc(src, e, ref, mismatch, fc_crc32(0, at, (size_t)n * esz));
+            if (rc == FC_OK && fold) {
+                part.crc = fc_crc32(0, at, (size_t)part.len);
+                rc = fc_crc_fold_add(src, e, ref, mismatch, rec_off, rec_len, &part);
+            }
             covered += n;
             continue;
         }
-        unsigned char *tmp = fc_malloc((size_t)n * esz);
+        /* Else through a scatter buffer, in pieces of whole overlap rows: the caller's
+         * slab is the memory budget, so this buffer stays small whatever the chunk. */
+        size_t row = esz;
+        for (int d = 1; d < ndim; d++)
+            row *= (size_t)len[d];
+        int64_t step = (int64_t)(FC_SOURCE_PIECE_CAP / row);
+        step = step < 1 ? 1 : step < len[0] ? step : len[0];
+        unsigned char *tmp = fc_malloc((size_t)step * row);
         if (tmp == NULL) {
             rc = fc_error_set(FC_ENOMEM, "out of memory reading '%s'", e->key);
             break;
         }
-        rc = fc_read_strided_box(&src->files[ref->file], ref->base, &desc, lo, len, tmp, what);
-        if (rc == FC_OK)
-            fc_box_scatter(dst, size, doff, tmp, len, ndim, esz);
-        if (rc == FC_OK && whole)
-            rc = fc_chunk_check_crc(src, e, ref, mismatch, fc_crc32(0, tmp, (size_t)n * esz));
+        for (int64_t r = 0; rc == FC_OK && r < len[0]; r += step) {
+            int64_t plo[FC_MAX_DIMS], plen[FC_MAX_DIMS], pdoff[FC_MAX_DIMS];
+            memcpy(plo, lo, sizeof(plo));
+            memcpy(plen, len, sizeof(plen));
+            memcpy(pdoff, doff, sizeof(pdoff));
+            plo[0] += r;
+            pdoff[0] += r;
+            plen[0] = len[0] - r < step ? len[0] - r : step;
+            rc =
+                fc_read_strided_box(&src->files[ref->file], ref->base, &desc, plo, plen, tmp, what);
+            if (rc == FC_OK)
+                fc_box_scatter(dst, size, pdoff, tmp, plen, ndim, esz);
+            if (rc == FC_OK && fold) /* one run of the record: its pieces follow in order */
+                part.crc = fc_crc32(part.crc, tmp, (size_t)plen[0] * row);
+        }
+        if (rc == FC_OK && fold)
+            rc = fc_crc_fold_add(src, e, ref, mismatch, rec_off, rec_len, &part);
         fc_free(tmp);
         covered += n;
     }

@@ -34,6 +34,7 @@ void fc_source_free(struct fc_source *src)
         fc_file_close(&src->files[i]);
     fc_free(src->files);
     fc_strmap_release(&src->key_index);
+    fc_crc_fold_free(src->fold);
     if (src->backend != NULL)
         src->backend->free(src->impl);
     fc_free((void *)(uintptr_t)src->path);
@@ -45,13 +46,16 @@ int fc_source_new(struct fc_source **out, const char *path, const struct fc_sour
 {
     struct fc_source *src = fc_calloc(1, sizeof(*src));
     char *p = fc_strdup(path);
-    if (src == NULL || impl == NULL || p == NULL) {
+    struct fc_crc_fold *fold = fc_crc_fold_new();
+    if (src == NULL || impl == NULL || p == NULL || fold == NULL) {
         fc_free(src);
+        fc_crc_fold_free(fold);
         b->free(impl);
         fc_free(p);
         return fc_error_set(FC_ENOMEM, "%s: out of memory", path);
     }
     src->path = p;
+    src->fold = fold;
     src->format = b->name;
     src->backend = b;
     src->impl = impl;

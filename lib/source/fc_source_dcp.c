@@ -561,15 +561,18 @@ int fc_source_open_dcp_meta(struct fc_source **out, const char *dir, struct fc_d
     struct fc_source *src = fc_calloc(1, sizeof(*src));
     struct fc_dcp_source_impl *impl = fc_calloc(1, sizeof(*impl));
     char *mpath = fc_strdup(dir);
+    struct fc_crc_fold *fold = fc_crc_fold_new();
     int rc = FC_OK;
     *out = NULL;
-    if (src == NULL || impl == NULL || mpath == NULL) {
+    if (src == NULL || impl == NULL || mpath == NULL || fold == NULL) {
         fc_free(src);
         fc_free(impl);
         fc_free(mpath);
+        fc_crc_fold_free(fold);
         return fc_error_set(FC_ENOMEM, "out of memory");
     }
     src->impl = impl;
+    src->fold = fold;
     src->backend = &fc_source_dcp_backend;
     src->format = fc_source_dcp_backend.name;
     src->no_verify = (flags & FC_SOURCE_NO_VERIFY) != 0;

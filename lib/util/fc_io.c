@@ -4,6 +4,7 @@
  * and plans, atomic small writes, and the staged output (unguessable names,
  * O_EXCL|O_NOFOLLOW, fsync, rename) that --force never loses both of.
  */
+#define _GNU_SOURCE /* O_DIRECT */
 #include "fc_io.h"
 
 #include <assert.h>
@@ -23,6 +24,7 @@
 #include <unistd.h>
 
 #include "fc_alloc.h"
+#include "fc_dio_internal.h"
 #include "fc_error.h"
 
 /* What a non-regular file is, for the message that refuses it. */
@@ -49,6 +51,8 @@ static const char *fc_file_type_name(mode_t mode)
  */
 struct fc_fd_slot {
     int fd;         /* -1 while the pool has closed it */
+    int dfd;        /* O_DIRECT twin of fd, opened on the first direct read; -1 none, -2 refused */
+    int dfd_off;    /* a direct read was refused (alignment): read buffered from now on */
     unsigned users; /* preads in flight on fd */
     dev_t dev;      /* identity at first open: a reopen must find the same file */
     ino_t ino;      /* (inode numbers are reused: the change time tells a new file) */
@@ -108,6 +112,16 @@ static void fc_pool_push_front(struct fc_fd_slot *s)
     fc_pool_head = s;
 }
 
+/* Close a slot's O_DIRECT descriptor (pool lock held); a refusal is remembered. */
+static void fc_slot_close_direct(struct fc_fd_slot *s)
+{
+    if (s->dfd >= 0) {
+        close(s->dfd);
+        s->dfd = -1;
+        fc_pool_nopen--;
+    }
+}
+
 /* Close the least recently used idle descriptor; 0 when every open one is being read. */
 static int fc_pool_evict(void)
 {
@@ -117,6 +131,7 @@ static int fc_pool_evict(void)
             close(s->fd);
             s->fd = -1;
             fc_pool_nopen--;
+            fc_slot_close_direct(s);
             return 1;
         }
     }
@@ -178,6 +193,49 @@ done:
     return rc;
 }
 
+/*
+ * The O_DIRECT descriptor of f (opened beside the one fc_file_acquire() gave,
+ * checked to be the same file), or -1: not pooled, or refused by the
+ * filesystem (counted once per file).  Pool lock not held; f acquired.
+ */
+static int fc_file_direct_fd(const struct fc_file *f)
+{
+    struct fc_fd_slot *s = f->slot;
+    int dfd = -1;
+    if (s == NULL)
+        return -1;
+    pthread_mutex_lock(&fc_pool_lock);
+    if (s->dfd == -1) {
+        while (fc_pool_nopen >= fc_pool_limit() && fc_pool_evict())
+            ;
+        const int fd = open(f->path, O_RDONLY | O_DIRECT | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+        struct stat st;
+        if (fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == s->dev && st.st_ino == s->ino) {
+            s->dfd = fd;
+            fc_pool_nopen++;
+        } else {
+            if (fd >= 0)
+                close(fd);
+            else
+                fc_dio_count_refused();
+            s->dfd = -2;
+        }
+    }
+    dfd = s->dfd_off ? -1 : s->dfd;
+    pthread_mutex_unlock(&fc_pool_lock);
+    return dfd;
+}
+
+/* A direct read of f was refused: its later reads go buffered (dfd stays open for readers). */
+static void fc_file_direct_off(const struct fc_file *f)
+{
+    pthread_mutex_lock(&fc_pool_lock);
+    if (!f->slot->dfd_off)
+        fc_dio_count_refused();
+    f->slot->dfd_off = 1;
+    pthread_mutex_unlock(&fc_pool_lock);
+}
+
 static void fc_file_release(const struct fc_file *f)
 {
     if (f->slot == NULL)
@@ -194,7 +252,7 @@ int fc_file_open_read(struct fc_file *f, const char *path)
     f->path = fc_strdup(path);
     f->slot = fc_calloc(1, sizeof(*f->slot));
     if (f->slot != NULL)
-        f->slot->fd = -1; /* not open: a failed open must not close descriptor 0 */
+        f->slot->fd = f->slot->dfd = -1; /* not open: a failed open must not close fd 0 */
     if (f->path == NULL || f->slot == NULL) {
         fc_file_close(f);
         return fc_error_set(FC_ENOMEM, "%s: out of memory", path);
@@ -237,6 +295,7 @@ void fc_file_close(struct fc_file *f)
             close(s->fd);
             fc_pool_nopen--;
         }
+        fc_slot_close_direct(s);
         pthread_mutex_unlock(&fc_pool_lock);
         fc_free(s);
         f->slot = NULL;
@@ -260,6 +319,19 @@ int fc_file_pread(const struct fc_file *f, void *dst, size_t n, uint64_t off)
                             " but the file has %" PRIu64,
                             f->path, off, off + (uint64_t)n, f->size);
     FC_TRY(fc_file_acquire(f, &fd));
+    if (n > 0 && fc_dio_wanted(n)) {
+        const int dfd = fc_file_direct_fd(f);
+        int refused = 1;
+        if (dfd >= 0)
+            rc = fc_dio_pread(dfd, p, n, off, f->path, &refused);
+        if (rc < 0 || !refused) {
+            fc_file_release(f);
+            return rc;
+        }
+        if (dfd >= 0)
+            fc_file_direct_off(f);
+    }
+    fc_dio_count(0, 0, n);
     while (n > 0) {
         /* Linux caps one read at ~2 GiB; ask for at most 1 GiB per call. */
         const size_t want = n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n;
@@ -318,6 +390,7 @@ void fc_file_advise_sequential(const struct fc_file *f, uint64_t off, uint64_t n
 int fc_pwrite_full(int fd, const void *p, size_t n, uint64_t off, const char *path)
 {
     const unsigned char *q = p;
+    fc_dio_count(0, 1, n);
     while (n > 0) {
         const size_t want = n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n;
         const ssize_t put = pwrite(fd, q, want, (off_t)off);

@@ -78,6 +78,69 @@ int fc_file_each_line(const char *path, size_t cap, fc_line_fn fn, void *ctx);
 /* Hint sequential access for [off, off+n) (posix_fadvise); never fails. */
 void fc_file_advise_sequential(const struct fc_file *f, uint64_t off, uint64_t n);
 
+/*
+ * Direct I/O (--io) for the bulk data of conversions: O_DIRECT requests of
+ * FC_DIO_ALIGN-aligned ranges through aligned buffers, bypassing the page
+ * cache whose copies cost more CPU than the rest of a conversion.
+ *   FC_IO_BUFFERED  never
+ *   FC_IO_DIRECT    every data read (fc_file_pread) and every write through an
+ *                   fc_dio_writer
+ *   FC_IO_AUTO      the same for requests of at least FC_DIO_AUTO_MIN bytes;
+ *                   smaller ones (headers, tiny tensors) stay buffered.  A
+ *                   cached input is then read from disk again: at 8 GiB from a
+ *                   cold cache, buffered reads cost 1.6 s of system time per
+ *                   GB and 1.3x the wall (tests/bench/bench_io.sh)
+ * Where the filesystem refuses O_DIRECT (tmpfs, some network filesystems) the
+ * same bytes go buffered, silently; fc_io_stats() tells which path ran.
+ */
+enum fc_io_mode { FC_IO_AUTO, FC_IO_BUFFERED, FC_IO_DIRECT };
+#define FC_DIO_ALIGN    ((size_t)4096)
+#define FC_DIO_AUTO_MIN ((size_t)256 << 10)
+void fc_io_set_mode(enum fc_io_mode mode);
+enum fc_io_mode fc_io_get_mode(void);
+/* Bytes moved each way so far in this process, and files whose filesystem refused O_DIRECT. */
+struct fc_io_stats {
+    uint64_t direct_read, buffered_read, direct_written, buffered_written;
+    uint64_t refused;
+};
+void fc_io_stats(struct fc_io_stats *out);
+
+/*
+ * fc_dio_writer - the writes of one run of consecutive bytes of an output
+ * file (an item, a payload): copied into an aligned buffer of cap bytes and
+ * written FC_DIO_ALIGN-aligned blocks at a time through an O_DIRECT
+ * descriptor of the file; the partial blocks at either end of the run (shared
+ * with the bytes around it, which other writers may own) go through the
+ * buffered descriptor.  Direct and buffered writes never touch the same page.
+ *   fc_dio_open()   an O_DIRECT descriptor of the file open as fd at path
+ *                   (same inode), or -1 (mode buffered, or refused: counted)
+ *   fc_dio_put()    append n bytes to the run at file offset pos: a new run
+ *                   begins when pos or the file differs from the last put's end
+ *   fc_dio_flush()  write what the run holds; call before fsync and close
+ *   fc_dio_release() frees the buffer (flush first)
+ * FC_EIO naming the path, FC_ENOMEM.
+ */
+struct fc_dio_writer {
+    unsigned char *buf;
+    size_t cap, len; /* buf holds the file's bytes [base, base + len) */
+    uint64_t base;   /* aligned */
+    uint64_t start;  /* the run's first byte (>= base while it is in buf) */
+    int fd, dfd;     /* the run's file: buffered and O_DIRECT descriptors */
+    const char *path;
+};
+#define FC_DIO_WRITER_INIT                                                                         \
+    {                                                                                              \
+        NULL, 0, 0, 0, 0, -1, -1, NULL                                                             \
+    }
+int fc_dio_open(int fd, const char *path);
+/* The direct-I/O buffers a thread may hold (a writer's, a read's bounce), 0 when buffered:
+ * callers take them out of their --max-memory budget. */
+uint64_t fc_dio_thread_bytes(void);
+int fc_dio_put(struct fc_dio_writer *w, int fd, int dfd, const char *path, uint64_t pos,
+               const void *p, size_t n);
+int fc_dio_flush(struct fc_dio_writer *w);
+void fc_dio_release(struct fc_dio_writer *w);
+
 /* Write exactly n bytes at off; FC_EIO naming path (ENOSPC, EFBIG, ...). */
 int fc_pwrite_full(int fd, const void *p, size_t n, uint64_t off, const char *path);
 

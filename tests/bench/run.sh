@@ -12,6 +12,7 @@
 #        BENCH_WORKERS_GB  the independent workers' model (default 4, 0 skips; bench_workers.py)
 #        BENCH_TRAIN_RANKS, BENCH_TRAIN_ROUNDS  the training-start headline (default 1,4 and 3;
 #                    BENCH_TRAIN_RANKS=0 skips it): bench_train_start.py
+#        BENCH_IO_GB  size of the direct-I/O benchmark's model (default 8, 0 skips; bench_io.sh)
 # Needs about 6 x BENCH_GB GiB free in BENCH_DIR and 3 x BENCH_GB GiB of RAM. Drops the page
 # cache before every measured run when it can (root); otherwise measures warm (see measure.py).
 # Writes BENCH_DIR/results.jsonl (raw figures) and prints BENCH_DIR/summary.md (tables).
@@ -102,4 +103,8 @@ echo
 # GiB model against cp + fsync, with each worker's read bytes; BENCH_WORKERS_GB=0 skips it.
 [ "${BENCH_WORKERS_GB:-4}" = 0 ] ||
     "$py" "$here/bench_workers.py" "$bin" --gb "${BENCH_WORKERS_GB:-4}" --dir "$dir/workers"
+echo
+# Direct I/O against cp + fsync and a direct-I/O dd copy, on a BENCH_IO_GB (default 8) GiB model
+# of its own (issue 25); BENCH_IO_GB=0 skips it.
+[ "${BENCH_IO_GB:-8}" = 0 ] || sh "$here/bench_io.sh" "$bin" "$py" "$dir"
 echo "bench: done in $(( $(date +%s) - start )) s"

@@ -2,7 +2,8 @@
  * test_io.c - output creation and staging (lib/util/fc_io.c): nothing planted at
  * an output's name is followed, staging names cannot be guessed, and a
  * --force commit settles (new output in place, old one gone) even when the
- * final directory fsync fails; and error messages stay one printable line.
+ * final directory fsync fails; error messages stay one printable line; and
+ * direct I/O (fc_dio.c) writes and reads the same bytes as buffered I/O.
  */
 #include "fc_test.h"
 
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include "fc_alloc.h"
+#include "fc_io.h"
 
 static char *g_dir;
 static char g_victim[4096];
@@ -197,6 +199,95 @@ static void test_error_message_is_one_line(void **state)
     assert_int_equal(fc_utf8_invalid_at((const unsigned char *)"\xc3", 1, 0), 0);
 }
 
+/* A pseudo-random byte string (xorshift), the same for a seed. */
+static void fill_bytes(unsigned char *b, size_t n, uint32_t seed)
+{
+    for (size_t i = 0; i < n; i++) {
+        seed ^= seed << 13;
+        seed ^= seed >> 17;
+        seed ^= seed << 5;
+        b[i] = (unsigned char)seed;
+    }
+}
+
+/*
+ * Runs of an output file written through two fc_dio_writers (two workers) in a
+ * scrambled order, each in puts of odd sizes: runs shorter than a block, runs
+ * that start and end mid-block next to each other, runs over several buffers.
+ * The file must hold exactly the bytes, and fc_file_pread() must read any range
+ * back, in every --io mode.
+ */
+static void test_direct_io_writes_and_reads_the_same_bytes(void **state)
+{
+    (void)state;
+    const size_t total = ((size_t)19 << 20) + 12345;
+    unsigned char *want = fc_malloc(total), *got = fc_malloc(total);
+    assert_non_null(want);
+    assert_non_null(got);
+    fill_bytes(want, total, 7);
+    /* Run boundaries: small and large, mostly unaligned. */
+    static const size_t cuts[] = {0,       1,        100,      4095,     4096,     4097,
+                                  9000,    12288,    70000,    300001,   (size_t)9 << 20,
+                                  9437187, 9437190,  (size_t)18 << 20,   19932160};
+    const size_t ncuts = sizeof(cuts) / sizeof(cuts[0]);
+    static const int order[] = {7, 0, 12, 3, 9, 1, 14, 5, 11, 2, 8, 13, 4, 10, 6};
+    static const enum fc_io_mode modes[] = {FC_IO_DIRECT, FC_IO_AUTO, FC_IO_BUFFERED};
+    for (size_t m = 0; m < 3; m++) {
+        fc_io_set_mode(modes[m]);
+        char path[64];
+        snprintf(path, sizeof(path), "dio_%zu.bin", m);
+        int fd;
+        assert_fc_ok(fc_file_create(path, &fd));
+        const int dfd = fc_dio_open(fd, path);
+        assert_true(modes[m] != FC_IO_BUFFERED || dfd == -1);
+        struct fc_dio_writer w[2] = {FC_DIO_WRITER_INIT, FC_DIO_WRITER_INIT};
+        for (size_t k = 0; k < ncuts; k++) {
+            const size_t r = (size_t)order[k];
+            const size_t from = cuts[r], to = r + 1 < ncuts ? cuts[r + 1] : total;
+            struct fc_dio_writer *wk = &w[k % 2];
+            for (size_t at = from, step = 1; at < to; step = step * 7 + 3) {
+                const size_t n = step % ((size_t)3 << 20) + 1 < to - at
+                                     ? step % ((size_t)3 << 20) + 1
+                                     : to - at;
+                if (dfd >= 0)
+                    assert_fc_ok(fc_dio_put(wk, fd, dfd, path, at, want + at, n));
+                else
+                    assert_fc_ok(fc_pwrite_full(fd, want + at, n, at, path));
+                at += n;
+            }
+        }
+        assert_fc_ok(fc_dio_flush(&w[0]));
+        assert_fc_ok(fc_dio_flush(&w[1]));
+        fc_dio_release(&w[0]);
+        fc_dio_release(&w[1]);
+        if (dfd >= 0)
+            close(dfd);
+        assert_int_equal(fsync(fd), 0);
+        assert_int_equal(close(fd), 0);
+        struct fc_file f = FC_FILE_INIT;
+        assert_fc_ok(fc_file_open_read(&f, path));
+        assert_int_equal(f.size, total);
+        memset(got, 0, total);
+        assert_fc_ok(fc_file_pread(&f, got, total, 0));
+        assert_memory_equal(got, want, total);
+        /* Unaligned ranges, up to the last byte; past it is "truncated". */
+        static const size_t offs[] = {0, 1, 4095, 4096, 5000, (size_t)8 << 20, 19932161};
+        for (size_t i = 0; i < sizeof(offs) / sizeof(offs[0]); i++) {
+            const size_t off = offs[i], n = total - off < 300000 ? total - off : 300000;
+            memset(got, 0, n);
+            assert_fc_ok(fc_file_pread(&f, got, n, off));
+            assert_memory_equal(got, want + off, n);
+            assert_fc_ok(fc_file_pread(&f, got, total - off, off));
+            assert_memory_equal(got, want + off, total - off);
+        }
+        assert_int_equal(fc_file_pread(&f, got, 2, total - 1), FC_ECORRUPT);
+        fc_file_close(&f);
+    }
+    fc_io_set_mode(FC_IO_AUTO);
+    fc_free(want);
+    fc_free(got);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -206,6 +297,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stage_names_cannot_be_planted, setup, teardown),
         cmocka_unit_test_setup_teardown(test_force_settles_when_dir_fsync_fails, setup, teardown),
         cmocka_unit_test(test_error_message_is_one_line),
+        cmocka_unit_test_setup_teardown(test_direct_io_writes_and_reads_the_same_bytes, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

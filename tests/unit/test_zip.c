@@ -726,6 +726,29 @@ static void test_zip_rejects_files_that_are_not_zip(void **state)
     expect_open_fails((const unsigned char *)text, 3, FC_EFORMAT, "not a ZIP archive");
 }
 
+/* The combined CRC of two parts is the CRC of their concatenation, for every split. */
+static void test_crc32_combine_matches_the_whole(void **state)
+{
+    (void)state;
+    unsigned char buf[3000];
+    uint32_t x = 12345;
+    for (size_t i = 0; i < sizeof(buf); i++) {
+        x = x * 1103515245u + 12345u;
+        buf[i] = (unsigned char)(x >> 16);
+    }
+    const uint32_t whole = fc_crc32(0, buf, sizeof(buf));
+    for (size_t cut = 0; cut <= sizeof(buf); cut += cut < 70 ? 1 : 97) {
+        const uint32_t a = fc_crc32(0, buf, cut), b = fc_crc32(0, buf + cut, sizeof(buf) - cut);
+        assert_int_equal(fc_crc32_combine(a, b, sizeof(buf) - cut), whole);
+    }
+    /* Three parts, folded either way round (lengths past 4 GiB exercise every bit). */
+    const uint32_t a = 0xdeadbeefu, b = 0x01234567u, c = 0x89abcdefu;
+    const uint64_t lb = ((uint64_t)5 << 32) + 7, lc = ((uint64_t)3 << 33) + 11;
+    assert_int_equal(fc_crc32_combine(fc_crc32_combine(a, b, lb), c, lc),
+                     fc_crc32_combine(a, fc_crc32_combine(b, c, lc), lb + lc));
+    assert_int_equal(fc_crc32_combine(a, 0, 0), a);
+}
+
 static void test_zip_verify_crc_detects_a_changed_payload(void **state)
 {
     (void)state;
@@ -874,6 +897,7 @@ static int teardown(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_crc32_combine_matches_the_whole),
         cmocka_unit_test(test_zip_reads_a_real_torch_archive),
         cmocka_unit_test(test_zip_reads_a_zero_length_record),
         cmocka_unit_test(test_zip_writer_reproduces_torch_bytes_exactly),
