@@ -177,4 +177,15 @@ int fc_chunks_read_box(const struct fc_source *src, const struct fc_entry *e,
                        const struct fc_chunk_index *index, fc_crc_mismatch_fn mismatch,
                        const int64_t *off, const int64_t *size, void *dst);
 
+/*
+ * fc_chunks_index_tiled() - for the per-rank backends (sharded safetensors,
+ * torch_checkpointing): prove that boxes[0..n) tile entry e
+ * (fc_chunks_check_tiling()) and index them into *index.  Opened with
+ * FC_SOURCE_UNTILED_OK, boxes that do not tile set *untiled and no index,
+ * and FC_OK: inspect reports the tiling itself, and reads of e then fail.
+ */
+int fc_chunks_index_tiled(const struct fc_source *src, const struct fc_entry *e, int ndim,
+                          const struct fc_box *boxes, size_t n, unsigned flags,
+                          struct fc_chunk_index **index, int *untiled);
+
 #endif

@@ -485,3 +485,17 @@ int fc_chunks_read_box(const struct fc_source *src, const struct fc_entry *e,
     (void)covered; /* NDEBUG builds (the wheel's) keep the count without the check */
     return FC_OK;
 }
+
+int fc_chunks_index_tiled(const struct fc_source *src, const struct fc_entry *e, int ndim,
+                          const struct fc_box *boxes, size_t n, unsigned flags,
+                          struct fc_chunk_index **index, int *untiled)
+{
+    const int rc = fc_chunks_check_tiling(ndim, e->t.shape, boxes, n, src->path, e->key);
+    if (rc == FC_ECORRUPT && (flags & FC_SOURCE_UNTILED_OK)) {
+        fc_error_clear();
+        *untiled = 1;
+        return FC_OK;
+    }
+    FC_TRY(rc);
+    return fc_chunk_index_new(index, ndim, boxes, n);
+}

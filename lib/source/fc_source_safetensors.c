@@ -252,17 +252,7 @@ static int fc_st_chunks_finish(const struct fc_source *src, struct fc_st_chunks 
     c->n = k;
     refs = NULL;
     boxes = NULL;
-    rc = fc_chunks_check_tiling(ndim, e->t.shape, c->boxes, c->n, src->path, e->key);
-    if (rc == FC_ECORRUPT && (flags & FC_SOURCE_UNTILED_OK)) {
-        /* The caller (inspect) reports the tiling itself; reads of this tensor fail. */
-        fc_error_clear();
-        c->untiled = 1;
-        rc = FC_OK;
-        goto done;
-    }
-    if (rc < 0)
-        goto done;
-    rc = fc_chunk_index_new(&c->index, ndim, c->boxes, c->n);
+    rc = fc_chunks_index_tiled(src, e, ndim, c->boxes, c->n, flags, &c->index, &c->untiled);
 done:
     fc_free(order);
     fc_free(refs);

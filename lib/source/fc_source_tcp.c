@@ -357,16 +357,7 @@ static int tcp_path_chunks(struct fc_source *src, const char *dir, struct tcp_fi
         k++;
     }
     c->n = k;
-    rc = fc_chunks_check_tiling(nd, e->t.shape, c->boxes, c->n, src->path, e->key);
-    if (rc == FC_ECORRUPT && (flags & FC_SOURCE_UNTILED_OK)) {
-        fc_error_clear();
-        c->untiled = 1;
-        rc = FC_OK;
-        goto done;
-    }
-    if (rc < 0)
-        goto done;
-    rc = fc_chunk_index_new(&c->index, nd, c->boxes, c->n);
+    rc = fc_chunks_index_tiled(src, e, nd, c->boxes, c->n, flags, &c->index, &c->untiled);
 done:
     fc_free(first);
     return rc;
