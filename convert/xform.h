@@ -250,7 +250,7 @@ int fc_step_split(struct fc_pipe *p, const struct fc_rule *rule);
 int fc_step_unstack(struct fc_pipe *p, const struct fc_rule *rule);
 void fc_layout_args_free(struct fc_layout_args *a); /* accepts NULL */
 
-/* The label of the first layout rule of r, or NULL (optimizer state does not follow them yet). */
+/* The label of the first layout rule of r, or NULL. */
 const char *fc_xform_layout_rule(const struct fc_xform_rules *r);
 
 /* The checkpoint layouts of --layout (input-formats.md C.5). */
