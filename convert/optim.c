@@ -804,9 +804,11 @@ static int fc_optim_state_lists(struct fc_optim *o)
 /* The state of parameter spec p (and of its copies), built like p from its leaves' state. */
 static int fc_param_state(struct fc_optim *o, long p)
 {
-    const struct fc_xspec *ps = &o->xr->specs[p];
+    /* Not a pointer to the spec: the state specs pushed below move the specs. */
+    const struct fc_source *psrc = o->xr->specs[p].src;
+    const size_t pentry = o->xr->specs[p].entry;
     struct fc_leaf_walk w = {p, -1, NULL, 0};
-    FC_TRY(fc_walk_leaves(o, ps->src, ps->entry, fc_leaf_check, &w));
+    FC_TRY(fc_walk_leaves(o, psrc, pentry, fc_leaf_check, &w));
     o->slot_of_spec[p] = w.slot0;
     for (long i = o->first_state[w.slot0]; i >= 0; i = o->next_state[i]) {
         const struct fc_entry *e = o->state[i];
@@ -816,8 +818,8 @@ static int fc_param_state(struct fc_optim *o, long p)
         w.like = e;
         w.like_k = k;
         /* Scalars (step) are the first leaf's; tensors are built as the parameter is. */
-        if (ps->src == o->xr->virt && e->kind == FC_ENTRY_TENSOR && e->t.ndim > 0) {
-            FC_TRY(fc_state_virtual(o, ps->entry, &w, &tentry));
+        if (psrc == o->xr->virt && e->kind == FC_ENTRY_TENSOR && e->t.ndim > 0) {
+            FC_TRY(fc_state_virtual(o, pentry, &w, &tentry));
             tsrc = o->xr->virt;
         }
         FC_TRY(fc_state_spec(o, e, k, p, tsrc, tentry));
