@@ -73,7 +73,7 @@ struct fc_optim {
     /* With layout rules only (o->layout_rule set); param_of_slot then gives a leaf. */
     const char *layout_rule; /* the first one's label */
     struct fc_leaf *leaves;  /* sorted by (srci, entry) */
-    size_t nleaves;
+    size_t nleaves, leaves_cap;
     const struct fc_source **srcs; /* the leaves' sources, in the order first seen */
     size_t nsrcs;
     long *slot_of_spec;     /* per model spec: its first leaf's slot, or -1 (no parameter) */
@@ -600,11 +600,15 @@ static int fc_leaf_push(struct fc_optim *o, const struct fc_source *src, size_t 
         o->srcs = v;
         v[o->nsrcs++] = src;
     }
-    struct fc_leaf *l = fc_reallocarray(o->leaves, o->nleaves + 1, sizeof(*l));
-    if (l == NULL)
-        return fc_error_set(FC_ENOMEM, "out of memory");
-    o->leaves = l;
-    l[o->nleaves++] = (struct fc_leaf){si, entry, -1};
+    if (o->nleaves == o->leaves_cap) { /* geometric: MoE models have 1e4-1e5 leaves */
+        const size_t cap = o->leaves_cap < 64 ? 64 : o->leaves_cap * 2;
+        struct fc_leaf *l = fc_reallocarray(o->leaves, cap, sizeof(*l));
+        if (l == NULL)
+            return fc_error_set(FC_ENOMEM, "out of memory");
+        o->leaves = l;
+        o->leaves_cap = cap;
+    }
+    o->leaves[o->nleaves++] = (struct fc_leaf){si, entry, -1};
     return FC_OK;
 }
 
