@@ -6,8 +6,17 @@
  * state entries; map every parameter id (or FQN) to a model spec; make the
  * state specs (copies of a parameter get copies of its state); write
  * param_groups the way the layout wants them.
+ *
+ * After --stack, --concat, --split or --unstack one model spec is built of
+ * several input tensors, or one input tensor goes into several specs.  The
+ * saved optimizer knows the input tensors (the leaves): its ids index them in
+ * the input's order.  A parameter spec built by those rules reads a virtual
+ * tensor; its state reads another one with the same parts, each taken from
+ * its leaf's state instead (no copy, cut and streamed as the parameter is).
+ * Scalar state (step) is the first leaf's, as a copy's is its parameter's.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fc_alloc.h"
@@ -61,6 +70,24 @@ struct fc_optim {
     long first_unclaimed; /* its model spec, or -1 */
     long *next_copy;      /* per model spec: the next --copy of the same parameter, or -1 */
     long *first_copy;
+    /* With layout rules only (o->layout_rule set); param_of_slot then gives a leaf. */
+    const char *layout_rule; /* the first one's label */
+    struct fc_leaf *leaves;  /* sorted by (srci, entry) */
+    size_t nleaves, leaves_cap;
+    const struct fc_source **srcs; /* the leaves' sources, in the order first seen */
+    size_t nsrcs;
+    long *slot_of_spec;     /* per model spec: its first leaf's slot, or -1 (no parameter) */
+    long *first_state;      /* per slot: its first state entry (index into state), or -1 */
+    long *next_state;       /* per state entry: the next of the same slot, or -1 */
+    size_t *nstate_of_slot; /* per slot */
+    size_t *group_of_slot;
+};
+
+/* One tensor of the model's inputs that a parameter spec is built of. */
+struct fc_leaf {
+    size_t srci; /* index into fc_optim.srcs */
+    size_t entry;
+    long slot; /* the optimizer's slot for it, or -1 */
 };
 
 /* Append a spec with key and path (texts copied); its index in *out. */
@@ -280,22 +307,32 @@ static int fc_optim_collect(struct fc_optim *o, const char *select)
  * order, less buffers (--replicate), --optim-skip marks, ties and copies
  * (neither is in the optimizer that was saved).
  */
+static int fc_is_param(const struct fc_optim *o, size_t i)
+{
+    const struct fc_xspec *s = &o->xr->specs[i];
+    if (s->kind != FC_ENTRY_TENSOR || s->alias_of >= 0 || s->copy_of >= 0 || s->replicate ||
+        s->optim_skip)
+        return 0;
+    /* Integer and bool tensors are buffers: optimizers only take floating parameters. */
+    const struct fc_dtype_info *info = fc_dtype_info(s->src->entries[s->entry].t.dtype);
+    return info != NULL && info->is_floating;
+}
+
+/* With layout rules the ids index the leaves (already in the input's order). */
 static int fc_param_order(const struct fc_optim *o, long **order, size_t *n)
 {
     *n = 0;
-    *order = fc_calloc(o->nmodel + 1, sizeof(**order));
+    *order = fc_calloc((o->layout_rule ? o->nleaves : o->nmodel) + 1, sizeof(**order));
     if (*order == NULL)
         return fc_error_set(FC_ENOMEM, "out of memory");
-    for (size_t i = 0; i < o->nmodel; i++) {
-        const struct fc_xspec *s = &o->xr->specs[i];
-        if (s->kind != FC_ENTRY_TENSOR || s->alias_of >= 0 || s->copy_of >= 0 || s->replicate ||
-            s->optim_skip)
-            continue;
-        /* Integer and bool tensors are buffers: optimizers only take floating parameters. */
-        const struct fc_dtype_info *info = fc_dtype_info(s->src->entries[s->entry].t.dtype);
-        if (info != NULL && info->is_floating)
-            (*order)[(*n)++] = (long)i;
+    if (o->layout_rule != NULL) {
+        for (; *n < o->nleaves; (*n)++)
+            (*order)[*n] = (long)*n;
+        return FC_OK;
     }
+    for (size_t i = 0; i < o->nmodel; i++)
+        if (fc_is_param(o, i))
+            (*order)[(*n)++] = (long)i;
     return FC_OK;
 }
 
@@ -346,6 +383,13 @@ static int fc_optim_map_ids(struct fc_optim *o)
                 }
                 o->param_of_slot[slot] = order[id->u.i];
                 snprintf(buf, sizeof(buf), "%lld", (long long)id->u.i);
+            } else if (id->kind == FC_PV_STR && o->layout_rule != NULL) {
+                rc = fc_error_set(FC_EINVAL,
+                                  "%s: optimizer state keyed by parameter names ('%s') does not "
+                                  "follow %s yet; save it with optimizer.state_dict() (integer "
+                                  "ids) or convert the model alone",
+                                  o->osrc->path, id->u.str.s, o->layout_rule);
+                goto done;
             } else if (id->kind == FC_PV_STR && int_keyed != 1) {
                 int_keyed = 0;
                 FC_TRY_GOTO(fc_map_fqn(o, &model_keys, id->u.str.s, &o->param_of_slot[slot]), rc,
@@ -421,9 +465,11 @@ static int fc_push_optim_entry(struct fc_optim *o, const char *what, const char 
 
 /*
  * One state entry e of parameter spec p: its key, and p's op list without
- * casts (state keeps its dtype) and with zero fill rows.
+ * casts (state keeps its dtype) and with zero fill rows.  Its data is entry
+ * tentry of tsrc: e itself, or the virtual tensor of a built parameter's state.
  */
-static int fc_state_spec(struct fc_optim *o, const struct fc_entry *e, size_t k, long p)
+static int fc_state_spec(struct fc_optim *o, const struct fc_entry *e, size_t k, long p,
+                         const struct fc_source *tsrc, size_t tentry)
 {
     char tmp[32];
     struct fc_buf name = FC_BUF_INIT(FC_OPTIM_KEY_CAP);
@@ -441,20 +487,21 @@ static int fc_state_spec(struct fc_optim *o, const struct fc_entry *e, size_t k,
     FC_TRY(rc);
     struct fc_xspec *s = &o->xr->specs[si];
     const struct fc_xspec *ps = &o->xr->specs[p];
-    s->src = o->osrc;
-    s->entry = (size_t)(e - o->osrc->entries);
+    s->src = tsrc;
+    s->entry = tentry;
     s->kind = e->kind;
     if (e->kind != FC_ENTRY_TENSOR)
         return FC_OK;
-    s->dtype = e->t.dtype;
-    s->ndim = e->t.ndim;
-    memcpy(s->shape, e->t.shape, sizeof(s->shape));
-    if (e->t.ndim == 0)
+    const struct fc_entry *te = &tsrc->entries[tentry];
+    s->dtype = te->t.dtype;
+    s->ndim = te->t.ndim;
+    memcpy(s->shape, te->t.shape, sizeof(s->shape));
+    if (te->t.ndim == 0)
         return FC_OK;
     /* Same shape as the parameter's source tensor: gets its ops and placement. */
     const struct fc_entry *pe = &ps->src->entries[ps->entry];
-    if (pe->t.ndim != e->t.ndim ||
-        memcmp(pe->t.shape, e->t.shape, sizeof(int64_t) * (size_t)e->t.ndim) != 0)
+    if (pe->t.ndim != te->t.ndim ||
+        memcmp(pe->t.shape, te->t.shape, sizeof(int64_t) * (size_t)te->t.ndim) != 0)
         return fc_error_set(FC_EINVAL,
                             "%s: optimizer state '%s' does not have the shape of parameter '%s' "
                             "(wrong parameter order? mark frozen parameters and float buffers with "
@@ -483,9 +530,319 @@ static int fc_optim_state(struct fc_optim *o)
             return fc_error_set(FC_EINVAL, "%s: optimizer state '%s' belongs to no parameter group",
                                 o->osrc->path, e->key);
         const long p = o->param_of_slot[slot];
-        FC_TRY(fc_state_spec(o, e, k, p));
+        const size_t ei = (size_t)(e - o->osrc->entries);
+        FC_TRY(fc_state_spec(o, e, k, p, o->osrc, ei));
         for (long c = o->first_copy[p]; c >= 0; c = o->next_copy[c])
-            FC_TRY(fc_state_spec(o, e, k, c));
+            FC_TRY(fc_state_spec(o, e, k, c, o->osrc, ei));
+    }
+    return FC_OK;
+}
+
+/* ---- phases 2 and 3 with layout rules: leaves and built state ---- */
+
+/* Called for every leaf (src, entry) of a parameter; nonzero stops the walk. */
+typedef int (*fc_leaf_fn)(struct fc_optim *o, const struct fc_source *src, size_t entry, void *ctx);
+
+/* Call fn for each leaf of entry `entry` of src, in part order (depth first). */
+static int fc_walk_leaves(struct fc_optim *o, const struct fc_source *src, size_t entry,
+                          fc_leaf_fn fn, void *ctx)
+{
+    if (src != o->xr->virt)
+        return fn(o, src, entry, ctx);
+    size_t n;
+    const struct fc_vpart *v = fc_source_virtual_parts(src, entry, &n);
+    for (size_t j = 0; j < n; j++) {
+        const int rc = fc_walk_leaves(o, v[j].src, v[j].entry, fn, ctx);
+        if (rc != FC_OK)
+            return rc;
+    }
+    return FC_OK;
+}
+
+static int fc_cmp_leaf(const void *pa, const void *pb)
+{
+    const struct fc_leaf *a = pa, *b = pb;
+    if (a->srci != b->srci)
+        return a->srci < b->srci ? -1 : 1;
+    return (a->entry > b->entry) - (a->entry < b->entry);
+}
+
+/* The leaf (src, entry), or -1. */
+static long fc_leaf_find(const struct fc_optim *o, const struct fc_source *src, size_t entry)
+{
+    struct fc_leaf key = {0, entry, -1};
+    while (key.srci < o->nsrcs && o->srcs[key.srci] != src)
+        key.srci++;
+    size_t lo = 0, hi = o->nleaves;
+    while (lo < hi) {
+        const size_t mid = lo + (hi - lo) / 2;
+        const int c = fc_cmp_leaf(&o->leaves[mid], &key);
+        if (c == 0)
+            return (long)mid;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return -1;
+}
+
+static int fc_leaf_push(struct fc_optim *o, const struct fc_source *src, size_t entry, void *ctx)
+{
+    (void)ctx;
+    size_t si = 0;
+    while (si < o->nsrcs && o->srcs[si] != src)
+        si++;
+    if (si == o->nsrcs) {
+        const struct fc_source **v = fc_reallocarray(o->srcs, o->nsrcs + 1, sizeof(*v));
+        if (v == NULL)
+            return fc_error_set(FC_ENOMEM, "out of memory");
+        o->srcs = v;
+        v[o->nsrcs++] = src;
+    }
+    if (o->nleaves == o->leaves_cap) { /* geometric: MoE models have 1e4-1e5 leaves */
+        const size_t cap = o->leaves_cap < 64 ? 64 : o->leaves_cap * 2;
+        struct fc_leaf *l = fc_reallocarray(o->leaves, cap, sizeof(*l));
+        if (l == NULL)
+            return fc_error_set(FC_ENOMEM, "out of memory");
+        o->leaves = l;
+        o->leaves_cap = cap;
+    }
+    o->leaves[o->nleaves++] = (struct fc_leaf){si, entry, -1};
+    return FC_OK;
+}
+
+/*
+ * The leaves of every parameter spec, in the input's order (the order of
+ * model.parameters() the ids index), each once: a stack's parts are spread
+ * over the input, a split's outputs share one.
+ */
+static int fc_optim_leaves(struct fc_optim *o)
+{
+    for (size_t i = 0; i < o->nmodel; i++)
+        if (fc_is_param(o, i))
+            FC_TRY(
+                fc_walk_leaves(o, o->xr->specs[i].src, o->xr->specs[i].entry, fc_leaf_push, NULL));
+    if (o->nleaves > 1)
+        qsort(o->leaves, o->nleaves, sizeof(*o->leaves), fc_cmp_leaf);
+    size_t w = 0;
+    for (size_t i = 0; i < o->nleaves; i++)
+        if (w == 0 || o->leaves[i].srci != o->leaves[w - 1].srci ||
+            o->leaves[i].entry != o->leaves[w - 1].entry)
+            o->leaves[w++] = o->leaves[i];
+    o->nleaves = w;
+    return FC_OK;
+}
+
+/* What a walk over one parameter spec's leaves checks and finds. */
+struct fc_leaf_walk {
+    long spec;
+    long slot0;                  /* the first leaf's slot (-1 before it) */
+    const struct fc_entry *like; /* state entry of the first leaf naming which state, or NULL */
+    size_t like_k;
+};
+
+static const char *fc_leaf_key(const struct fc_optim *o, long leaf)
+{
+    return o->srcs[o->leaves[leaf].srci]->entries[o->leaves[leaf].entry].key;
+}
+
+/* Every leaf of one parameter: in the first one's group, with as many state entries. */
+static int fc_leaf_check(struct fc_optim *o, const struct fc_source *src, size_t entry, void *ctx)
+{
+    struct fc_leaf_walk *w = ctx;
+    const long l = fc_leaf_find(o, src, entry);
+    const long slot = l >= 0 ? o->leaves[l].slot : -1;
+    if (slot < 0) /* a repeated id left it out */
+        return fc_error_set(FC_EINVAL, "%s: no parameter id of the optimizer is '%s'",
+                            o->osrc->path, src->entries[entry].key);
+    if (w->slot0 < 0) {
+        w->slot0 = slot;
+        return FC_OK;
+    }
+    const char *key = o->xr->specs[w->spec].key + o->model_prefix;
+    if (o->group_of_slot[slot] != o->group_of_slot[w->slot0])
+        return fc_error_set(FC_EINVAL,
+                            "%s: %s puts '%s' (param_groups[%zu]) and '%s' (param_groups[%zu]) "
+                            "into one parameter '%s'",
+                            o->osrc->path, o->layout_rule, src->entries[entry].key,
+                            o->group_of_slot[slot], fc_leaf_key(o, o->param_of_slot[w->slot0]),
+                            o->group_of_slot[w->slot0], key);
+    if (o->nstate_of_slot[slot] != o->nstate_of_slot[w->slot0])
+        return fc_error_set(FC_EINVAL,
+                            "%s: '%s' has %zu optimizer state entries but '%s' %zu, and %s puts "
+                            "them into one parameter '%s' (did one never get a gradient?)",
+                            o->osrc->path, src->entries[entry].key, o->nstate_of_slot[slot],
+                            fc_leaf_key(o, o->param_of_slot[w->slot0]), o->nstate_of_slot[w->slot0],
+                            o->layout_rule, key);
+    return FC_OK;
+}
+
+/* State entries a (path depth ka) and b name the same state ("exp_avg"). */
+static int fc_same_state(const struct fc_entry *a, size_t ka, const struct fc_entry *b, size_t kb)
+{
+    char ta[32], tb[32];
+    if (a->path_len - ka != b->path_len - kb)
+        return 0;
+    for (size_t d = 2; ka + d < a->path_len; d++)
+        if (strcmp(fc_path_elem_text(&a->path[ka + d], ta, sizeof(ta)),
+                   fc_path_elem_text(&b->path[kb + d], tb, sizeof(tb))) != 0)
+            return 0;
+    return 1;
+}
+
+/* The state entry of leaf (src, entry) that names w->like's state, of the leaf's shape. */
+static int fc_leaf_state(struct fc_optim *o, const struct fc_source *src, size_t entry,
+                         const struct fc_leaf_walk *w, size_t *out)
+{
+    const long slot = o->leaves[fc_leaf_find(o, src, entry)].slot; /* checked by fc_leaf_check */
+    long i = o->first_state[slot];
+    while (i >= 0 && !fc_same_state(o->state[i], o->state_skip[i], w->like, w->like_k))
+        i = o->next_state[i];
+    if (i < 0)
+        return fc_error_set(FC_EINVAL,
+                            "%s: '%s' has no optimizer state like '%s', and %s puts them into "
+                            "one parameter '%s'",
+                            o->osrc->path, src->entries[entry].key, w->like->key, o->layout_rule,
+                            o->xr->specs[w->spec].key + o->model_prefix);
+    const struct fc_entry *e = o->state[i], *pe = &src->entries[entry];
+    if (e->kind != FC_ENTRY_TENSOR || e->t.ndim != pe->t.ndim ||
+        memcmp(e->t.shape, pe->t.shape, sizeof(int64_t) * (size_t)pe->t.ndim) != 0)
+        return fc_error_set(FC_EINVAL,
+                            "%s: optimizer state '%s' does not have the shape of parameter '%s' "
+                            "(wrong parameter order? mark frozen parameters and float buffers with "
+                            "--optim-skip)",
+                            o->osrc->path, e->key, pe->key);
+    *out = (size_t)(e - o->osrc->entries);
+    return FC_OK;
+}
+
+/*
+ * The virtual tensor of w->like's state for virtual parameter tensor
+ * `entry`: the same parts, each read from its leaf's state (or from the state
+ * tensor of a virtual part, built first).  Built once: copies reuse it.
+ */
+static int fc_state_virtual(struct fc_optim *o, size_t entry, const struct fc_leaf_walk *w,
+                            size_t *out)
+{
+    struct fc_source *virt = o->xr->virt;
+    char tmp[32];
+    struct fc_buf key = FC_BUF_INIT(FC_OPTIM_KEY_CAP);
+    int rc = fc_buf_printf(&key, "optimizer state");
+    for (size_t d = w->like_k + 2; rc == FC_OK && d < w->like->path_len; d++)
+        rc = fc_buf_printf(&key, " %s", fc_path_elem_text(&w->like->path[d], tmp, sizeof(tmp)));
+    if (rc == FC_OK)
+        rc = fc_buf_printf(&key, " of %s%c", virt->entries[entry].key, '\0');
+    const long had = rc == FC_OK ? fc_source_find(virt, (char *)key.data) : -1;
+    size_t n = 0;
+    const struct fc_vpart *pp = fc_source_virtual_parts(virt, entry, &n);
+    struct fc_vpart *v = rc == FC_OK && had < 0 ? fc_calloc(n, sizeof(*v)) : NULL;
+    if (rc == FC_OK && had < 0 && v == NULL)
+        rc = fc_error_set(FC_ENOMEM, "out of memory");
+    if (v != NULL)
+        memcpy(v, pp, n * sizeof(*v));
+    fc_dtype dtype = 0;
+    for (size_t j = 0; v != NULL && rc == FC_OK && j < n; j++) {
+        if (v[j].src == virt) {
+            rc = fc_state_virtual(o, v[j].entry, w, &v[j].entry);
+        } else {
+            rc = fc_leaf_state(o, v[j].src, v[j].entry, w, &v[j].entry);
+            v[j].src = o->osrc;
+        }
+        const struct fc_entry *pe = rc == FC_OK ? &v[j].src->entries[v[j].entry] : NULL;
+        if (pe != NULL && j > 0 && pe->t.dtype != dtype)
+            rc = fc_error_set(FC_EINVAL,
+                              "%s: optimizer state '%s' is %s but '%s' is %s, and %s puts them "
+                              "into one",
+                              o->osrc->path, pe->key, fc_dtype_name(pe->t.dtype), w->like->key,
+                              fc_dtype_name(dtype), o->layout_rule);
+        if (pe != NULL)
+            dtype = pe->t.dtype;
+    }
+    if (rc == FC_OK && had >= 0) {
+        *out = (size_t)had;
+    } else if (rc == FC_OK) {
+        int64_t shape[FC_MAX_DIMS]; /* entries move as the source grows */
+        const int ndim = virt->entries[entry].t.ndim;
+        memcpy(shape, virt->entries[entry].t.shape, sizeof(shape));
+        rc = fc_source_add_virtual(virt, (char *)key.data, dtype, ndim, shape, v, n, out);
+    }
+    fc_free(v);
+    fc_buf_release(&key);
+    return rc;
+}
+
+/* Per slot, its state entries as a list (first_state / next_state), counted. */
+static int fc_optim_state_lists(struct fc_optim *o)
+{
+    char tmp[32];
+    o->first_state = fc_calloc(o->nslots + 1, sizeof(*o->first_state));
+    o->next_state = fc_calloc(o->nstate + 1, sizeof(*o->next_state));
+    o->nstate_of_slot = fc_calloc(o->nslots + 1, sizeof(*o->nstate_of_slot));
+    o->group_of_slot = fc_calloc(o->nslots + 1, sizeof(*o->group_of_slot));
+    if (o->first_state == NULL || o->next_state == NULL || o->nstate_of_slot == NULL ||
+        o->group_of_slot == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    for (size_t g = 0, slot = 0; g < o->ngroups; g++)
+        for (size_t q = 0; q < o->groups[g].params->value->u.seq.n; q++)
+            o->group_of_slot[slot++] = g;
+    for (size_t s = 0; s < o->nslots; s++) {
+        o->first_state[s] = -1;
+        o->leaves[o->param_of_slot[s]].slot = (long)s;
+    }
+    for (size_t i = o->nstate; i-- > 0;) {
+        const struct fc_entry *e = o->state[i];
+        size_t slot;
+        if (!fc_strmap_get(&o->ids,
+                           fc_path_elem_text(&e->path[o->state_skip[i] + 1], tmp, sizeof(tmp)),
+                           &slot))
+            return fc_error_set(FC_EINVAL, "%s: optimizer state '%s' belongs to no parameter group",
+                                o->osrc->path, e->key);
+        o->next_state[i] = o->first_state[slot];
+        o->first_state[slot] = (long)i;
+        o->nstate_of_slot[slot]++;
+    }
+    return FC_OK;
+}
+
+/* The state of parameter spec p (and of its copies), built like p from its leaves' state. */
+static int fc_param_state(struct fc_optim *o, long p)
+{
+    /* Not a pointer to the spec: the state specs pushed below move the specs. */
+    const struct fc_source *psrc = o->xr->specs[p].src;
+    const size_t pentry = o->xr->specs[p].entry;
+    struct fc_leaf_walk w = {p, -1, NULL, 0};
+    FC_TRY(fc_walk_leaves(o, psrc, pentry, fc_leaf_check, &w));
+    o->slot_of_spec[p] = w.slot0;
+    for (long i = o->first_state[w.slot0]; i >= 0; i = o->next_state[i]) {
+        const struct fc_entry *e = o->state[i];
+        const size_t k = o->state_skip[i];
+        size_t tentry = (size_t)(e - o->osrc->entries);
+        const struct fc_source *tsrc = o->osrc;
+        w.like = e;
+        w.like_k = k;
+        /* Scalars (step) are the first leaf's; tensors are built as the parameter is. */
+        if (psrc == o->xr->virt && e->kind == FC_ENTRY_TENSOR && e->t.ndim > 0) {
+            FC_TRY(fc_state_virtual(o, pentry, &w, &tentry));
+            tsrc = o->xr->virt;
+        }
+        FC_TRY(fc_state_spec(o, e, k, p, tsrc, tentry));
+        for (long c = o->first_copy[p]; c >= 0; c = o->next_copy[c])
+            FC_TRY(fc_state_spec(o, e, k, c, tsrc, tentry));
+    }
+    return FC_OK;
+}
+
+static int fc_optim_state_layout(struct fc_optim *o)
+{
+    FC_TRY(fc_optim_state_lists(o));
+    o->slot_of_spec = fc_calloc(o->nmodel + 1, sizeof(*o->slot_of_spec));
+    if (o->slot_of_spec == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    for (size_t i = 0; i < o->nmodel; i++) {
+        o->slot_of_spec[i] = -1;
+        if (fc_is_param(o, i))
+            FC_TRY(fc_param_state(o, (long)i));
     }
     return FC_OK;
 }
@@ -503,12 +860,14 @@ static int fc_list_push_fqn(struct fc_optim *o, struct fc_pv *list, long spec)
     return FC_OK;
 }
 
-/* app: per group, "params" as the FQN list get_optimizer_state_dict gives (copies included). */
-static int fc_groups_per_group(struct fc_optim *o, size_t g, size_t slot)
+/*
+ * app: per group, "params" as the FQN list get_optimizer_state_dict gives
+ * (copies included); the group's parameter specs are params[0, np).
+ */
+static int fc_groups_per_group(struct fc_optim *o, size_t g, const long *params, size_t np)
 {
     char tmp[32], gs[32];
     const struct fc_group *grp = &o->groups[g];
-    const struct fc_pv *p = grp->params->value;
     snprintf(gs, sizeof(gs), "%zu", g);
     for (size_t h = 0; h <= grp->nhps; h++) {
         const struct fc_entry *e = h < grp->nhps ? grp->hps[h] : grp->params;
@@ -528,9 +887,9 @@ static int fc_groups_per_group(struct fc_optim *o, size_t g, size_t slot)
         if (list == NULL)
             return fc_error_set(FC_ENOMEM, "out of memory");
         size_t n = 0;
-        for (size_t q = 0; q < p->u.seq.n; q++) {
+        for (size_t q = 0; q < np; q++) {
             n++;
-            for (long c = o->first_copy[o->param_of_slot[slot + q]]; c >= 0; c = o->next_copy[c])
+            for (long c = o->first_copy[params[q]]; c >= 0; c = o->next_copy[c])
                 n++;
         }
         list->u.seq.items = fc_calloc(n + 1, sizeof(*list->u.seq.items));
@@ -538,8 +897,8 @@ static int fc_groups_per_group(struct fc_optim *o, size_t g, size_t slot)
             return fc_error_set(FC_ENOMEM, "out of memory");
         /* The group's parameters in the file's order, then their copies (DSD maps by name). */
         for (int pass = 0; pass < 2; pass++)
-            for (size_t q = 0; q < p->u.seq.n; q++) {
-                const long param = o->param_of_slot[slot + q];
+            for (size_t q = 0; q < np; q++) {
+                const long param = params[q];
                 for (long c = pass == 0 ? param : o->first_copy[param]; c >= 0;
                      c = pass == 0 ? -1 : o->next_copy[c])
                     FC_TRY(fc_list_push_fqn(o, list, c));
@@ -550,13 +909,12 @@ static int fc_groups_per_group(struct fc_optim *o, size_t g, size_t slot)
 }
 
 /* torchtitan: flattened, one entry per parameter (and per copy) and hyper-parameter. */
-static int fc_groups_per_param(struct fc_optim *o, size_t g, size_t slot)
+static int fc_groups_per_param(struct fc_optim *o, size_t g, const long *params, size_t np)
 {
     char tmp[32];
     const struct fc_group *grp = &o->groups[g];
-    const struct fc_pv *p = grp->params->value;
-    for (size_t q = 0; q < p->u.seq.n; q++) {
-        const long param = o->param_of_slot[slot + q];
+    for (size_t q = 0; q < np; q++) {
+        const long param = params[q];
         for (long c = param; c >= 0; c = c == param ? o->first_copy[param] : o->next_copy[c]) {
             for (size_t h = 0; h < grp->nhps; h++) {
                 const struct fc_entry *e = grp->hps[h];
@@ -573,11 +931,38 @@ static int fc_groups_per_param(struct fc_optim *o, size_t g, size_t slot)
     return FC_OK;
 }
 
+/*
+ * The parameter specs of group g: its slots' specs, or with layout rules the
+ * specs whose leaves are in it (in the model's order), into *params (owned).
+ */
+static int fc_group_params(const struct fc_optim *o, size_t g, size_t slot, long **params,
+                           size_t *np)
+{
+    *np = 0;
+    *params = fc_calloc((o->layout_rule ? o->nmodel : o->nslots) + 1, sizeof(**params));
+    if (*params == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    if (o->layout_rule == NULL) {
+        for (size_t q = 0; q < o->groups[g].params->value->u.seq.n; q++)
+            (*params)[(*np)++] = o->param_of_slot[slot + q];
+        return FC_OK;
+    }
+    for (size_t i = 0; i < o->nmodel; i++)
+        if (o->slot_of_spec[i] >= 0 && o->group_of_slot[o->slot_of_spec[i]] == g)
+            (*params)[(*np)++] = (long)i;
+    return FC_OK;
+}
+
 static int fc_optim_param_groups(struct fc_optim *o)
 {
     for (size_t g = 0, slot = 0; g < o->ngroups; g++) {
-        FC_TRY(o->lay->per_group ? fc_groups_per_group(o, g, slot)
-                                 : fc_groups_per_param(o, g, slot));
+        long *params;
+        size_t np;
+        FC_TRY(fc_group_params(o, g, slot, &params, &np));
+        const int grc = o->lay->per_group ? fc_groups_per_group(o, g, params, np)
+                                          : fc_groups_per_param(o, g, params, np);
+        fc_free(params);
+        FC_TRY(grc);
         slot += o->groups[g].params->value->u.seq.n;
     }
     /* Two keys for one name would make DCP refuse the checkpoint; say so now. */
@@ -609,18 +994,28 @@ int fc_xform_add_optimizer(struct fc_xform_result *xr, const struct fc_xform_rul
         o.model_prefix += strlen(o.lay->model[c]) + 1;
     if (osrc == NULL) /* --layout alone: only the model keys move */
         return fc_prefix_model(xr, o.nmodel, o.lay);
-    if (fc_xform_layout_rule(rules) != NULL)
-        return fc_error_set(FC_EINVAL,
-                            "%s: optimizer state does not follow stacked, concatenated or split "
-                            "parameters yet; convert the model alone",
-                            fc_xform_layout_rule(rules));
+    o.layout_rule = fc_xform_layout_rule(rules);
     FC_TRY_GOTO(fc_optim_collect(&o, select), rc, done);
+    if (o.layout_rule != NULL)
+        FC_TRY_GOTO(fc_optim_leaves(&o), rc, done);
     FC_TRY_GOTO(fc_optim_map_ids(&o), rc, done);
     FC_TRY_GOTO(fc_optim_copies(&o), rc, done);
     /* Now that the model keys are final, prefix them. */
     FC_TRY_GOTO(fc_prefix_model(xr, o.nmodel, o.lay), rc, done);
-    FC_TRY_GOTO(fc_optim_state(&o), rc, done);
-    /* Every candidate must be claimed, or the order is off and keys would be mislabelled. */
+    /*
+     * Every candidate must be claimed, or the order is off and keys would be
+     * mislabelled (checked after the state's shapes without layout rules:
+     * their message pins the first wrong id better; a leaf is no spec).
+     */
+    if (o.unclaimed > 0 && o.layout_rule != NULL) {
+        rc = fc_error_set(FC_EINVAL,
+                          "%s: the optimizer has %zu parameters but the model's inputs have %zu "
+                          "(before %s); mark frozen parameters and float buffers with "
+                          "--optim-skip",
+                          osrc->path, o.nslots, o.unclaimed, o.layout_rule);
+        goto done;
+    }
+    FC_TRY_GOTO(o.layout_rule != NULL ? fc_optim_state_layout(&o) : fc_optim_state(&o), rc, done);
     if (o.unclaimed > 0) {
         rc = fc_error_set(FC_EINVAL,
                           "%s: the optimizer has %zu parameters but the model has %zu "
@@ -644,5 +1039,12 @@ done:
     fc_free(o.state_skip);
     fc_free(o.first_copy);
     fc_free(o.next_copy);
+    fc_free(o.leaves);
+    fc_free(o.srcs);
+    fc_free(o.slot_of_spec);
+    fc_free(o.first_state);
+    fc_free(o.next_state);
+    fc_free(o.nstate_of_slot);
+    fc_free(o.group_of_slot);
     return rc;
 }

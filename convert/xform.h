@@ -250,7 +250,7 @@ int fc_step_split(struct fc_pipe *p, const struct fc_rule *rule);
 int fc_step_unstack(struct fc_pipe *p, const struct fc_rule *rule);
 void fc_layout_args_free(struct fc_layout_args *a); /* accepts NULL */
 
-/* The label of the first layout rule of r, or NULL (optimizer state does not follow them yet). */
+/* The label of the first layout rule of r, or NULL. */
 const char *fc_xform_layout_rule(const struct fc_xform_rules *r);
 
 /* The checkpoint layouts of --layout (input-formats.md C.5). */
@@ -278,7 +278,11 @@ enum fc_layout {
  * parameter's source shape; a mismatch is FC_EINVAL naming both keys.  It then gets its
  * parameter's op list without casts (state keeps its dtype) and with resize fill rows zero; a
  * --copy of a parameter gets copies of its state.  0-d state (step) is stored whole; the rest is
- * sharded like its parameter.  param_groups are written per group (app, with
+ * sharded like its parameter.  After --stack, --concat, --split or --unstack
+ * (id-keyed state only) the ids count the tensors the rules take, in input
+ * order, and each built parameter's state is a virtual tensor of the same
+ * parts read from those tensors' state; step is the first part's; parts from
+ * two groups or with different state are FC_EINVAL.  param_groups are written per group (app, with
  * "params" as FQN lists) or per parameter (torchtitan's flattened form).  Returns FC_OK, FC_EINVAL,
  * FC_ENOMEM.
  */

@@ -236,6 +236,13 @@ int fc_source_add_virtual(struct fc_source *v, const char *key, fc_dtype dtype, 
                           const int64_t *shape, const struct fc_vpart *parts, size_t nparts,
                           size_t *entry);
 
+/*
+ * fc_source_virtual_parts() - the parts of entry `entry` of virtual source v
+ * (borrowed: valid while v lives), their count in *n; optimizer state builds
+ * its own virtual tensors from its parameter's parts.
+ */
+const struct fc_vpart *fc_source_virtual_parts(const struct fc_source *v, size_t entry, size_t *n);
+
 /* Index of the entry with this key, or -1 (O(1)). */
 long fc_source_find(const struct fc_source *src, const char *key);
 

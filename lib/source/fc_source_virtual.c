@@ -197,3 +197,10 @@ int fc_source_add_virtual(struct fc_source *v, const char *key, fc_dtype dtype, 
     *entry = at;
     return FC_OK;
 }
+
+const struct fc_vpart *fc_source_virtual_parts(const struct fc_source *v, size_t entry, size_t *n)
+{
+    const struct fc_virtual_impl *impl = v->impl;
+    *n = impl->nparts[entry];
+    return impl->parts[entry];
+}
