@@ -68,7 +68,8 @@ def convert(tmp, n):
     bin_ = common.fsdpconv_path()
     runs = {}
     for what, cmd in (("import", [bin_, "full-to-dcp", "--world-size", "2", "-o", dcp_dir,
-                                  "--threads", "1", "--max-memory", BUDGET, "--io", "buffered"] + IMPORT + [src]),
+                                  "--threads", "1", "--max-memory", BUDGET, "--io", "buffered"]
+                       + IMPORT + [src]),
                       ("export", [bin_, "dcp-to-full", "-o", back, "--max-memory", BUDGET,
                                   "--io", "buffered"] +
                        EXPORT + [dcp_dir])):
