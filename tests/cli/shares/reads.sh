@@ -5,6 +5,8 @@
 # counts only disk reads and the page cache cannot be dropped here, while rchar counts every
 # byte read() and pread() returned, cached or not (fsdpconv reads inputs with pread, no mmap).
 # A share also reads its own output files back once to record their CRC-32s.
+# --io auto whatever $FSDPCONV_IO says: forced direct I/O reads whole 4 KiB blocks around
+# every unaligned row (3x the bytes of this test's 4 KiB rows), which says nothing of shares.
 python3 - <<'PY'
 import json, os, socket, struct, subprocess
 
@@ -31,7 +33,8 @@ def run(path, out, world):
                    MASTER_PORT=str(port))
         procs.append(subprocess.Popen(
             ["fsdpconv", "full-to-dcp", "--world-size", "8", "--dtype", "bf16", "--threads", "1",
-             "--max-memory", "4M", "-o", out, path], env=env, stderr=subprocess.DEVNULL))
+             "--max-memory", "4M", "--io", "auto", "-o", out, path], env=env,
+            stderr=subprocess.DEVNULL))
     stats = []
     for p in procs:
         os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT)
