@@ -231,6 +231,26 @@ typedef int (*fc_plan_file_head_fn)(void *ctx, const struct fc_plan *plan, size_
 int fc_plan_relayout(struct fc_plan *plan, fc_plan_file_head_fn head, void *ctx);
 
 /*
+ * An encoding that puts each item where its format says (a torch.save
+ * archive of many storages: fc_plan_place()): for file `file`, write its name
+ * into name (namesize bytes), set the offset of each of its items
+ * (offsets[i] for plan->items[first_item + i], in their current order) and
+ * *file_bytes.  Returns FC_OK or an fc_err.
+ */
+typedef int (*fc_plan_place_fn)(void *ctx, const struct fc_plan *plan, size_t file, char *name,
+                                size_t namesize, uint64_t *offsets, uint64_t *file_bytes);
+
+/*
+ * fc_plan_place() - re-lay a built plan's files with place(): items keep
+ * their order and owners and take the offsets place() gives them, which may
+ * leave gaps (the encoding's own bytes, written around the items) but must
+ * not overlap or pass the file's end (FC_EINVAL, a bug in place()).  The plan
+ * must hold no values.  Returns FC_OK, FC_EINVAL, FC_ENOMEM or place()'s
+ * error.
+ */
+int fc_plan_place(struct fc_plan *plan, fc_plan_place_fn place, void *ctx);
+
+/*
  * fc_plan_store_at_holders() - give every rank an item for every chunk it
  * holds, for encodings whose rank files each hold the rank's whole local
  * state (torch_checkpointing: a rank loads its own file only): items are
