@@ -9,9 +9,15 @@
   manager(layout, items) a CheckpointManager saving synchronously, each of `items` (default
                          model) with DefaultResharder, in the default ("pt") or safetensors
                          ("st") layout
+  pt_version_args()      fsdpconv's --torch-version for the running torch (none: the newest
+                         form, 2.15's)
   trace_reads(opened)    append the basename of every file the package's storage reads
   full_diff(rank, sd, full, what)  problems where full_state(sd) is not bit-exact `full`
   pickle_globals(data)   the set of "module name" globals a pickle names
+  compare_dirs(ours, pkg, key_order)
+                         problems where a default-layout (.pt) checkpoint directory differs
+                         from the package's own save: files, metadata.pkl, each rank file's
+                         records, globals, keys, tensors and storages (padding included)
   canon_meta(path)       metadata.pkl with each path's groups as a sorted list (the package
                          orders them by set iteration)
   patch_metadata_gather()
@@ -20,6 +26,9 @@
   torch_boxes(sd)        {key: [offsets, sizes]} of this rank's shards, torch's own geometry
   full_state(sd)         the full tensors (collective: every rank calls it)
 """
+
+import os
+import zipfile
 
 import torch
 
@@ -96,8 +105,12 @@ def manager(layout, items=("model",)):
         storage_config=LocalFileSystemStorageConfig(use_direct_io=False)))
 
 
+def pt_version_args():
+    v = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+    return [] if v >= (2, 15) else ["--torch-version", "%d.%d" % v]
+
+
 def trace_reads(opened):
-    import os
     from torch_checkpointing.storage.filesystem import LocalFileSystemStorage
 
     def wrap(name):
@@ -152,3 +165,83 @@ def canon_meta(path):
 def pickle_globals(data):
     import pickletools
     return {str(arg) for op, arg, _ in pickletools.genops(data) if op.name == "GLOBAL"}
+
+
+def zip_records(path):
+    """[(record name without the archive prefix, size)], and data.pkl's bytes."""
+    z = zipfile.ZipFile(path)
+    recs = [(i.filename.split("/", 1)[1], i.file_size) for i in z.infolist()]
+    prefix = z.infolist()[0].filename.split("/", 1)[0]
+    return recs, z.read(prefix + "/data.pkl")
+
+
+def describe(v):
+    """[(what, value)] that must match between two rank files' values for one key (a tensor's
+    storage with its padding; a non-tensor value by type and ==)."""
+    from torch.distributed.tensor import DTensor
+    out = [("kind", type(v).__name__)]
+    if not isinstance(v, torch.Tensor):
+        return out + [("value", v)]
+    lt = v
+    if isinstance(v, DTensor):
+        m = v.device_mesh
+        lt = v._local_tensor
+        out += [("global shape", tuple(v.shape)), ("placements", tuple(v.placements)),
+                ("mesh dim names", m.mesh_dim_names), ("rank map", m._rank_map.tolist())]
+    out += [("dtype", str(lt.dtype)), ("local shape", tuple(lt.shape)),
+            ("stride", lt.stride()), ("storage offset", lt.storage_offset()),
+            ("bytes", bytes(lt.detach().contiguous().reshape(-1).view(torch.uint8).numpy())),
+            ("storage (padding included)", bytes(lt.untyped_storage()))]
+    return out
+
+
+def compare_rank_file(ours, pkg, key_order):
+    """key_order: the keys (so the storages) must come in the package's order; reshard from a
+    torch_checkpointing input orders them as its metadata.pkl does (set iteration), which no
+    loader depends on. data.pkl's bytes may differ (fsdpconv writes a GLOBAL at every use and
+    one DTensorSpec per tensor, torch memoizes both): its size is not compared."""
+    probs = []
+    (ra, pa), (rb, pb) = zip_records(ours), zip_records(pkg)
+    # serialization_id is random per file; data/<n>'s size depends on the key order
+    names = [[n for n, _ in r if not n.startswith("data/")] for r in (ra, rb)]
+    sizes = [[z for n, z in r if n.startswith("data/")] for r in (ra, rb)]
+    if names[0] != names[1]:
+        probs.append("%s: records %s, the package's %s" % (ours, names[0], names[1]))
+    if (sizes[0] if key_order else sorted(sizes[0])) != \
+            (sizes[1] if key_order else sorted(sizes[1])):
+        probs.append("%s: storage sizes %s, the package's %s" % (ours, sizes[0], sizes[1]))
+    small = [(n, z) for n, z in ra if n in (".format_version", ".storage_alignment",
+                                           "byteorder", "version")]
+    if small != [(n, z) for n, z in rb if n in dict(small)]:
+        probs.append("%s: small records %s differ from the package's" % (ours, small))
+    ga, gb = pickle_globals(pa), pickle_globals(pb)
+    if ga != gb:
+        probs.append("%s: pickle globals %s more, %s fewer than the package's" % (
+            ours, sorted(ga - gb), sorted(gb - ga)))
+    a = torch.load(ours, weights_only=False)
+    b = torch.load(pkg, weights_only=False)
+    if (list(a) if key_order else sorted(a)) != (list(b) if key_order else sorted(b)):
+        return probs + ["%s: keys %s, the package's %s" % (ours, list(a), list(b))]
+    for k in b:
+        for (what, x), (_, y) in zip(describe(a[k]), describe(b[k])):
+            if x != y:
+                if isinstance(x, bytes):
+                    x, y = "%d bytes" % len(x), "%d bytes" % len(y)
+                probs.append("%s %s: %s %s, the package's %s" % (ours, k, what, x, y))
+                break
+    return probs
+
+
+def compare_dirs(ours, pkg, key_order):
+    a, b = sorted(os.listdir(ours)), sorted(os.listdir(pkg))
+    if a != b:
+        return ["files %r, the package wrote %r" % (a, b)]
+    probs = []
+    if canon_meta(os.path.join(ours, "metadata.pkl")) != \
+            canon_meta(os.path.join(pkg, "metadata.pkl")):
+        probs.append("metadata.pkl differs from the package's")
+    for name in a:
+        if name != "metadata.pkl":
+            probs += compare_rank_file(os.path.join(ours, name), os.path.join(pkg, name),
+                                       key_order)
+    return probs

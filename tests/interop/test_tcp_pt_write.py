@@ -40,7 +40,6 @@ import shutil
 import sys
 import tempfile
 import time
-import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
@@ -55,7 +54,6 @@ import common  # noqa: E402
 import f2d_reference as ref  # noqa: E402
 import tcp_common as tc  # noqa: E402
 
-NEWEST = (2, 15)  # the DeviceMesh form fsdpconv writes by default
 FLAT_LAYOUT_SINCE = (2, 13)
 MESH_ARGS = {"fsdp": ["--world-size", "4"],
              "hsdp": ["--mesh", "replicate=2,shard=2"],
@@ -69,11 +67,6 @@ OUTPUTS.update({"rs_fsdp_hsdp": (("reshard", "fsdp"), "hsdp"),
 
 def running_torch():
     return tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
-
-
-def version_args():
-    v = running_torch()
-    return [] if v >= NEWEST else ["--torch-version", "%d.%d" % v]
 
 
 def target_args(case):
@@ -147,83 +140,6 @@ def load_rank(rank, world, port, job):
     common.rank_finish()
 
 
-def zip_records(path):
-    """[(record name without the archive prefix, size)], and data.pkl's bytes."""
-    z = zipfile.ZipFile(path)
-    recs = [(i.filename.split("/", 1)[1], i.file_size) for i in z.infolist()]
-    prefix = z.infolist()[0].filename.split("/", 1)[0]
-    return recs, z.read(prefix + "/data.pkl")
-
-
-def describe(v):
-    """[(what, value)] that must match between two rank files' values for one key."""
-    from torch.distributed.tensor import DTensor
-    out = [("kind", type(v).__name__)]
-    lt = v
-    if isinstance(v, DTensor):
-        m = v.device_mesh
-        lt = v._local_tensor
-        out += [("global shape", tuple(v.shape)), ("placements", tuple(v.placements)),
-                ("mesh dim names", m.mesh_dim_names), ("rank map", m._rank_map.tolist())]
-    out += [("dtype", str(lt.dtype)), ("local shape", tuple(lt.shape)),
-            ("stride", lt.stride()), ("storage offset", lt.storage_offset()),
-            ("bytes", bytes(lt.detach().contiguous().reshape(-1).view(torch.uint8).numpy())),
-            ("storage (padding included)", bytes(lt.untyped_storage()))]
-    return out
-
-
-def compare_rank_file(ours, pkg, key_order):
-    """key_order: the keys (so the storages) must come in the package's order; reshard from a
-    torch_checkpointing input orders them as its metadata.pkl does (set iteration), which no
-    loader depends on. data.pkl's bytes differ (fsdpconv memoizes no globals and shares no
-    DTensorSpec objects; docs/torch-checkpointing.md): its size is not compared."""
-    probs = []
-    (ra, pa), (rb, pb) = zip_records(ours), zip_records(pkg)
-    # serialization_id is random per file; data/<n>'s size depends on the key order
-    names = [[n for n, _ in r if not n.startswith("data/")] for r in (ra, rb)]
-    sizes = [[z for n, z in r if n.startswith("data/")] for r in (ra, rb)]
-    if names[0] != names[1]:
-        probs.append("%s: records %s, the package's %s" % (ours, names[0], names[1]))
-    if (sizes[0] if key_order else sorted(sizes[0])) != \
-            (sizes[1] if key_order else sorted(sizes[1])):
-        probs.append("%s: storage sizes %s, the package's %s" % (ours, sizes[0], sizes[1]))
-    small = [(n, z) for n, z in ra if n in (".format_version", ".storage_alignment",
-                                           "byteorder", "version")]
-    if small != [(n, z) for n, z in rb if n in dict(small)]:
-        probs.append("%s: small records %s differ from the package's" % (ours, small))
-    ga, gb = tc.pickle_globals(pa), tc.pickle_globals(pb)
-    if ga != gb:
-        probs.append("%s: pickle globals %s more, %s fewer than the package's" % (
-            ours, sorted(ga - gb), sorted(gb - ga)))
-    a = torch.load(ours, weights_only=False)
-    b = torch.load(pkg, weights_only=False)
-    if (list(a) if key_order else sorted(a)) != (list(b) if key_order else sorted(b)):
-        return probs + ["%s: keys %s, the package's %s" % (ours, list(a), list(b))]
-    for k in b:
-        for (what, x), (_, y) in zip(describe(a[k]), describe(b[k])):
-            if x != y:
-                if isinstance(x, bytes):
-                    x, y = "%d bytes" % len(x), "%d bytes" % len(y)
-                probs.append("%s %s: %s %s, the package's %s" % (ours, k, what, x, y))
-                break
-    return probs
-
-
-def compare_dirs(ours, pkg, key_order):
-    a, b = sorted(os.listdir(ours)), sorted(os.listdir(pkg))
-    if a != b:
-        return ["files %r, the package wrote %r" % (a, b)]
-    probs = []
-    if tc.canon_meta(os.path.join(ours, "metadata.pkl")) != \
-            tc.canon_meta(os.path.join(pkg, "metadata.pkl")):
-        probs.append("metadata.pkl differs from the package's")
-    for name in a:
-        if name != "metadata.pkl":
-            probs += compare_rank_file(os.path.join(ours, name), os.path.join(pkg, name),
-                                       key_order)
-    return probs
-
-
 def write_outputs(tmp, rep, self_check):
     ok = True
     for out, ((cmd, src), target) in OUTPUTS.items():
@@ -233,7 +149,7 @@ def write_outputs(tmp, rep, self_check):
             continue
         src_path = os.path.join(tmp, "full.pt" if cmd == "full-to-dcp" else "pkg_" + src)
         rc, _, err = common.run_fsdpconv(cmd, "--format", "torch-checkpointing",
-                                         *(target_args(target) + version_args()),
+                                         *(target_args(target) + tc.pt_version_args()),
                                          "-o", dst, src_path)
         ok &= rep.case("%s --format torch-checkpointing %s -> %s" % (cmd, src, target),
                        [] if rc == 0 else ["exit %d: %s" % (rc, err.strip()[-400:])])
@@ -272,7 +188,7 @@ def main():
     self_check = "--self-check" in sys.argv[1:]
     torch.set_num_threads(1)
     rep = common.Report("tcp_pt_write")
-    print("torch %s, fsdpconv args %s%s" % (torch.__version__, version_args() or "(default)",
+    print("torch %s, fsdpconv args %s%s" % (torch.__version__, tc.pt_version_args() or "(default)",
                                             ", SELF-CHECK: the package's saves stand in for "
                                             "fsdpconv's" if self_check else ""))
     tmp = tempfile.mkdtemp(prefix="tcp_pt_write_")
@@ -289,7 +205,7 @@ def main():
         for out, (_, target) in OUTPUTS.items():
             rep.case("%s: files, records, storages, tensors and metadata equal the package's "
                      "save of %s" % (out, target),
-                     compare_dirs(os.path.join(tmp, out), os.path.join(tmp, "pkg_" + target),
+                     tc.compare_dirs(os.path.join(tmp, out), os.path.join(tmp, "pkg_" + target),
                                   out.startswith("out_")))
         loads = {out: target for out, (_, target) in OUTPUTS.items()}
         loads["readme_fsdp"] = "fsdp"
