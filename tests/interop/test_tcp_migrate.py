@@ -109,7 +109,8 @@ def main():
                 continue
             for args, out, what in (
                     (["--format", "torch-checkpointing", "--mesh", "replicate=2,shard=2",
-                      "--mesh-device", "cpu", os.path.join(tmp, "dcp_" + case)],
+                      "--mesh-device", "cpu", *tc.pt_version_args(),
+                      os.path.join(tmp, "dcp_" + case)],
                      "tcp_" + case, "DCP -> torch_checkpointing"),
                     (["--world-size", "4", os.path.join(tmp, "tcp_" + case)],
                      "back_" + case, "torch_checkpointing -> DCP")):

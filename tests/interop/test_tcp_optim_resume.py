@@ -8,7 +8,8 @@ parameter groups (norm.* at another lr, no weight decay) for two steps, then sav
       optimizer with DefaultResharder, the default .pt layout) -- torchtitan's
       TorchCheckpointingManager's layout, what fsdpconv's output must equal
 and take a third step: the un-migrated run, whose parameters and optimizer state (every leaf of
-the flattened optimizer state dict, full tensors) are the expected values.
+the flattened optimizer state dict, full tensors) are the expected values; the state saved
+(before that step) is kept too.
 `fsdpconv reshard --format torch-checkpointing --mesh-device cpu --mesh-dim-names NAMES` of
 dcp_<case> for the same mesh gives tcp_<case>; then
   - tcp_<case> holds what pkg_<case> holds (tcp_common.compare_dirs: files, metadata.pkl, and
@@ -17,7 +18,12 @@ dcp_<case> for the same mesh gives tcp_<case>; then
     by the README's load_training_tcp (recipe load-tcp-optim) exec()ed as printed, each rank
     reading only metadata.pkl, model_<rank>.pt and optimizer_<rank>.pt; one more step: every
     parameter and every optimizer leaf (step, exp_avg, exp_avg_sq, lr, betas, ...) bit-exact
-    against the un-migrated run's third step.
+    against the un-migrated run's third step;
+  - across meshes: the fsdp run's DCP resharded for HSDP 2x2 (tcp_fsdp_to_hsdp) loads into an
+    HSDP model with every parameter and optimizer tensor bit-exact against the saved state (a
+    step after it would reduce gradients in another order); the package's resharding load
+    copies tensors only (param_groups keep the live optimizer's values), so that optimizer is
+    made with the training hyper-parameters.
 `--self-check` uses pkg_<case> in place of fsdpconv's output: it proves the harness (every
 check must pass) without running fsdpconv.
 
@@ -46,6 +52,10 @@ import tcp_common as tc  # noqa: E402
 
 CASES = ("fsdp", "hsdp")
 MESH_ARGS = {"fsdp": ["--world-size", "4"], "hsdp": ["--mesh", "replicate=2,shard=2"]}
+# migration label -> (trained on, loaded into); across meshes the resumed step reduces
+# gradients differently, so there the loaded state itself is compared with the saved one
+MIGRATIONS = {"fsdp": ("fsdp", "fsdp"), "hsdp": ("hsdp", "hsdp"),
+              "fsdp_to_hsdp": ("fsdp", "hsdp")}
 TRAIN_HP = dict(lr=0.01, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
 WRONG_HP = dict(lr=0.5, betas=(0.5, 0.5), eps=1e-3, weight_decay=0.5)
 STEPS_BEFORE_SAVE = 2
@@ -111,6 +121,9 @@ def train_rank(rank, world, port, job):
             mgr.close()
             # rank 0 renames the staged save into place after the package's barrier
             torch.distributed.barrier()
+            saved = snapshot(model, optim)
+            if rank == 0:
+                torch.save(saved, os.path.join(job["tmp"], "saved_%s.pt" % case))
             train_step(model, optim, rank, STEPS_BEFORE_SAVE)
             want = snapshot(model, optim)
             if rank == 0:
@@ -141,6 +154,17 @@ def same(a, b):
     return type(a) is type(b) and a == b
 
 
+def compare_snapshot(rank, got, what, want):
+    probs = []
+    if sorted(got) != sorted(want):
+        probs.append("rank %d: state keys %s missing, %s extra" % (
+            rank, sorted(set(want) - set(got)), sorted(set(got) - set(want))))
+    return probs + ["rank %d: %s after %s is %r, the un-migrated run's %r"
+                    % (rank, k, what, got[k], want[k]) if not isinstance(want[k], torch.Tensor)
+                    else "rank %d: %s differs after %s" % (rank, k, what)
+                    for k in sorted(want) if k in got and not same(got[k], want[k])]
+
+
 def resume_rank(rank, world, port, job):
     try:
         common.rank_init(rank, world, port, 120)
@@ -153,33 +177,32 @@ def resume_rank(rank, world, port, job):
     ns = {}
     exec(compile(job["snippet"], "README.md recipe load-tcp-optim", "exec"), ns)
     results = []
-    for case in CASES:
+    for label, (trained, case) in MIGRATIONS.items():
         problems = []
         try:
             torch.manual_seed(999)
             model = tc.build(case, tc.mesh_for(case), device="meta")
             model.to_empty(device="cpu")
-            optim = make_adamw(model, WRONG_HP)
+            # The package's resharding load (another mesh) copies tensors only: param_groups
+            # keep the live optimizer's values, so there it is made as the training run made it.
+            optim = make_adamw(model, WRONG_HP if trained == case else TRAIN_HP)
             poison_(model, optim)
             del opened[:]
-            ns["load_training_tcp"](model, optim, os.path.join(job["tmp"], "tcp_" + case))
+            ns["load_training_tcp"](model, optim, os.path.join(job["tmp"], "tcp_" + label))
             reads = sorted(set(opened))
             own = sorted(["metadata.pkl", "model_%d.pt" % rank, "optimizer_%d.pt" % rank])
-            if reads != own:
+            if reads != own and trained == case:
                 problems.append("rank %d read %s, not only %s" % (rank, reads, own))
-            train_step(model, optim, rank, STEPS_BEFORE_SAVE)
-            got = snapshot(model, optim)
-            want = torch.load(os.path.join(job["tmp"], "want_%s.pt" % case), weights_only=True)
-            if sorted(got) != sorted(want):
-                problems.append("rank %d: state keys %s missing, %s extra" % (
-                    rank, sorted(set(want) - set(got)), sorted(set(got) - set(want))))
-            problems += ["rank %d: %s after the resumed step is %r, the un-migrated run's %r"
-                         % (rank, k, got[k], want[k]) if not isinstance(want[k], torch.Tensor)
-                         else "rank %d: %s differs after the resumed step" % (rank, k)
-                         for k in sorted(want) if k in got and not same(got[k], want[k])]
+            if trained == case:
+                train_step(model, optim, rank, STEPS_BEFORE_SAVE)
+                what, want = "the resumed step", "want_%s.pt" % trained
+            else:
+                what, want = "the load", "saved_%s.pt" % trained
+            problems += compare_snapshot(rank, snapshot(model, optim), what, torch.load(
+                os.path.join(job["tmp"], want), weights_only=True))
         except Exception:
             problems.append("rank %d raised: %s" % (rank, ref.short_exc()))
-        results.append({"case": case, "problems": problems})
+        results.append({"case": label, "problems": problems})
         common.write_rank_results(job["result_dir"], rank, results)
     common.rank_finish()
 
@@ -203,16 +226,16 @@ def main():
                             trained[c]) for c in CASES):
             return rep.finish()
         ok = True
-        for case in CASES:
-            out = os.path.join(tmp, "tcp_" + case)
-            if self_check:
-                shutil.copytree(os.path.join(tmp, "pkg_" + case), out)
+        for label, (trained, case) in MIGRATIONS.items():
+            out = os.path.join(tmp, "tcp_" + label)
+            if self_check:  # across meshes the package's own load reshards
+                shutil.copytree(os.path.join(tmp, "pkg_" + trained), out)
                 continue
             rc, _, err = common.run_fsdpconv(
                 "reshard", "--format", "torch-checkpointing", *MESH_ARGS[case],
                 "--mesh-device", "cpu", "--mesh-dim-names", ",".join(tc.MESH_NAMES[case]),
                 *tc.pt_version_args(),
-                "-o", out, os.path.join(tmp, "dcp_" + case))
+                "-o", out, os.path.join(tmp, "dcp_" + trained))
             if rc == 3 and "non-tensor value" in err and "--format dcp" in err:
                 # The refusal of a build without the optimizer writer: not run, visibly (run.sh
                 # counts it skipped); --self-check still proves the harness.
@@ -220,7 +243,7 @@ def main():
                       "torch-checkpointing: %s" % err.strip()[-300:])
                 return 77
             ok &= rep.case("reshard --format torch-checkpointing of torch's DCP with AdamW "
-                           "state (%s)" % case,
+                           "state (%s)" % label,
                            [] if rc == 0 else ["exit %d: %s" % (rc, err.strip()[-400:])])
         if not ok:
             return rep.finish()
@@ -234,10 +257,13 @@ def main():
             return rep.finish()
         job2 = {"result_dir": tempfile.mkdtemp(dir=tmp, prefix="ranks_"), "tmp": tmp,
                 "snippet": snippet}
-        resumed = common.launch_ranks(resume_rank, 4, job2, list(CASES), wait_s=600)
-        for case in CASES:
+        resumed = common.launch_ranks(resume_rank, 4, job2, list(MIGRATIONS), wait_s=600)
+        for label, (trained, case) in MIGRATIONS.items():
             rep.case("%s: README load_training_tcp, each rank reading only its own files, and "
-                     "one more step bit-exact against the un-migrated run" % case, resumed[case])
+                     "one more step bit-exact against the un-migrated run" % label
+                     if trained == case else
+                     "%s: README load_training_tcp, every parameter and optimizer tensor "
+                     "bit-exact against the saved state" % label, resumed[label])
     finally:
         if os.environ.get("TCP_KEEP") != "1":
             shutil.rmtree(tmp, ignore_errors=True)
