@@ -27,6 +27,7 @@
 #include "fc_sort.h"
 #include "fc_torchsave.h"
 #include "fc_zip.h"
+#include "xform.h"
 #include "mesh.h"
 #include "tcp_sink.h"
 
@@ -54,6 +55,8 @@ struct fc_tcp_pt_pickler {
     const struct fc_tcp_sink *sink;
     const struct fc_plan *plan;
     int rank;
+    size_t file;
+    size_t *storage_item;    /* per storage key: the file's item it holds */
     uint64_t *storage_bytes; /* per storage key: the record's size */
     size_t nstorages;
     long rank_map;     /* storage key of the mesh's rank map, -1 before the first DTensor */
@@ -123,7 +126,7 @@ static int fc_tcp_pt_rank_map(struct fc_tcp_pt_pickler *p)
 {
     if (p->memo_tensor >= 0)
         return fc_pw_get(p->b, (uint32_t)p->memo_tensor);
-    const int64_t world = (int64_t)p->plan->nfiles;
+    const int64_t world = (int64_t)p->sink->world;
     char key[32];
     snprintf(key, sizeof(key), "%ld", p->rank_map);
     FC_TRY(fc_torchsave_pw_tensor(p->b, FC_DTYPE_INT32, &world, 1, (uint64_t)world, key));
@@ -216,7 +219,7 @@ static int fc_tcp_pt_mesh(struct fc_tcp_pt_pickler *p, enum fc_tcp_pt_mesh_kind 
     }
     FC_TRY(fc_pw_cstr(b, "_flatten_rank_map"));
     FC_TRY(fc_pw_mark(b));
-    for (size_t r = 0; r < p->plan->nfiles; r++)
+    for (size_t r = 0; r < p->sink->world; r++)
         FC_TRY(fc_pw_int(b, (int64_t)r));
     FC_TRY(fc_pw_tuple(b));
     FC_TRY(fc_pw_cstr(b, "_thread_id"));
@@ -385,12 +388,14 @@ static int fc_tcp_pt_value(struct fc_tcp_pt_pickler *p, const struct fc_plan_ite
         FC_TRY(fc_tcp_pt_storage(p, it->length, key, sizeof(key)));
         return fc_torchsave_pw_tensor(b, t->dtype, t->shape, t->ndim, it->length / esize, key);
     }
-    uint64_t padded = 0;
-    FC_TRY(fc_tcp_pt_padded(plan, t, p->rank, ch->box.sizes, &padded));
+    /* FSDP2's parameters view its padded shards; optimizer state is zeros_like(the view) */
+    uint64_t padded = it->length;
+    if (p->file < p->sink->world)
+        FC_TRY(fc_tcp_pt_padded(plan, t, p->rank, ch->box.sizes, &padded));
     FC_TRY(fc_tcp_pt_storage(p, padded, key, sizeof(key)));
     if (p->rank_map < 0)
         p->rank_map = (long)p->nstorages++; /* right after the first DTensor's own storage */
-    p->storage_bytes[p->rank_map] = 4 * (uint64_t)plan->nfiles;
+    p->storage_bytes[p->rank_map] = 4 * (uint64_t)p->sink->world;
 
     /* The placements on its mesh: all dims, or fully_shard's dp submesh (tcp_sink.h) */
     const int tp = fc_mesh_find(&plan->mesh, FC_MESH_DIM_TP);
@@ -449,11 +454,63 @@ static int fc_tcp_pt_value(struct fc_tcp_pt_pickler *p, const struct fc_plan_ite
     return fc_pw_reduce(b);
 }
 
+/* Items in state-dict order: the plan's tensor order, an optimizer's state grouped by FQN. */
 static int fc_tcp_pt_cmp_tensor(const void *ctx, size_t a, size_t b)
 {
-    const struct fc_plan *plan = ctx;
+    const struct fc_tcp_sink *sink = ctx;
+    const struct fc_plan *plan = sink->pt.plan;
     const size_t x = plan->items[a].index, y = plan->items[b].index;
+    const size_t fx = sink->fqn_order != NULL ? sink->fqn_order[x] : 0;
+    const size_t fy = sink->fqn_order != NULL ? sink->fqn_order[y] : 0;
+    if (fx != fy)
+        return fx < fy ? -1 : 1;
     return x < y ? -1 : x > y;
+}
+
+/*
+ * The optimizer item: optimizer_transform_pre()'s form of the optimizer's
+ * state_dict(), {"state": {fqn: {name: tensor}}, "param_groups": [...],
+ * "_optimizer_state_format_version": 1}, its items in order[0..n).
+ */
+static int fc_tcp_pt_optimizer(struct fc_tcp_pt_pickler *p, const size_t *order, size_t n)
+{
+    struct fc_buf *b = p->b;
+    const struct fc_plan *plan = p->plan;
+    const char *elems[3];
+    size_t lens[3];
+    FC_TRY(fc_pw_empty_dict(b));
+    FC_TRY(fc_pw_mark(b));
+    FC_TRY(fc_pw_cstr(b, "state"));
+    FC_TRY(fc_pw_empty_dict(b));
+    const char *open_fqn = NULL;
+    size_t open_len = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct fc_plan_item *it = &plan->items[order[i]];
+        fc_tcp_sink_path(p->sink, plan, it->index, elems, lens);
+        if (open_fqn == NULL || lens[1] != open_len || memcmp(elems[1], open_fqn, open_len) != 0) {
+            if (open_fqn != NULL) {
+                FC_TRY(fc_pw_setitems(b)); /* the previous parameter's state */
+                FC_TRY(fc_pw_setitem(b));
+            }
+            open_fqn = elems[1];
+            open_len = lens[1];
+            FC_TRY(fc_pw_str(b, open_fqn, open_len));
+            FC_TRY(fc_pw_empty_dict(b));
+            FC_TRY(fc_pw_mark(b));
+        }
+        FC_TRY(fc_pw_str(b, elems[2], lens[2]));
+        p->storage_item[p->nstorages] = order[i] - plan->files[p->file].first_item;
+        FC_TRY(fc_tcp_pt_value(p, it));
+    }
+    if (open_fqn != NULL) {
+        FC_TRY(fc_pw_setitems(b));
+        FC_TRY(fc_pw_setitem(b));
+    }
+    FC_TRY(fc_pw_cstr(b, "param_groups"));
+    FC_TRY(fc_buf_append(b, p->sink->groups_pkl.data, p->sink->groups_pkl.len));
+    FC_TRY(fc_pw_cstr(b, "_optimizer_state_format_version"));
+    FC_TRY(fc_pw_int(b, 1));
+    return fc_pw_setitems(b);
 }
 
 void fc_tcp_pt_release(struct fc_tcp_pt *pt)
@@ -479,9 +536,11 @@ static int fc_tcp_pt_place(void *ctx, const struct fc_plan *plan, size_t file, c
     const struct fc_plan_file *f = &plan->files[file];
     const size_t nst = f->nitems + 1; /* each item's storage and the rank map */
     size_t *order = fc_calloc(f->nitems + 1, sizeof(*order));
-    struct fc_tcp_pt_pickler p = {&pf->pkl, sink, plan, f->rank, NULL, 0, -1, -1, {-1, -1, -1}, 0};
+    struct fc_tcp_pt_pickler p = {&pf->pkl, sink, plan, f->rank, file,         NULL,
+                                  NULL,     0,    -1,   -1,      {-1, -1, -1}, 0};
     p.storage_bytes = fc_calloc(nst, sizeof(*p.storage_bytes));
-    size_t *storage_item = fc_calloc(nst, sizeof(*storage_item));
+    size_t *storage_item = p.storage_item = fc_calloc(nst, sizeof(*storage_item));
+    const int item = (int)(file / sink->world);
     int rc = FC_OK;
     fc_buf_init(&pf->pkl, FC_TCP_PT_PKL_CAP);
     pf->item_rec = fc_calloc(f->nitems + 1, sizeof(*pf->item_rec));
@@ -492,7 +551,8 @@ static int fc_tcp_pt_place(void *ctx, const struct fc_plan *plan, size_t file, c
         rc = fc_error_set(FC_ENOMEM, "out of memory");
         goto done;
     }
-    const int n = snprintf(name, namesize, "model_%d.pt", f->rank);
+    const int n = snprintf(name, namesize, "%s_%d.pt",
+                           item == FC_TCP_ITEM_OPTIMIZER ? "optimizer" : "model", f->rank);
     if (n < 0 || (size_t)n >= namesize) {
         rc = fc_error_set(FC_EINVAL, "rank %d: file name does not fit", f->rank);
         goto done;
@@ -500,9 +560,14 @@ static int fc_tcp_pt_place(void *ctx, const struct fc_plan *plan, size_t file, c
     /* The state dict in the model's (the plan's) tensor order, as state_dict() lists it */
     for (size_t i = 0; i < f->nitems; i++)
         order[i] = f->first_item + i;
-    FC_TRY_GOTO(fc_sort_idx(order, f->nitems, fc_tcp_pt_cmp_tensor, plan), rc, done);
+    FC_TRY_GOTO(fc_sort_idx(order, f->nitems, fc_tcp_pt_cmp_tensor, sink), rc, done);
     struct fc_buf *b = &pf->pkl;
     FC_TRY_GOTO(fc_pw_proto(b), rc, done);
+    if (item == FC_TCP_ITEM_OPTIMIZER) {
+        FC_TRY_GOTO(fc_tcp_pt_optimizer(&p, order, f->nitems), rc, done);
+        FC_TRY_GOTO(fc_pw_stop(b), rc, done);
+        goto records;
+    }
     FC_TRY_GOTO(fc_pw_global(b, "collections", "OrderedDict"), rc, done);
     FC_TRY_GOTO(fc_pw_empty_tuple(b), rc, done);
     FC_TRY_GOTO(fc_pw_reduce(b), rc, done);
@@ -510,7 +575,10 @@ static int fc_tcp_pt_place(void *ctx, const struct fc_plan *plan, size_t file, c
         FC_TRY_GOTO(fc_pw_mark(b), rc, done);
     for (size_t i = 0; i < f->nitems; i++) {
         const struct fc_plan_item *it = &plan->items[order[i]];
-        FC_TRY_GOTO(fc_pw_cstr(b, plan->tensors[it->index].key + sink->strip), rc, done);
+        const char *elems[3];
+        size_t lens[3];
+        fc_tcp_sink_path(sink, plan, it->index, elems, lens);
+        FC_TRY_GOTO(fc_pw_str(b, elems[0], lens[0]), rc, done);
         storage_item[p.nstorages] = order[i] - f->first_item;
         FC_TRY_GOTO(fc_tcp_pt_value(&p, it), rc, done);
     }
@@ -518,6 +586,7 @@ static int fc_tcp_pt_place(void *ctx, const struct fc_plan *plan, size_t file, c
         FC_TRY_GOTO(fc_pw_setitems(b), rc, done);
     FC_TRY_GOTO(fc_pw_stop(b), rc, done);
 
+records:;
     /* The records, in torch.save's order; storages in order of first appearance */
     struct fc_zipw_record *r = pf->recs;
     size_t k = 0;
@@ -537,7 +606,7 @@ static int fc_tcp_pt_place(void *ctx, const struct fc_plan *plan, size_t file, c
     }
     r[k++] = (struct fc_zipw_record){"version", 2, fc_tcp_pt_version, 0, 0, 0};
     /* torch writes a per-save random id; this one is the file's own, the same every run */
-    snprintf(pf->serial, sizeof(pf->serial), "%020d%020zu", f->rank, plan->nfiles);
+    snprintf(pf->serial, sizeof(pf->serial), "%020zu%020d", file, f->rank);
     r[k++] = (struct fc_zipw_record){
         ".data/serialization_id", 40, (const unsigned char *)pf->serial, 0, 0, 0};
     pf->nrecs = k;
@@ -551,16 +620,196 @@ done:
     return rc;
 }
 
+/* One param_groups value: optimizer.param_groups.<group>.<name> (group: an index or an FQN). */
+struct fc_tcp_pt_hp {
+    const char *group;
+    size_t glen;
+    const char *name;
+    const struct fc_pv *v;
+};
+
+static int fc_tcp_pt_hp_is(const struct fc_tcp_pt_hp *h, const char *name)
+{
+    return strcmp(h->name, name) == 0;
+}
+
+static int fc_tcp_pt_same_group(const struct fc_tcp_pt_hp *a, const struct fc_tcp_pt_hp *b)
+{
+    return a->glen == b->glen && memcmp(a->group, b->group, a->glen) == 0;
+}
+
+/* A group's hyper-parameters (hps[i] for i in idx[0..n)) as name: value pairs, params left out. */
+static int fc_tcp_pt_pw_hps(struct fc_buf *b, const struct fc_tcp_pt_hp *hps, const size_t *idx,
+                            size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (fc_tcp_pt_hp_is(&hps[idx[i]], "params"))
+            continue;
+        FC_TRY(fc_pw_cstr(b, hps[idx[i]].name));
+        FC_TRY(fc_pw_value(b, hps[idx[i]].v));
+    }
+    return FC_OK;
+}
+
+/* Orders of param_groups entries: by group text (stable), runs by number or first entry. */
+static int fc_tcp_pt_cmp_group_text(const void *ctx, size_t a, size_t b)
+{
+    const struct fc_tcp_pt_hp *h = ctx;
+    const size_t n = h[a].glen < h[b].glen ? h[a].glen : h[b].glen;
+    const int c = memcmp(h[a].group, h[b].group, n);
+    if (c != 0)
+        return c;
+    if (h[a].glen != h[b].glen)
+        return h[a].glen < h[b].glen ? -1 : 1;
+    /* within a group by name: the input lists each parameter's in another order */
+    return strcmp(h[a].name, h[b].name);
+}
+
+struct fc_tcp_pt_runs {
+    const struct fc_tcp_pt_hp *hps;
+    const size_t *ord; /* entries sorted by group */
+    const size_t *start;
+    const size_t *low; /* per run: its first entry in input order */
+    int numbered;
+};
+
+static int fc_tcp_pt_cmp_run(const void *ctx, size_t a, size_t b)
+{
+    const struct fc_tcp_pt_runs *r = ctx;
+    const size_t x = r->low[a], y = r->low[b];
+    if (r->numbered) {
+        const unsigned long long nx = strtoull(r->hps[r->ord[r->start[a]]].group, NULL, 10);
+        const unsigned long long ny = strtoull(r->hps[r->ord[r->start[b]]].group, NULL, 10);
+        return nx < ny ? -1 : nx > ny;
+    }
+    return x < y ? -1 : x > y;
+}
+
+/*
+ * The optimizer's param_groups as optimizer_transform_pre() leaves them:
+ * each group's hyper-parameters and "param_names", its parameters' FQNs.
+ * From get_state_dict's two forms: numbered groups
+ * (optimizer.param_groups.<i>.<name>, "params" listing the FQNs), or one
+ * entry per parameter (flatten_optimizer_state_dict=True, torchtitan's:
+ * optimizer.param_groups.<fqn>.<name>), where consecutive parameters with
+ * equal hyper-parameters make one group.
+ */
+static int fc_tcp_pw_param_groups(struct fc_buf *out, const struct fc_tcp_sink *sink)
+{
+    const size_t n = sink->ngroups_values, skip = sizeof("optimizer.param_groups.") - 1;
+    struct fc_tcp_pt_hp *hps = fc_calloc(n + 1, sizeof(*hps));
+    size_t *ord = fc_calloc(n + 1, sizeof(*ord)), *start = fc_calloc(n + 2, sizeof(*start));
+    size_t *runs = fc_calloc(n + 1, sizeof(*runs)), *low = fc_calloc(n + 1, sizeof(*low));
+    struct fc_buf sig = FC_BUF_INIT((size_t)1 << 30), prev = FC_BUF_INIT((size_t)1 << 30);
+    int numbered = n > 0, rc = FC_OK;
+    fc_buf_init(out, (size_t)1 << 30);
+    if (hps == NULL || ord == NULL || start == NULL || runs == NULL || low == NULL) {
+        rc = fc_error_set(FC_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const struct fc_xspec *s = sink->groups[i];
+        const char *key = s->key + skip, *dot = strrchr(key, '.');
+        const struct fc_pv *v = s->value != NULL ? s->value : s->src->entries[s->entry].value;
+        if (dot == NULL || dot == key || dot[1] == '\0' || v == NULL) {
+            rc = fc_error_set(FC_EINVAL, "'%s': %s; use --format dcp", s->key,
+                              v == NULL ? "a value torch loads only with weights_only=False"
+                                        : "not optimizer.param_groups.<group>.<name>");
+            goto done;
+        }
+        hps[i] = (struct fc_tcp_pt_hp){key, (size_t)(dot - key), dot + 1, v};
+        for (size_t k = 0; k < hps[i].glen; k++)
+            numbered &= key[k] >= '0' && key[k] <= '9';
+        ord[i] = i;
+    }
+    /* Each group's entries together, in input order; the groups in order */
+    FC_TRY_GOTO(fc_sort_idx(ord, n, fc_tcp_pt_cmp_group_text, hps), rc, done);
+    size_t ng = 0;
+    for (size_t i = 0; i < n; i++)
+        if (i == 0 || !fc_tcp_pt_same_group(&hps[ord[i]], &hps[ord[i - 1]]))
+            start[ng++] = i;
+    start[ng] = n;
+    for (size_t g = 0; g < ng; g++) {
+        runs[g] = g;
+        low[g] = ord[start[g]];
+        for (size_t i = start[g]; i < start[g + 1]; i++)
+            low[g] = ord[i] < low[g] ? ord[i] : low[g];
+    }
+    struct fc_tcp_pt_runs rctx = {hps, ord, start, low, numbered};
+    FC_TRY_GOTO(fc_sort_idx(runs, ng, fc_tcp_pt_cmp_run, &rctx), rc, done);
+    FC_TRY_GOTO(fc_pw_empty_list(out), rc, done);
+    FC_TRY_GOTO(fc_pw_mark(out), rc, done);
+    for (size_t g = 0; g < ng;) {
+        const size_t *mem = ord + start[runs[g]], m = start[runs[g] + 1] - start[runs[g]];
+        size_t end = g + 1;
+        fc_buf_clear(&prev);
+        FC_TRY_GOTO(fc_tcp_pt_pw_hps(&prev, hps, mem, m), rc, done);
+        /* per parameter: the next parameters with the same hyper-parameters join it */
+        while (!numbered && end < ng) {
+            fc_buf_clear(&sig);
+            FC_TRY_GOTO(fc_tcp_pt_pw_hps(&sig, hps, ord + start[runs[end]],
+                                         start[runs[end] + 1] - start[runs[end]]),
+                        rc, done);
+            if (sig.len != prev.len || memcmp(sig.data, prev.data, sig.len) != 0)
+                break;
+            end++;
+        }
+        FC_TRY_GOTO(fc_pw_empty_dict(out), rc, done);
+        FC_TRY_GOTO(fc_pw_mark(out), rc, done);
+        FC_TRY_GOTO(fc_buf_append(out, prev.data, prev.len), rc, done);
+        FC_TRY_GOTO(fc_pw_cstr(out, "param_names"), rc, done);
+        if (numbered) {
+            const struct fc_pv *params = NULL;
+            for (size_t i = 0; i < m; i++)
+                if (fc_tcp_pt_hp_is(&hps[mem[i]], "params"))
+                    params = hps[mem[i]].v;
+            int names = params != NULL && params->kind == FC_PV_LIST;
+            for (size_t i = 0; names && i < params->u.seq.n; i++)
+                names = params->u.seq.items[i]->kind == FC_PV_STR;
+            if (!names) {
+                rc = fc_error_set(FC_EINVAL,
+                                  "optimizer.param_groups.%.*s: no 'params' list of parameter "
+                                  "names (get_state_dict's); use --format dcp",
+                                  (int)hps[mem[0]].glen, hps[mem[0]].group);
+                goto done;
+            }
+            FC_TRY_GOTO(fc_pw_value(out, params), rc, done);
+        } else {
+            FC_TRY_GOTO(fc_pw_empty_list(out), rc, done);
+            FC_TRY_GOTO(fc_pw_mark(out), rc, done);
+            for (size_t k = g; k < end; k++) {
+                const struct fc_tcp_pt_hp *h = &hps[ord[start[runs[k]]]];
+                FC_TRY_GOTO(fc_pw_str(out, h->group, h->glen), rc, done);
+            }
+            FC_TRY_GOTO(fc_pw_appends(out), rc, done);
+        }
+        FC_TRY_GOTO(fc_pw_setitems(out), rc, done);
+        g = end;
+    }
+    rc = fc_pw_appends(out);
+done:
+    fc_free(hps);
+    fc_free(ord);
+    fc_free(start);
+    fc_free(runs);
+    fc_free(low);
+    fc_buf_release(&sig);
+    fc_buf_release(&prev);
+    return rc;
+}
+
 int fc_tcp_pt_layout(struct fc_tcp_sink *sink, struct fc_plan *plan)
 {
     struct fc_tcp_pt *pt = &sink->pt;
+    if (sink->nitems > 1)
+        FC_TRY(fc_tcp_pw_param_groups(&sink->groups_pkl, sink));
     pt->plan = plan;
     pt->nfiles = plan->nfiles;
     pt->files = fc_calloc(plan->nfiles + 1, sizeof(*pt->files));
-    pt->rank_map = fc_calloc(plan->nfiles + 1, 4);
+    pt->rank_map = fc_calloc(sink->world + 1, 4);
     if (pt->files == NULL || pt->rank_map == NULL)
         return fc_error_set(FC_ENOMEM, "out of memory");
-    for (size_t r = 0; r < plan->nfiles; r++) {
+    for (size_t r = 0; r < sink->world; r++) {
         const uint32_t v = (uint32_t)r; /* int32, little-endian, as torch.save stores it */
         for (int i = 0; i < 4; i++)
             pt->rank_map[4 * r + (size_t)i] = (unsigned char)(v >> (8 * i));

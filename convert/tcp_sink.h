@@ -61,14 +61,26 @@ struct fc_tcp_pt {
     unsigned char *rank_map; /* int32 0 .. world-1, the DeviceMesh's rank map storage */
 };
 
+/* The checkpoint's items: the model, and the optimizer's state when the keys hold it. */
+enum { FC_TCP_ITEM_MODEL = 0, FC_TCP_ITEM_OPTIMIZER, FC_TCP_MAX_ITEMS };
+
+struct fc_xspec;
+
 struct fc_tcp_sink {
     enum fc_tcp_layout layout;
+    int nitems;                     /* 1: item "model"; 2: "model" and "optimizer" */
+    int *item_of;                   /* per plan tensor: its item */
+    const struct fc_xspec **groups; /* optimizer: its param_groups values (borrowed) */
+    size_t ngroups_values;
+    struct fc_buf groups_pkl;      /* optimizer: the pickled param_groups list (tcp_pt.c) */
+    size_t *fqn_order;             /* optimizer: per plan tensor, its FQN's first appearance */
+    size_t world;                  /* ranks (files per item) */
     int flat_layout;               /* pt: pickle torch >= 2.FLAT's _MeshLayout of _FlatLayout */
     struct fc_tcp_pt pt;           /* pt: the rank files' archives */
     struct fc_st_sink st;          /* safetensors: the per-file headers (the safetensors sink's) */
     const char *device;            /* mesh device type */
     char *names[FC_MESH_MAX_DIMS]; /* per plan mesh dim */
-    size_t strip;                  /* bytes of the "model." prefix every key has, or 0 */
+    size_t strip;                  /* model: bytes of the "model." prefix every key has, or 0 */
     const int *tp_ruled;           /* see fc_tcp_sink_layout() (borrowed) */
 };
 
@@ -85,6 +97,21 @@ struct fc_tcp_sink {
 int fc_tcp_sink_layout(struct fc_tcp_sink *sink, struct fc_plan *plan, const int *tp_ruled,
                        const char *device, const char *dim_names, const char *layout,
                        const char *torch_version);
+
+/*
+ * fc_tcp_sink_add_group_value() - keep value spec s, an "optimizer.param_groups.*"
+ * entry, for the optimizer item's param_groups (before fc_tcp_sink_layout();
+ * s must outlive the sink).  Returns FC_OK or FC_ENOMEM.
+ */
+int fc_tcp_sink_add_group_value(struct fc_tcp_sink *sink, const struct fc_xspec *s);
+
+/*
+ * The path of plan tensor t inside its item: "emb.weight" in "model";
+ * "state", "<fqn>", "exp_avg" in "optimizer" (optimizer_transform_pre's form).
+ * elems[] point into t's key; lens[] are their lengths.  Returns the count.
+ */
+int fc_tcp_sink_path(const struct fc_tcp_sink *sink, const struct fc_plan *plan, size_t t,
+                     const char **elems, size_t *lens);
 
 /* --torch-version "2.Y" (NULL: the newest) into *flat_layout.  FC_OK or FC_EINVAL. */
 int fc_tcp_parse_torch_version(const char *s, int *flat_layout);
