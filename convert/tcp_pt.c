@@ -66,11 +66,11 @@ struct fc_tcp_pt_pickler {
 };
 
 /* --torch-version "X.Y": the newest release known is the default. */
-int fc_tcp_parse_torch_version(const char *s, int *flat_layout)
+int fc_tcp_parse_torch_version(const char *s, enum fc_tcp_mesh_form *form)
 {
     char *end = NULL;
     if (s == NULL) {
-        *flat_layout = 1;
+        *form = FC_TCP_MESH_2_15;
         return FC_OK;
     }
     const long major = strtol(s, &end, 10);
@@ -82,7 +82,7 @@ int fc_tcp_parse_torch_version(const char *s, int *flat_layout)
                             "--torch-version: '%s' is not a torch release the package supports "
                             "(2.%d or newer, as 2.15)",
                             s, FC_TCP_TORCH_MIN_MINOR);
-    *flat_layout = minor >= FC_TCP_TORCH_FLAT_MINOR;
+    *form = minor >= 15 ? FC_TCP_MESH_2_15 : minor >= 13 ? FC_TCP_MESH_2_13 : FC_TCP_MESH_2_11;
     return FC_OK;
 }
 
@@ -173,8 +173,8 @@ static int fc_tcp_pt_mesh(struct fc_tcp_pt_pickler *p, enum fc_tcp_pt_mesh_kind 
     FC_TRY(fc_pw_empty_tuple(b));
     FC_TRY(fc_pw_newobj(b));
     FC_TRY(fc_pw_empty_dict(b));
-    if (p->sink->flat_layout) {
-        /* torch >= 2.FLAT: one _FlatLayout(shape=(s,), stride=(t,)) per dim */
+    if (p->sink->mesh_form != FC_TCP_MESH_2_11) {
+        /* torch >= 2.13: one _FlatLayout(shape=(s,), stride=(t,)) per dim */
         FC_TRY(fc_pw_cstr(b, "axes"));
         FC_TRY(fc_tcp_pt_tuple_start(b, n));
         for (int i = 0; i < n; i++) {
@@ -213,7 +213,7 @@ static int fc_tcp_pt_mesh(struct fc_tcp_pt_pickler *p, enum fc_tcp_pt_mesh_kind 
         FC_TRY(fc_tcp_pt_mesh(p, FC_TCP_PT_ROOT));
     else
         FC_TRY(fc_pw_none(b));
-    if (p->sink->flat_layout) {
+    if (p->sink->mesh_form == FC_TCP_MESH_2_15) {
         FC_TRY(fc_pw_cstr(b, "_preserve_rank_order"));
         FC_TRY(fc_pw_bool(b, 0));
     }
@@ -468,26 +468,33 @@ static int fc_tcp_pt_cmp_tensor(const void *ctx, size_t a, size_t b)
 }
 
 /*
- * The optimizer item: optimizer_transform_pre()'s form of the optimizer's
- * state_dict(), {"state": {fqn: {name: tensor}}, "param_groups": [...],
- * "_optimizer_state_format_version": 1}, its items in order[0..n).
+ * The optimizer item: the dict the DCP's "optimizer" subtree was saved from,
+ * its items in order[0..n).  get_state_dict's nested form, {"state": {fqn:
+ * {name: tensor}}, "param_groups": [{..., "params": [fqn, ...]}]}, or the
+ * flat one (flatten_optimizer_state_dict=True, torchtitan's
+ * TorchCheckpointingManager): {"state.<fqn>.<name>": tensor, ...,
+ * "param_groups.<fqn>.<name>": value, ...}.
  */
 static int fc_tcp_pt_optimizer(struct fc_tcp_pt_pickler *p, const size_t *order, size_t n)
 {
     struct fc_buf *b = p->b;
     const struct fc_plan *plan = p->plan;
+    const int nested = p->sink->optim_nested;
     const char *elems[3];
     size_t lens[3];
     FC_TRY(fc_pw_empty_dict(b));
     FC_TRY(fc_pw_mark(b));
-    FC_TRY(fc_pw_cstr(b, "state"));
-    FC_TRY(fc_pw_empty_dict(b));
+    if (nested) {
+        FC_TRY(fc_pw_cstr(b, "state"));
+        FC_TRY(fc_pw_empty_dict(b));
+    }
     const char *open_fqn = NULL;
     size_t open_len = 0;
     for (size_t i = 0; i < n; i++) {
         const struct fc_plan_item *it = &plan->items[order[i]];
-        fc_tcp_sink_path(p->sink, plan, it->index, elems, lens);
-        if (open_fqn == NULL || lens[1] != open_len || memcmp(elems[1], open_fqn, open_len) != 0) {
+        const int ne = fc_tcp_sink_path(p->sink, plan, it->index, elems, lens);
+        if (nested && (open_fqn == NULL || lens[1] != open_len ||
+                       memcmp(elems[1], open_fqn, open_len) != 0)) {
             if (open_fqn != NULL) {
                 FC_TRY(fc_pw_setitems(b)); /* the previous parameter's state */
                 FC_TRY(fc_pw_setitem(b));
@@ -498,7 +505,7 @@ static int fc_tcp_pt_optimizer(struct fc_tcp_pt_pickler *p, const size_t *order,
             FC_TRY(fc_pw_empty_dict(b));
             FC_TRY(fc_pw_mark(b));
         }
-        FC_TRY(fc_pw_str(b, elems[2], lens[2]));
+        FC_TRY(fc_pw_str(b, elems[ne - 1], lens[ne - 1]));
         p->storage_item[p->nstorages] = order[i] - plan->files[p->file].first_item;
         FC_TRY(fc_tcp_pt_value(p, it));
     }
@@ -506,10 +513,9 @@ static int fc_tcp_pt_optimizer(struct fc_tcp_pt_pickler *p, const size_t *order,
         FC_TRY(fc_pw_setitems(b));
         FC_TRY(fc_pw_setitem(b));
     }
-    FC_TRY(fc_pw_cstr(b, "param_groups"));
+    if (nested)
+        FC_TRY(fc_pw_cstr(b, "param_groups"));
     FC_TRY(fc_buf_append(b, p->sink->groups_pkl.data, p->sink->groups_pkl.len));
-    FC_TRY(fc_pw_cstr(b, "_optimizer_state_format_version"));
-    FC_TRY(fc_pw_int(b, 1));
     return fc_pw_setitems(b);
 }
 
@@ -620,181 +626,90 @@ done:
     return rc;
 }
 
-/* One param_groups value: optimizer.param_groups.<group>.<name> (group: an index or an FQN). */
-struct fc_tcp_pt_hp {
-    const char *group;
-    size_t glen;
-    const char *name;
-    const struct fc_pv *v;
-};
-
-static int fc_tcp_pt_hp_is(const struct fc_tcp_pt_hp *h, const char *name)
+/* The value of a param_groups entry: a DCP bytes item's unpickled tree, or a transform's. */
+static const struct fc_pv *fc_tcp_pt_group_value(const struct fc_xspec *s)
 {
-    return strcmp(h->name, name) == 0;
+    const struct fc_pv *v = s->value != NULL ? s->value : s->src->entries[s->entry].value;
+    if (v == NULL)
+        fc_error_set(FC_EINVAL,
+                     "'%s': a value torch loads only with weights_only=False; use "
+                     "--format dcp",
+                     s->key);
+    return v;
 }
 
-static int fc_tcp_pt_same_group(const struct fc_tcp_pt_hp *a, const struct fc_tcp_pt_hp *b)
+/* Do numbered param_groups entries a and b belong to different groups (their order)? */
+static int fc_tcp_pt_cmp_group_number(const struct fc_tcp_sink *sink, size_t a, size_t b)
 {
-    return a->glen == b->glen && memcmp(a->group, b->group, a->glen) == 0;
+    const unsigned long long gx =
+        strtoull(sink->groups[a]->key + sizeof("optimizer.param_groups.") - 1, NULL, 10);
+    const unsigned long long gy =
+        strtoull(sink->groups[b]->key + sizeof("optimizer.param_groups.") - 1, NULL, 10);
+    return gx < gy ? -1 : gx > gy;
 }
 
-/* A group's hyper-parameters (hps[i] for i in idx[0..n)) as name: value pairs, params left out. */
-static int fc_tcp_pt_pw_hps(struct fc_buf *b, const struct fc_tcp_pt_hp *hps, const size_t *idx,
-                            size_t n)
+/* Numbered param_groups entries in group order, each group's entries by name. */
+static int fc_tcp_pt_cmp_group(const void *ctx, size_t a, size_t b)
 {
-    for (size_t i = 0; i < n; i++) {
-        if (fc_tcp_pt_hp_is(&hps[idx[i]], "params"))
-            continue;
-        FC_TRY(fc_pw_cstr(b, hps[idx[i]].name));
-        FC_TRY(fc_pw_value(b, hps[idx[i]].v));
-    }
-    return FC_OK;
-}
-
-/* Orders of param_groups entries: by group text (stable), runs by number or first entry. */
-static int fc_tcp_pt_cmp_group_text(const void *ctx, size_t a, size_t b)
-{
-    const struct fc_tcp_pt_hp *h = ctx;
-    const size_t n = h[a].glen < h[b].glen ? h[a].glen : h[b].glen;
-    const int c = memcmp(h[a].group, h[b].group, n);
+    const struct fc_tcp_sink *sink = ctx;
+    const int c = fc_tcp_pt_cmp_group_number(sink, a, b);
     if (c != 0)
         return c;
-    if (h[a].glen != h[b].glen)
-        return h[a].glen < h[b].glen ? -1 : 1;
-    /* within a group by name: the input lists each parameter's in another order */
-    return strcmp(h[a].name, h[b].name);
-}
-
-struct fc_tcp_pt_runs {
-    const struct fc_tcp_pt_hp *hps;
-    const size_t *ord; /* entries sorted by group */
-    const size_t *start;
-    const size_t *low; /* per run: its first entry in input order */
-    int numbered;
-};
-
-static int fc_tcp_pt_cmp_run(const void *ctx, size_t a, size_t b)
-{
-    const struct fc_tcp_pt_runs *r = ctx;
-    const size_t x = r->low[a], y = r->low[b];
-    if (r->numbered) {
-        const unsigned long long nx = strtoull(r->hps[r->ord[r->start[a]]].group, NULL, 10);
-        const unsigned long long ny = strtoull(r->hps[r->ord[r->start[b]]].group, NULL, 10);
-        return nx < ny ? -1 : nx > ny;
-    }
-    return x < y ? -1 : x > y;
+    return strcmp(strchr(sink->groups[a]->key + sizeof("optimizer.param_groups.") - 1, '.'),
+                  strchr(sink->groups[b]->key + sizeof("optimizer.param_groups.") - 1, '.'));
 }
 
 /*
- * The optimizer's param_groups as optimizer_transform_pre() leaves them:
- * each group's hyper-parameters and "param_names", its parameters' FQNs.
- * From get_state_dict's two forms: numbered groups
- * (optimizer.param_groups.<i>.<name>, "params" listing the FQNs), or one
- * entry per parameter (flatten_optimizer_state_dict=True, torchtitan's:
- * optimizer.param_groups.<fqn>.<name>), where consecutive parameters with
- * equal hyper-parameters make one group.
+ * The optimizer's param_groups, pickled once for every rank file: the flat
+ * form's "param_groups.<fqn>.<name>": value pairs in input order, or the
+ * nested form's list of groups (optimizer.param_groups.<i>.<name> entries,
+ * "params" the FQNs).
  */
 static int fc_tcp_pw_param_groups(struct fc_buf *out, const struct fc_tcp_sink *sink)
 {
-    const size_t n = sink->ngroups_values, skip = sizeof("optimizer.param_groups.") - 1;
-    struct fc_tcp_pt_hp *hps = fc_calloc(n + 1, sizeof(*hps));
-    size_t *ord = fc_calloc(n + 1, sizeof(*ord)), *start = fc_calloc(n + 2, sizeof(*start));
-    size_t *runs = fc_calloc(n + 1, sizeof(*runs)), *low = fc_calloc(n + 1, sizeof(*low));
-    struct fc_buf sig = FC_BUF_INIT((size_t)1 << 30), prev = FC_BUF_INIT((size_t)1 << 30);
-    int numbered = n > 0, rc = FC_OK;
+    const size_t n = sink->ngroups_values;
+    size_t *ord = fc_calloc(n + 1, sizeof(*ord));
+    int rc = FC_OK;
     fc_buf_init(out, (size_t)1 << 30);
-    if (hps == NULL || ord == NULL || start == NULL || runs == NULL || low == NULL) {
-        rc = fc_error_set(FC_ENOMEM, "out of memory");
+    if (ord == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++)
+        ord[i] = i;
+    if (!sink->optim_nested) {
+        for (size_t i = 0; i < n && rc == FC_OK; i++) {
+            const struct fc_pv *v = fc_tcp_pt_group_value(sink->groups[i]);
+            rc = v == NULL ? FC_EINVAL : fc_pw_cstr(out, sink->groups[i]->key + 10);
+            if (rc == FC_OK)
+                rc = fc_pw_value(out, v);
+        }
         goto done;
     }
-    for (size_t i = 0; i < n; i++) {
-        const struct fc_xspec *s = sink->groups[i];
-        const char *key = s->key + skip, *dot = strrchr(key, '.');
-        const struct fc_pv *v = s->value != NULL ? s->value : s->src->entries[s->entry].value;
-        if (dot == NULL || dot == key || dot[1] == '\0' || v == NULL) {
-            rc = fc_error_set(FC_EINVAL, "'%s': %s; use --format dcp", s->key,
-                              v == NULL ? "a value torch loads only with weights_only=False"
-                                        : "not optimizer.param_groups.<group>.<name>");
-            goto done;
-        }
-        hps[i] = (struct fc_tcp_pt_hp){key, (size_t)(dot - key), dot + 1, v};
-        for (size_t k = 0; k < hps[i].glen; k++)
-            numbered &= key[k] >= '0' && key[k] <= '9';
-        ord[i] = i;
-    }
-    /* Each group's entries together, in input order; the groups in order */
-    FC_TRY_GOTO(fc_sort_idx(ord, n, fc_tcp_pt_cmp_group_text, hps), rc, done);
-    size_t ng = 0;
-    for (size_t i = 0; i < n; i++)
-        if (i == 0 || !fc_tcp_pt_same_group(&hps[ord[i]], &hps[ord[i - 1]]))
-            start[ng++] = i;
-    start[ng] = n;
-    for (size_t g = 0; g < ng; g++) {
-        runs[g] = g;
-        low[g] = ord[start[g]];
-        for (size_t i = start[g]; i < start[g + 1]; i++)
-            low[g] = ord[i] < low[g] ? ord[i] : low[g];
-    }
-    struct fc_tcp_pt_runs rctx = {hps, ord, start, low, numbered};
-    FC_TRY_GOTO(fc_sort_idx(runs, ng, fc_tcp_pt_cmp_run, &rctx), rc, done);
+    FC_TRY_GOTO(fc_sort_idx(ord, n, fc_tcp_pt_cmp_group, sink), rc, done);
     FC_TRY_GOTO(fc_pw_empty_list(out), rc, done);
     FC_TRY_GOTO(fc_pw_mark(out), rc, done);
-    for (size_t g = 0; g < ng;) {
-        const size_t *mem = ord + start[runs[g]], m = start[runs[g] + 1] - start[runs[g]];
-        size_t end = g + 1;
-        fc_buf_clear(&prev);
-        FC_TRY_GOTO(fc_tcp_pt_pw_hps(&prev, hps, mem, m), rc, done);
-        /* per parameter: the next parameters with the same hyper-parameters join it */
-        while (!numbered && end < ng) {
-            fc_buf_clear(&sig);
-            FC_TRY_GOTO(fc_tcp_pt_pw_hps(&sig, hps, ord + start[runs[end]],
-                                         start[runs[end] + 1] - start[runs[end]]),
-                        rc, done);
-            if (sig.len != prev.len || memcmp(sig.data, prev.data, sig.len) != 0)
-                break;
-            end++;
+    for (size_t i = 0; i < n; i++) {
+        const char *key = sink->groups[ord[i]]->key + sizeof("optimizer.param_groups.") - 1;
+        const char *name = strchr(key, '.') + 1; /* numbered: checked by tcp_sink.c */
+        const struct fc_pv *v = fc_tcp_pt_group_value(sink->groups[ord[i]]);
+        const int first = i == 0 || fc_tcp_pt_cmp_group_number(sink, ord[i - 1], ord[i]) != 0;
+        if (v == NULL) {
+            rc = FC_EINVAL;
+            goto done;
         }
-        FC_TRY_GOTO(fc_pw_empty_dict(out), rc, done);
-        FC_TRY_GOTO(fc_pw_mark(out), rc, done);
-        FC_TRY_GOTO(fc_buf_append(out, prev.data, prev.len), rc, done);
-        FC_TRY_GOTO(fc_pw_cstr(out, "param_names"), rc, done);
-        if (numbered) {
-            const struct fc_pv *params = NULL;
-            for (size_t i = 0; i < m; i++)
-                if (fc_tcp_pt_hp_is(&hps[mem[i]], "params"))
-                    params = hps[mem[i]].v;
-            int names = params != NULL && params->kind == FC_PV_LIST;
-            for (size_t i = 0; names && i < params->u.seq.n; i++)
-                names = params->u.seq.items[i]->kind == FC_PV_STR;
-            if (!names) {
-                rc = fc_error_set(FC_EINVAL,
-                                  "optimizer.param_groups.%.*s: no 'params' list of parameter "
-                                  "names (get_state_dict's); use --format dcp",
-                                  (int)hps[mem[0]].glen, hps[mem[0]].group);
-                goto done;
-            }
-            FC_TRY_GOTO(fc_pw_value(out, params), rc, done);
-        } else {
-            FC_TRY_GOTO(fc_pw_empty_list(out), rc, done);
+        if (first && i > 0)
+            FC_TRY_GOTO(fc_pw_setitems(out), rc, done);
+        if (first) {
+            FC_TRY_GOTO(fc_pw_empty_dict(out), rc, done);
             FC_TRY_GOTO(fc_pw_mark(out), rc, done);
-            for (size_t k = g; k < end; k++) {
-                const struct fc_tcp_pt_hp *h = &hps[ord[start[runs[k]]]];
-                FC_TRY_GOTO(fc_pw_str(out, h->group, h->glen), rc, done);
-            }
-            FC_TRY_GOTO(fc_pw_appends(out), rc, done);
         }
-        FC_TRY_GOTO(fc_pw_setitems(out), rc, done);
-        g = end;
+        FC_TRY_GOTO(fc_pw_cstr(out, name), rc, done);
+        FC_TRY_GOTO(fc_pw_value(out, v), rc, done);
     }
+    if (n > 0)
+        FC_TRY_GOTO(fc_pw_setitems(out), rc, done);
     rc = fc_pw_appends(out);
 done:
-    fc_free(hps);
     fc_free(ord);
-    fc_free(start);
-    fc_free(runs);
-    fc_free(low);
-    fc_buf_release(&sig);
-    fc_buf_release(&prev);
     return rc;
 }
 

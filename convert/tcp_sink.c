@@ -45,6 +45,11 @@ int fc_tcp_sink_path(const struct fc_tcp_sink *sink, const struct fc_plan *plan,
         lens[0] = strlen(elems[0]);
         return 1;
     }
+    if (!sink->optim_nested) {
+        elems[0] = key + sizeof(fc_tcp_optim_prefix) - 1; /* "state.<fqn>.<name>" */
+        lens[0] = strlen(elems[0]);
+        return 1;
+    }
     /* optimizer.state.<fqn>.<name>: checked by fc_tcp_sink_items() */
     const char *fqn = key + sizeof(fc_tcp_state_prefix) - 1, *dot = strrchr(fqn, '.');
     elems[0] = "state";
@@ -70,8 +75,7 @@ int fc_tcp_sink_add_group_value(struct fc_tcp_sink *sink, const struct fc_xspec 
 static int fc_tcp_sink_fqn_order(struct fc_tcp_sink *sink, const struct fc_plan *plan)
 {
     struct fc_strmap seen = FC_STRMAP_INIT; /* borrows its keys: fqns[] */
-    const char *elems[3];
-    size_t lens[3], next = 0;
+    size_t next = 0;
     int rc = FC_OK;
     char **fqns = fc_calloc(plan->ntensors + 1, sizeof(*fqns));
     sink->fqn_order = fc_calloc(plan->ntensors + 1, sizeof(*sink->fqn_order));
@@ -82,9 +86,9 @@ static int fc_tcp_sink_fqn_order(struct fc_tcp_sink *sink, const struct fc_plan 
     for (size_t i = 0; i < plan->ntensors && rc == FC_OK; i++) {
         if (sink->item_of[i] != FC_TCP_ITEM_OPTIMIZER)
             continue;
-        fc_tcp_sink_path(sink, plan, i, elems, lens);
+        const char *fqn = plan->tensors[i].key + sizeof(fc_tcp_state_prefix) - 1;
         size_t at = next;
-        fqns[i] = fc_strndup(elems[1], lens[1]);
+        fqns[i] = fc_strndup(fqn, (size_t)(strrchr(fqn, '.') - fqn));
         if (fqns[i] == NULL) {
             rc = fc_error_set(FC_ENOMEM, "out of memory");
             break;
@@ -132,6 +136,16 @@ static int fc_tcp_sink_items(struct fc_tcp_sink *sink, const struct fc_plan *pla
     if (sink->nitems > 1)
         FC_TRY(fc_tcp_sink_fqn_order(sink, plan));
     sink->strip = prefixed && nmodel > 0 ? 6 : 0;
+    /* get_state_dict's nested optimizer dict numbers its param_groups; the flat one
+     * (flatten_optimizer_state_dict=True, torchtitan's) keys them by parameter */
+    sink->optim_nested = sink->ngroups_values > 0;
+    for (size_t i = 0; i < sink->ngroups_values; i++) {
+        const char *g = sink->groups[i]->key + sizeof("optimizer.param_groups.") - 1;
+        sink->optim_nested &= *g >= '0' && *g <= '9';
+        while (*g >= '0' && *g <= '9')
+            g++;
+        sink->optim_nested &= *g == '.';
+    }
     if (sink->ngroups_values > 0 && sink->nitems < 2)
         return fc_error_set(FC_EINVAL, "optimizer param_groups without optimizer state tensors; "
                                        "use --format dcp");
@@ -230,7 +244,7 @@ int fc_tcp_sink_layout(struct fc_tcp_sink *sink, struct fc_plan *plan, const int
     if (torch_version != NULL && sink->layout != FC_TCP_LAYOUT_PT)
         return fc_error_set(FC_EINVAL, "--torch-version: only the pt layout pickles torch's "
                                        "classes; --tcp-layout safetensors needs none");
-    FC_TRY(fc_tcp_parse_torch_version(torch_version, &sink->flat_layout));
+    FC_TRY(fc_tcp_parse_torch_version(torch_version, &sink->mesh_form));
     sink->tp_ruled = tp_ruled;
     sink->device = device != NULL ? device : "cuda";
     if (sink->device[0] == '\0')
