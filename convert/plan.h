@@ -251,6 +251,17 @@ typedef int (*fc_plan_place_fn)(void *ctx, const struct fc_plan *plan, size_t fi
 int fc_plan_place(struct fc_plan *plan, fc_plan_place_fn place, void *ctx);
 
 /*
+ * fc_plan_split_files() - for encodings that store several items per rank,
+ * each in its own file (torch_checkpointing: model_<r>.pt, optimizer_<r>.pt):
+ * split every rank file into ngroups files by group[tensor] (0 .. ngroups-1),
+ * files[g * world + r] holding rank r's items of group g in their order.
+ * Items then name their file (item.rank is the file index, files[].rank the
+ * rank).  Call after fc_plan_store_at_holders(), before fc_plan_place().
+ * Returns FC_OK, FC_EINVAL (ngroups < 1 or a group out of range), FC_ENOMEM.
+ */
+int fc_plan_split_files(struct fc_plan *plan, const int *group, int ngroups);
+
+/*
  * fc_plan_store_at_holders() - give every rank an item for every chunk it
  * holds, for encodings whose rank files each hold the rank's whole local
  * state (torch_checkpointing: a rank loads its own file only): items are

@@ -11,12 +11,14 @@ echo "exit $?"
 fsdpconv reshard --world-size 2 --torch-version 2.11 -o o "$in" 2>/dev/null
 echo "exit $?"
 ls
-for v in 2.11 2.12 2.15 2.16; do
+for v in 2.11 2.12 2.13 2.14 2.15 2.16; do
     fsdpconv full-to-dcp --format torch-checkpointing --world-size 2 --drop '^extra\.' -q \
         --torch-version "$v" -o "v$v" "$in" && echo "$v: ok"
 done
-# 2.11's DeviceMesh pickles its layout without _FlatLayout; the later ones with it
-for v in 2.11 2.12; do
-    if grep -q _FlatLayout "v$v/model_0.pt"; then echo "$v: _FlatLayout"; else echo "$v: no _FlatLayout"; fi
+# the DeviceMesh each pickles: _FlatLayout from 2.13, _preserve_rank_order from 2.15
+for v in 2.11 2.12 2.13 2.14 2.15 2.16; do
+    grep -q _FlatLayout "v$v/model_0.pt" && flat=_FlatLayout || flat="no _FlatLayout"
+    grep -q _preserve_rank_order "v$v/model_0.pt" && keep=_preserve_rank_order || keep="no _preserve_rank_order"
+    echo "$v: $flat, $keep"
 done
 fsdpconv diff v2.11 v2.16 >/dev/null && echo "same tensors"
