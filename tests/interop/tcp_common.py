@@ -195,6 +195,18 @@ def describe(v):
     return out
 
 
+def leaves(v, path=""):
+    """(dotted path, leaf) of nested dicts and lists, in order (a tuple is a leaf)."""
+    if isinstance(v, dict):
+        for k, x in v.items():
+            yield from leaves(x, "%s%s%s" % (path, "." if path else "", k))
+    elif isinstance(v, list):
+        for i, x in enumerate(v):
+            yield from leaves(x, "%s[%d]" % (path, i))
+    else:
+        yield path, v
+
+
 def compare_rank_file(ours, pkg, key_order):
     """key_order: the keys (so the storages) must come in the package's order; reshard from a
     torch_checkpointing input orders them as its metadata.pkl does (set iteration), which no
@@ -218,8 +230,8 @@ def compare_rank_file(ours, pkg, key_order):
     if ga != gb:
         probs.append("%s: pickle globals %s more, %s fewer than the package's" % (
             ours, sorted(ga - gb), sorted(gb - ga)))
-    a = torch.load(ours, weights_only=False)
-    b = torch.load(pkg, weights_only=False)
+    a = dict(leaves(torch.load(ours, weights_only=False)))
+    b = dict(leaves(torch.load(pkg, weights_only=False)))
     if (list(a) if key_order else sorted(a)) != (list(b) if key_order else sorted(b)):
         return probs + ["%s: keys %s, the package's %s" % (ours, list(a), list(b))]
     for k in b:
