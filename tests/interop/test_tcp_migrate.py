@@ -7,8 +7,7 @@ for each case's mesh (fsdp, hsdp, tp).  Then, per case:
       into a meta-init HSDP 2x2 model is bit-exact against the full state dict
   reshard --format dcp --world-size 4 of that torch_checkpointing output: dcp.load into the
       case's model is bit-exact
-Optimizer state is not migrated: --format torch-checkpointing refuses --optim (the CLI tests
-check the message).
+Optimizer state: test_tcp_optim_resume.py.
 
 usage: FSDPCONV=./fsdpconv PYTHON test_tcp_migrate.py     exit 0 pass, 1 fail, 77 skip
 """
