@@ -2,32 +2,38 @@
 
 4 gloo ranks train the seeded model of tcp_common.py (fsdp 4 and HSDP 2x2) with AdamW in two
 parameter groups (norm.* at another lr, no weight decay) for two steps, then save
-  dcp_<case>: torch's dcp.save({"model", "optimizer"}) of get_state_dict(model, optim,
-      flatten_optimizer_state_dict=True) -- torchtitan's DCP layout, what a migration starts from
-  pkg_<case>: the package's own save of the same state (CheckpointManager, items model and
-      optimizer with DefaultResharder, the default .pt layout) -- torchtitan's
-      TorchCheckpointingManager's layout, what fsdpconv's output must equal
+  dcp_<save>: torch's dcp.save({"model", "optimizer"}) of get_state_dict(model, optim), the
+      optimizer dict flattened (flatten_optimizer_state_dict=True: torchtitan's DCP layout) for
+      saves fsdp and hsdp, nested (the DCP tutorial's AppState) for fsdp_nested
+  pkg_<save>: the package's own save of the same dicts (CheckpointManager, items model and
+      optimizer with DefaultResharder, the default .pt layout; flat: torchtitan's
+      TorchCheckpointingManager's layout) -- what fsdpconv's output must equal
+  full_fsdp.pt: get_state_dict(full_state_dict=True) of the fsdp run (FQN-keyed optimizer)
 and take a third step: the un-migrated run, whose parameters and optimizer state (every leaf of
 the flattened optimizer state dict, full tensors) are the expected values; the state saved
-(before that step) is kept too.
-`fsdpconv reshard --format torch-checkpointing --mesh-device cpu --mesh-dim-names NAMES` of
-dcp_<case> for the same mesh gives tcp_<case>; then
-  - tcp_<case> holds what pkg_<case> holds (tcp_common.compare_dirs: files, metadata.pkl, and
-    per rank file records, globals, keys, tensors and storages, param_groups values); keys in
-    any order: a DCP's metadata does not keep the state-dict order (torch's dedup_save_plans
-    moves replicated items -- each `step`, HSDP's replica shards -- to other ranks' plans);
-  - 4 ranks: a fresh meta-init model, to_empty(cpu), AdamW with wrong hyper-parameters, loaded
-    by the README's load_training_tcp (recipe load-tcp-optim) exec()ed as printed, each rank
-    reading only metadata.pkl, model_<rank>.pt and optimizer_<rank>.pt; one more step: every
-    parameter and every optimizer leaf (step, exp_avg, exp_avg_sq, lr, betas, ...) bit-exact
-    against the un-migrated run's third step;
-  - across meshes: the fsdp run's DCP resharded for HSDP 2x2 (tcp_fsdp_to_hsdp) loads into an
-    HSDP model with every parameter and optimizer tensor bit-exact against the saved state (a
-    step after it would reduce gradients in another order); the package's resharding load
-    copies tensors only (param_groups keep the live optimizer's values), so that optimizer is
-    made with the training hyper-parameters.
-`--self-check` uses pkg_<case> in place of fsdpconv's output: it proves the harness (every
-check must pass) without running fsdpconv.
+(before that step) is kept too.  fsdpconv (--mesh-device cpu --mesh-dim-names NAMES) writes:
+  fsdp, hsdp, fsdp_nested   reshard --format torch-checkpointing of dcp_<save>, same mesh
+  fsdp_to_hsdp              reshard of dcp_fsdp for HSDP 2x2
+  full_to_fsdp              full-to-dcp --format torch-checkpointing --optim-select optimizer
+                            of full_fsdp.pt, for fsdp 4
+then
+  - same mesh: the output holds what the package's save holds (tcp_common.compare_dirs: files,
+    metadata.pkl, and per rank file records, globals, keys, tensors and storages, param_groups
+    values); keys in the package's order from the full state dict, in any order from a DCP, whose
+    metadata does not keep the state-dict order (torch's dedup_save_plans moves replicated items
+    -- each `step`, HSDP's replica shards -- to other ranks' plans);
+  - same mesh, 4 ranks: a fresh meta-init model, to_empty(cpu), AdamW with wrong
+    hyper-parameters and NaN state, loaded by the README's load_training_tcp (recipe
+    load-tcp-optim) exec()ed as printed (the nested form: the same with get_state_dict's nested
+    dicts), each rank reading only metadata.pkl, model_<rank>.pt and optimizer_<rank>.pt; one
+    more step: every parameter and every optimizer leaf (step, exp_avg, exp_avg_sq, lr, betas,
+    ...) bit-exact against the un-migrated run's third step;
+  - fsdp_to_hsdp: loads into an HSDP model with every parameter and optimizer tensor bit-exact
+    against the saved state (a step after it would reduce gradients in another order); the
+    package's resharding load copies tensors only (param_groups keep the live optimizer's
+    values), so that optimizer is made with the training hyper-parameters.
+`--self-check` uses the package's saves in place of fsdpconv's outputs: it proves the harness
+(every check must pass) without running fsdpconv.
 
 usage: FSDPCONV=./fsdpconv PYTHON test_tcp_optim_resume.py [--self-check]
        exit 0 pass, 1 fail, 77 skip
@@ -60,7 +66,11 @@ SAVES = {"fsdp": ("fsdp", "flat"), "hsdp": ("hsdp", "flat"), "fsdp_nested": ("fs
 # migration label -> (save, loaded into); across meshes the resumed step reduces gradients
 # differently, so there the loaded state itself is compared with the saved one
 MIGRATIONS = {"fsdp": ("fsdp", "fsdp"), "hsdp": ("hsdp", "hsdp"),
-              "fsdp_nested": ("fsdp_nested", "fsdp"), "fsdp_to_hsdp": ("fsdp", "hsdp")}
+              "fsdp_nested": ("fsdp_nested", "fsdp"), "fsdp_to_hsdp": ("fsdp", "hsdp"),
+              "full_to_fsdp": ("fsdp", "fsdp")}
+# migration label -> how fsdpconv gets there: reshard of dcp_<save>, or (full_*) full-to-dcp
+# --optim of the full state dict (get_state_dict's full_state_dict=True: the optimizer keyed by
+# FQN) of the fsdp run, which fsdpconv writes in torchtitan's flat form: pkg_fsdp's
 TRAIN_HP = dict(lr=0.01, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
 WRONG_HP = dict(lr=0.5, betas=(0.5, 0.5), eps=1e-3, weight_decay=0.5)
 STEPS_BEFORE_SAVE = 2
@@ -102,7 +112,7 @@ def snapshot(model, optim):
 
 def train_rank(rank, world, port, job):
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
     try:
         common.rank_init(rank, world, port, 120)
         tc.patch_metadata_gather()
@@ -131,6 +141,12 @@ def train_rank(rank, world, port, job):
                 mgr.close()
                 # rank 0 renames the staged save into place after the package's barrier
                 torch.distributed.barrier()
+            if case == "fsdp":
+                full_msd, full_osd = get_state_dict(model, optim, options=StateDictOptions(
+                    full_state_dict=True, cpu_offload=True))
+                if rank == 0:
+                    torch.save({"model": full_msd, "optimizer": full_osd},
+                               os.path.join(job["tmp"], "full_fsdp.pt"))
             saved = snapshot(model, optim)
             if rank == 0:
                 torch.save(saved, os.path.join(job["tmp"], "saved_%s.pt" % case))
@@ -254,13 +270,16 @@ def main():
             if self_check:  # across meshes the package's own load reshards
                 shutil.copytree(os.path.join(tmp, "pkg_" + save), out)
                 continue
+            src = (["full-to-dcp", "--select", "model", "--optim-select", "optimizer",
+                    os.path.join(tmp, "full_%s.pt" % save)] if label.startswith("full_")
+                   else ["reshard", os.path.join(tmp, "dcp_" + save)])
             rc, _, err = common.run_fsdpconv(
-                "reshard", "--format", "torch-checkpointing", *MESH_ARGS[case],
+                src[0], "--format", "torch-checkpointing", *MESH_ARGS[case],
                 "--mesh-device", "cpu", "--mesh-dim-names", ",".join(tc.MESH_NAMES[case]),
-                *tc.pt_version_args(),
-                "-o", out, os.path.join(tmp, "dcp_" + save))
-            ok &= rep.case("reshard --format torch-checkpointing of torch's DCP with AdamW "
-                           "state (%s)" % label,
+                *tc.pt_version_args(), "-o", out, *src[1:])
+            ok &= rep.case("%s --format torch-checkpointing of the AdamW run's %s (%s)" % (
+                               src[0], "DCP" if src[0] == "reshard" else "full state dict",
+                               label),
                            [] if rc == 0 else ["exit %d: %s" % (rc, err.strip()[-400:])])
         if not ok:
             return rep.finish()
@@ -269,7 +288,8 @@ def main():
                 rep.case("%s: files, records, storages, tensors, param_groups and metadata "
                          "equal the package's save" % label,
                          tc.compare_dirs(os.path.join(tmp, "tcp_" + label),
-                                         os.path.join(tmp, "pkg_" + save), False))
+                                         os.path.join(tmp, "pkg_" + save),
+                                         label.startswith("full_")))
         snippet = common.readme_recipes("python").get("load-tcp-optim")
         if not rep.case("README has the load-tcp-optim recipe", [] if snippet else ["missing"]):
             return rep.finish()
