@@ -16,6 +16,9 @@ the flattened optimizer state dict, full tensors) are the expected values; the s
   fsdp_to_hsdp              reshard of dcp_fsdp for HSDP 2x2
   full_to_fsdp              full-to-dcp --format torch-checkpointing --optim-select optimizer
                             of full_fsdp.pt, for fsdp 4
+  tcp_to_dcp                the way back: reshard --format dcp --world-size 4 of pkg_fsdp,
+                            loaded by dcp.load + set_state_dict (flattened), then one more
+                            step bit-exact against the un-migrated run
 then
   - same mesh: the output holds what the package's save holds (tcp_common.compare_dirs: files,
     metadata.pkl, and per rank file records, globals, keys, tensors and storages, param_groups
@@ -32,8 +35,8 @@ then
     against the saved state (a step after it would reduce gradients in another order); the
     package's resharding load copies tensors only (param_groups keep the live optimizer's
     values), so that optimizer is made with the training hyper-parameters.
-`--self-check` uses the package's saves in place of fsdpconv's outputs: it proves the harness
-(every check must pass) without running fsdpconv.
+`--self-check` uses the package's saves (tcp_to_dcp: torch's DCP) in place of fsdpconv's
+outputs: it proves the harness (every check must pass) without running fsdpconv.
 
 usage: FSDPCONV=./fsdpconv PYTHON test_tcp_optim_resume.py [--self-check]
        exit 0 pass, 1 fail, 77 skip
@@ -67,10 +70,11 @@ SAVES = {"fsdp": ("fsdp", "flat"), "hsdp": ("hsdp", "flat"), "fsdp_nested": ("fs
 # differently, so there the loaded state itself is compared with the saved one
 MIGRATIONS = {"fsdp": ("fsdp", "fsdp"), "hsdp": ("hsdp", "hsdp"),
               "fsdp_nested": ("fsdp_nested", "fsdp"), "fsdp_to_hsdp": ("fsdp", "hsdp"),
-              "full_to_fsdp": ("fsdp", "fsdp")}
-# migration label -> how fsdpconv gets there: reshard of dcp_<save>, or (full_*) full-to-dcp
-# --optim of the full state dict (get_state_dict's full_state_dict=True: the optimizer keyed by
-# FQN) of the fsdp run, which fsdpconv writes in torchtitan's flat form: pkg_fsdp's
+              "full_to_fsdp": ("fsdp", "fsdp"), "tcp_to_dcp": ("fsdp", "fsdp")}
+# How fsdpconv writes out_<label>: reshard of dcp_<save>; full_*: full-to-dcp --optim of the
+# full state dict (get_state_dict's full_state_dict=True: the optimizer keyed by FQN) of the
+# fsdp run, which fsdpconv writes in torchtitan's flat form, pkg_fsdp's; tcp_to_dcp: reshard
+# --format dcp of the package's own save pkg_<save>, loaded by dcp.load.
 TRAIN_HP = dict(lr=0.01, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
 WRONG_HP = dict(lr=0.5, betas=(0.5, 0.5), eps=1e-3, weight_decay=0.5)
 STEPS_BEFORE_SAVE = 2
@@ -202,6 +206,17 @@ def load_nested_tcp(model, optim, ckpt):
                    optim_state_dict=loaded["optimizer"])
 
 
+def load_training_dcp(model, optim, ckpt):
+    """The way back: torchtitan's DCP load (the README's load-optim recipe does the same)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    model_sd, optim_sd = get_state_dict(model, optim, options=flat_options())
+    state = {"model": model_sd, "optimizer": optim_sd}
+    dcp.load(state, checkpoint_id=ckpt)
+    set_state_dict(model, optim, model_state_dict=state["model"],
+                   optim_state_dict=state["optimizer"], options=flat_options())
+
+
 def resume_rank(rank, world, port, job):
     try:
         common.rank_init(rank, world, port, 120)
@@ -226,11 +241,13 @@ def resume_rank(rank, world, port, job):
             optim = make_adamw(model, WRONG_HP if trained == case else TRAIN_HP)
             poison_(model, optim)
             del opened[:]
-            load = ns["load_training_tcp"] if form == "flat" else load_nested_tcp
-            load(model, optim, os.path.join(job["tmp"], "tcp_" + label))
+            load = {"flat": ns["load_training_tcp"], "nested": load_nested_tcp}[form]
+            if label == "tcp_to_dcp":
+                load = load_training_dcp
+            load(model, optim, os.path.join(job["tmp"], "out_" + label))
             reads = sorted(set(opened))
             own = sorted(["metadata.pkl", "model_%d.pt" % rank, "optimizer_%d.pt" % rank])
-            if reads != own and trained == case:
+            if reads != own and trained == case and label != "tcp_to_dcp":
                 problems.append("rank %d read %s, not only %s" % (rank, reads, own))
             if trained == case:
                 train_step(model, optim, rank, STEPS_BEFORE_SAVE)
@@ -266,28 +283,34 @@ def main():
             return rep.finish()
         ok = True
         for label, (save, case) in MIGRATIONS.items():
-            out = os.path.join(tmp, "tcp_" + label)
+            out = os.path.join(tmp, "out_" + label)
             if self_check:  # across meshes the package's own load reshards
-                shutil.copytree(os.path.join(tmp, "pkg_" + save), out)
+                shutil.copytree(os.path.join(
+                    tmp, ("dcp_" if label == "tcp_to_dcp" else "pkg_") + save), out)
                 continue
-            src = (["full-to-dcp", "--select", "model", "--optim-select", "optimizer",
-                    os.path.join(tmp, "full_%s.pt" % save)] if label.startswith("full_")
-                   else ["reshard", os.path.join(tmp, "dcp_" + save)])
-            rc, _, err = common.run_fsdpconv(
-                src[0], "--format", "torch-checkpointing", *MESH_ARGS[case],
-                "--mesh-device", "cpu", "--mesh-dim-names", ",".join(tc.MESH_NAMES[case]),
-                *tc.pt_version_args(), "-o", out, *src[1:])
-            ok &= rep.case("%s --format torch-checkpointing of the AdamW run's %s (%s)" % (
-                               src[0], "DCP" if src[0] == "reshard" else "full state dict",
-                               label),
+            if label == "tcp_to_dcp":
+                src = ["reshard", os.path.join(tmp, "pkg_" + save)]
+                args = ["--format", "dcp"] + MESH_ARGS[case]
+            else:
+                src = (["full-to-dcp", "--select", "model", "--optim-select", "optimizer",
+                        os.path.join(tmp, "full_%s.pt" % save)] if label.startswith("full_")
+                       else ["reshard", os.path.join(tmp, "dcp_" + save)])
+                args = ["--format", "torch-checkpointing"] + MESH_ARGS[case] + [
+                    "--mesh-device", "cpu", "--mesh-dim-names", ",".join(tc.MESH_NAMES[case])
+                ] + tc.pt_version_args()
+            rc, _, err = common.run_fsdpconv(src[0], *args, "-o", out, *src[1:])
+            ok &= rep.case("%s %s of the AdamW run's %s (%s)" % (
+                               src[0], " ".join(args[:2]), "full state dict"
+                               if src[0] == "full-to-dcp" else "package save"
+                               if label == "tcp_to_dcp" else "DCP", label),
                            [] if rc == 0 else ["exit %d: %s" % (rc, err.strip()[-400:])])
         if not ok:
             return rep.finish()
         for label, (save, case) in MIGRATIONS.items():
-            if SAVES[save][0] == case:
+            if SAVES[save][0] == case and label != "tcp_to_dcp":
                 rep.case("%s: files, records, storages, tensors, param_groups and metadata "
                          "equal the package's save" % label,
-                         tc.compare_dirs(os.path.join(tmp, "tcp_" + label),
+                         tc.compare_dirs(os.path.join(tmp, "out_" + label),
                                          os.path.join(tmp, "pkg_" + save),
                                          label.startswith("full_")))
         snippet = common.readme_recipes("python").get("load-tcp-optim")
@@ -297,10 +320,11 @@ def main():
                 "snippet": snippet}
         resumed = common.launch_ranks(resume_rank, 4, job2, list(MIGRATIONS), wait_s=600)
         for label, (save, case) in MIGRATIONS.items():
-            rep.case("%s: %s, each rank reading only its own files, and one more step "
-                     "bit-exact against the un-migrated run" % (
-                         label, "README load_training_tcp" if SAVES[save][1] == "flat"
-                         else "the nested optimizer dict's load")
+            rep.case("%s: %s, and one more step bit-exact against the un-migrated run" % (
+                         label, "dcp.load of the way back" if label == "tcp_to_dcp" else
+                         "%s, each rank reading only its own files" % (
+                             "README load_training_tcp" if SAVES[save][1] == "flat"
+                             else "the nested optimizer dict's load"))
                      if SAVES[save][0] == case else
                      "%s: README load_training_tcp, every parameter and optimizer tensor "
                      "bit-exact against the saved state" % label, resumed[label])
