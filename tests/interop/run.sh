@@ -9,7 +9,8 @@
 # test_tcp_*.py runs once more under it (torch_checkpointing's .pt files pickle torch-version
 # specific DeviceMesh internals), else those reruns are reported skipped; prints one line per
 # test (PASS/FAIL/SKIP, seconds); a failing test's output follows its line. Full logs:
-# tests/interop/out/<test>.log. Exit status 77 from a test means skipped. Exits 1 if any test failed (or none ran), else 0.
+# tests/interop/out/<test>.log. Exit status 77 from a test means skipped. Exits 1 if any test
+# failed (or none ran), else 0.
 set -u
 if [ $# -ne 2 ] && [ $# -ne 3 ]; then
     echo "usage: $0 FSDPCONV PYTHON [TF5_PYTHON]" >&2

@@ -176,8 +176,8 @@ def main():
         for name, case in DIRS.items():
             args = MESH_ARGS[case] + ([] if name == "fsdp_cuda" else ["--mesh-device", "cpu"])
             rc, _, err = common.run_fsdpconv("full-to-dcp", "--format", "torch-checkpointing",
-                                             "--tcp-layout", "safetensors", *args, "-o", os.path.join(tmp, "out_" + name),
-                                             full_path)
+                                             "--tcp-layout", "safetensors", *args,
+                                             "-o", os.path.join(tmp, "out_" + name), full_path)
             ok &= rep.case("full-to-dcp --format torch-checkpointing %s" % name,
                            [] if rc == 0 else ["exit %d: %s" % (rc, err.strip()[-400:])])
         if not ok:
