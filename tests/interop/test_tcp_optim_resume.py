@@ -1,7 +1,8 @@
 """Interop: a torch-written DCP with AdamW state migrates to torch_checkpointing and resumes.
 
 4 gloo ranks train the seeded model of tcp_common.py (fsdp 4 and HSDP 2x2) with AdamW in two
-parameter groups (norm.* at another lr, no weight decay) for two steps, then save
+parameter groups (norm.* at another lr, no weight decay) for two steps (dp2 x tp2: its AdamW
+state is set from the parameters instead, tcp_common's tp plan does not run), then save
   dcp_<save>: torch's dcp.save({"model", "optimizer"}) of get_state_dict(model, optim), the
       optimizer dict flattened (flatten_optimizer_state_dict=True: torchtitan's DCP layout) for
       saves fsdp and hsdp, nested (the DCP tutorial's AppState) for fsdp_nested
@@ -16,6 +17,9 @@ the flattened optimizer state dict, full tensors) are the expected values; the s
   fsdp_to_hsdp              reshard of dcp_fsdp for HSDP 2x2
   full_to_fsdp              full-to-dcp --format torch-checkpointing --optim-select optimizer
                             of full_fsdp.pt, for fsdp 4
+  tp                        reshard with test_tcp_write.py's --tp rules (out.weight's state a
+                            StridedShard, as its parameter): compared with the package's save,
+                            and the loaded state bit-exact against the saved one
   tcp_to_dcp                the way back: reshard --format dcp --world-size 4 of pkg_fsdp,
                             loaded by dcp.load + set_state_dict (flattened), then one more
                             step bit-exact against the un-migrated run
@@ -61,16 +65,21 @@ import common  # noqa: E402
 import f2d_reference as ref  # noqa: E402
 import tcp_common as tc  # noqa: E402
 
-CASES = ("fsdp", "hsdp")
-MESH_ARGS = {"fsdp": ["--world-size", "4"], "hsdp": ["--mesh", "replicate=2,shard=2"]}
+CASES = ("fsdp", "hsdp", "tp")
+STEPPING = ("fsdp", "hsdp")  # tcp_common's tp plan is for layout only: its state is set, not trained
+MESH_ARGS = {"fsdp": ["--world-size", "4"], "hsdp": ["--mesh", "replicate=2,shard=2"],
+             "tp": ["--mesh", "shard=2,tp=2", "--tp", r"proj\.weight=1",
+                    "--tp", r"proj\.bias=replicate", "--tp", r"out\.weight=0"]}
 # save -> (the case trained, the optimizer dict: get_state_dict's "flat" one, torchtitan's, or
 # its "nested" one, the DCP tutorial's AppState's)
-SAVES = {"fsdp": ("fsdp", "flat"), "hsdp": ("hsdp", "flat"), "fsdp_nested": ("fsdp", "nested")}
+SAVES = {"fsdp": ("fsdp", "flat"), "hsdp": ("hsdp", "flat"), "fsdp_nested": ("fsdp", "nested"),
+         "tp": ("tp", "flat")}
 # migration label -> (save, loaded into); across meshes the resumed step reduces gradients
 # differently, so there the loaded state itself is compared with the saved one
 MIGRATIONS = {"fsdp": ("fsdp", "fsdp"), "hsdp": ("hsdp", "hsdp"),
               "fsdp_nested": ("fsdp_nested", "fsdp"), "fsdp_to_hsdp": ("fsdp", "hsdp"),
-              "full_to_fsdp": ("fsdp", "fsdp"), "tcp_to_dcp": ("fsdp", "fsdp")}
+              "full_to_fsdp": ("fsdp", "fsdp"), "tcp_to_dcp": ("fsdp", "fsdp"),
+              "tp": ("tp", "tp")}
 # How fsdpconv writes out_<label>: reshard of dcp_<save>; full_*: full-to-dcp --optim of the
 # full state dict (get_state_dict's full_state_dict=True: the optimizer keyed by FQN) of the
 # fsdp run, which fsdpconv writes in torchtitan's flat form, pkg_fsdp's; tcp_to_dcp: reshard
@@ -130,8 +139,11 @@ def train_rank(rank, world, port, job):
         try:
             model = tc.build(case, tc.mesh_for(case))
             optim = make_adamw(model, TRAIN_HP)
-            for i in range(STEPS_BEFORE_SAVE):
-                train_step(model, optim, rank, i)
+            if case in STEPPING:
+                for i in range(STEPS_BEFORE_SAVE):
+                    train_step(model, optim, rank, i)
+            else:
+                set_state(model, optim)
             for save, (trained, form) in SAVES.items():
                 if trained != case:
                     continue
@@ -154,15 +166,28 @@ def train_rank(rank, world, port, job):
             saved = snapshot(model, optim)
             if rank == 0:
                 torch.save(saved, os.path.join(job["tmp"], "saved_%s.pt" % case))
-            train_step(model, optim, rank, STEPS_BEFORE_SAVE)
-            want = snapshot(model, optim)
-            if rank == 0:
-                torch.save(want, os.path.join(job["tmp"], "want_%s.pt" % case))
+            if case in STEPPING:
+                train_step(model, optim, rank, STEPS_BEFORE_SAVE)
+                want = snapshot(model, optim)
+                if rank == 0:
+                    torch.save(want, os.path.join(job["tmp"], "want_%s.pt" % case))
         except Exception:
             problems.append("rank %d raised: %s" % (rank, ref.short_exc()))
         results.append({"case": case, "problems": problems})
         common.write_rank_results(job["result_dir"], rank, results)
     common.rank_finish()
+
+
+def set_state(model, optim):
+    """AdamW state without a step: a function of each parameter, so that replicas agree."""
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+    get_optimizer_state_dict(model, optim)  # creates the state (a zero-lr step)
+    with torch.no_grad():
+        for p in model.parameters():
+            st = optim.state[p]
+            st["exp_avg"].copy_(p * 0.5 + 1)
+            st["exp_avg_sq"].copy_(p * p + 0.25)
+            st["step"].fill_(3.0)
 
 
 def poison_(model, optim):
@@ -249,7 +274,7 @@ def resume_rank(rank, world, port, job):
             own = sorted(["metadata.pkl", "model_%d.pt" % rank, "optimizer_%d.pt" % rank])
             if reads != own and trained == case and label != "tcp_to_dcp":
                 problems.append("rank %d read %s, not only %s" % (rank, reads, own))
-            if trained == case:
+            if trained == case and case in STEPPING:
                 train_step(model, optim, rank, STEPS_BEFORE_SAVE)
                 what, want = "the resumed step", "want_%s.pt" % trained
             else:
@@ -278,8 +303,9 @@ def main():
     try:
         job = {"result_dir": tempfile.mkdtemp(dir=tmp, prefix="ranks_"), "tmp": tmp}
         trained = common.launch_ranks(train_rank, 4, job, list(CASES), wait_s=600)
-        if not all(rep.case("train 2 steps, dcp.save and the package's save (%s)" % c,
-                            trained[c]) for c in CASES):
+        if not all(rep.case("%s, dcp.save and the package's save (%s)" % (
+                "train 2 steps" if c in STEPPING else "AdamW state set", c), trained[c])
+                for c in CASES):
             return rep.finish()
         ok = True
         for label, (save, case) in MIGRATIONS.items():
@@ -320,11 +346,14 @@ def main():
                 "snippet": snippet}
         resumed = common.launch_ranks(resume_rank, 4, job2, list(MIGRATIONS), wait_s=600)
         for label, (save, case) in MIGRATIONS.items():
-            rep.case("%s: %s, and one more step bit-exact against the un-migrated run" % (
+            rep.case("%s: %s, and %s" % (
                          label, "dcp.load of the way back" if label == "tcp_to_dcp" else
                          "%s, each rank reading only its own files" % (
                              "README load_training_tcp" if SAVES[save][1] == "flat"
-                             else "the nested optimizer dict's load"))
+                             else "the nested optimizer dict's load"),
+                         "one more step bit-exact against the un-migrated run"
+                         if case in STEPPING else "every parameter and optimizer leaf "
+                         "bit-exact against the saved state")
                      if SAVES[save][0] == case else
                      "%s: README load_training_tcp, every parameter and optimizer tensor "
                      "bit-exact against the saved state" % label, resumed[label])
