@@ -801,9 +801,10 @@ static int fc_tcp_pt_finish(const void *ctx, const struct fc_plan *plan, size_t 
     int rc = fc_tcp_pt_pickler_init(&p, sink, plan, file, &pkl);
     if (rc == FC_OK)
         rc = fc_tcp_pt_pickle(&p);
-    if (rc == FC_OK && pkl.len != pf->recs[0].size)
-        rc = fc_error_set(FC_ERROR, "%s: internal error: data.pkl is %zu bytes, planned %" PRIu64,
-                          out->path, pkl.len, pf->recs[0].size);
+    if (rc == FC_OK && (pkl.len != pf->recs[0].size ||
+                        fc_crc32(0, pkl.data, pkl.len) != pf->recs[0].crc32))
+        rc = fc_error_set(FC_ERROR, "%s: internal error: data.pkl differs from the planned one",
+                          out->path);
     pf->recs[0].data = pkl.data;
     /* Every range between the streamed storages, the last one up to the archive's end */
     for (size_t k = 0; k <= pf->nrecs && rc == FC_OK; k++) {
