@@ -757,7 +757,8 @@ static int ts_tensor_pickle(struct fc_buf *b, fc_dtype dt, const int64_t *shape,
 static const unsigned char ts_little[] = "little";
 static const unsigned char ts_version[] = "3\n";
 
-int fc_tsblob_init(struct fc_tsblob *b, fc_dtype dt, const int64_t *shape, int ndim)
+int fc_tsblob_init(struct fc_tsblob *b, fc_dtype dt, const int64_t *shape, int ndim,
+                   uint32_t data_align)
 {
     int64_t numel = 0;
     uint64_t nbytes = 0;
@@ -784,6 +785,7 @@ int fc_tsblob_init(struct fc_tsblob *b, fc_dtype dt, const int64_t *shape, int n
     b->recs[2].record = "data/0";
     b->recs[2].size = nbytes;
     b->recs[2].data = NULL;
+    b->recs[2].align = data_align;
     b->recs[3].record = "version";
     b->recs[3].size = sizeof(ts_version) - 1;
     b->recs[3].data = ts_version;

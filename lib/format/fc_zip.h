@@ -116,7 +116,10 @@ struct fc_zipw_record {
     const unsigned char *data; /* payload if known up front, else NULL (streamed) */
     uint32_t crc32;         /* filled by the writer for known payloads; caller sets for streamed */
     uint64_t header_offset; /* computed: local header offset */
-    uint64_t data_offset;   /* computed: payload offset (multiple of 64) */
+    uint64_t data_offset;   /* computed: payload offset (multiple of 64, or of align) */
+    uint32_t align; /* payload alignment from the archive start: 0 is torch's 64, else a power
+                       of two >= 64 (a larger "FB" pad; readers take the payload offset from
+                       the local header, so any pad that fits its 16-bit extra length is legal) */
 };
 
 /*
@@ -124,8 +127,9 @@ struct fc_zipw_record {
  * total archive size.  prefix is the archive folder ("archive").  Fills
  * ->crc32 of records with a known payload (0 for empty records).  The bytes
  * are those torch 2.15 writes for the same records (checked byte for byte,
- * ZIP64 included).  Returns FC_OK or FC_EINVAL (empty or over-long name,
- * size overflow).
+ * ZIP64 included) when no record asks for a larger ->align.  Returns FC_OK
+ * or FC_EINVAL (empty or over-long name, bad align, an extra field past
+ * 65535 bytes, size overflow).
  */
 int fc_zipw_layout(struct fc_zipw_record *recs, size_t n, const char *prefix, uint64_t *total_out);
 
