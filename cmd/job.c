@@ -35,6 +35,8 @@ enum {
     OPT_COMMIT_PARTS,
     OPT_MESH_DEVICE,
     OPT_MESH_DIM_NAMES,
+    OPT_TCP_LAYOUT,
+    OPT_TORCH_VERSION,
     OPT_NO_VERIFY = 500, /* apart from every command's own ids: the table joins any command */
     OPT_IO
 };
@@ -58,13 +60,20 @@ const struct fc_opt fc_cli_job_target_opts[] = {
      "dcp (default), one safetensors file per rank for torch's\n"
      "HuggingFaceStorageReader (torch >= 2.8; tensors only), or\n"
      "torch-checkpointing: PyTorch's torch-checkpointing package's\n"
-     "safetensors layout (model_<rank>.safetensors, metadata.pkl)"},
+     "format (model_<rank>.pt or .safetensors, metadata.pkl)"},
     {OPT_MESH_DEVICE, 0, "mesh-device", "<type>", 0, NULL, NULL,
      "torch-checkpointing: the device type its metadata records for\n"
      "the mesh (default cuda, as a training run has)"},
     {OPT_MESH_DIM_NAMES, 0, "mesh-dim-names", "<a,b,...>", 0, NULL, NULL,
      "torch-checkpointing: the mesh's dim names (default torchtitan's:\n"
      "dp_replicate, dp_shard, tp for the dims the mesh has)"},
+    {OPT_TCP_LAYOUT, 0, "tcp-layout", "(pt|safetensors)", 0, NULL, NULL,
+     "torch-checkpointing: pt (default, the package's own): one\n"
+     "torch.save file of DTensors per rank; safetensors: plain\n"
+     "tensors per rank, no torch class in the files"},
+    {OPT_TORCH_VERSION, 0, "torch-version", "<2.Y>", 0, NULL, NULL,
+     "torch-checkpointing pt: the torch that loads it (>= 2.11;\n"
+     "default the newest): its DeviceMesh pickle differs by release"},
     {OPT_METADATA, 0, "metadata", "(global|rank-local)", 0, NULL, NULL,
      "global (default): one .metadata; rank-local: one __{r}.metadata\n"
      "per rank instead, which dcp.load (torch >= 2.9) reads at the\n"
@@ -206,6 +215,8 @@ int fc_cli_job_option(void *ctx, int id, const char *value)
     }
     case OPT_MESH_DEVICE: j->o->mesh_device = value; return FC_OK;
     case OPT_MESH_DIM_NAMES: j->o->mesh_dim_names = value; return FC_OK;
+    case OPT_TCP_LAYOUT: j->o->tcp_layout = value; return FC_OK;
+    case OPT_TORCH_VERSION: j->o->torch_version = value; return FC_OK;
     default: return fc_cli_verify_option(id, value, &j->o->source_flags);
     }
 }

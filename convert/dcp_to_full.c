@@ -427,15 +427,15 @@ static int fc_write_torchsave(const struct fc_source *src, const struct fc_xform
         rc = fc_error_set(FC_ENOMEM, "out of memory");
         goto done;
     }
-    recs[nrec++] = (struct fc_zipw_record){"data.pkl", pkl.len, pkl.data, 0, 0, 0, 0};
-    recs[nrec++] = (struct fc_zipw_record){"byteorder", 6, little, 0, 0, 0, 0};
+    recs[nrec++] = (struct fc_zipw_record){"data.pkl", pkl.len, pkl.data, 0, 0, 0};
+    recs[nrec++] = (struct fc_zipw_record){"byteorder", 6, little, 0, 0, 0};
     for (size_t k = 0; k < nst + x.nvst; k++) {
         snprintf(names[k], sizeof(names[k]), "data/%zu", k);
         const uint64_t size =
             k < nst ? fc_spec_nbytes(&xr->specs[storage_spec[k]]) : x.vst[k - nst].nbytes;
-        recs[nrec++] = (struct fc_zipw_record){names[k], size, NULL, 0, 0, 0, 0};
+        recs[nrec++] = (struct fc_zipw_record){names[k], size, NULL, 0, 0, 0};
     }
-    recs[nrec++] = (struct fc_zipw_record){"version", 2, version, 0, 0, 0, 0};
+    recs[nrec++] = (struct fc_zipw_record){"version", 2, version, 0, 0, 0};
     FC_TRY_GOTO(fc_zipw_layout(recs, nrec, prefix, &total), rc, done);
     FC_TRY_GOTO(fc_file_create(path, &o->fd), rc, done);
     o->path = path;

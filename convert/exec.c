@@ -157,7 +157,8 @@ static int fc_write_tensor_items(struct fc_worker *w, struct fc_dest *const *d,
     const struct fc_plan_chunk *ch = &ex->plan->chunks[it->chunk];
     const struct fc_plan_tensor *pt = &ex->plan->tensors[it->index];
     const struct fc_xspec *spec = &ex->xr->specs[pt->tag];
-    struct fc_item_sink is = {d, n, w->sh, sink->ops->tensor_tail != NULL, 0, 0};
+    const int want_crc = sink->ops->tensor_tail != NULL || sink->ops->item_crc != NULL;
+    struct fc_item_sink is = {d, n, w->sh, want_crc, 0, 0};
     uint64_t item_len = 0;
     fc_buf_clear(&w->hdr);
     FC_TRY(sink->ops->tensor_head(sink->ctx, ex->plan, it, &w->hdr, &item_len));
@@ -173,6 +174,8 @@ static int fc_write_tensor_items(struct fc_worker *w, struct fc_dest *const *d,
     fc_buf_clear(&w->hdr);
     if (sink->ops->tensor_tail != NULL)
         FC_TRY(sink->ops->tensor_tail(sink->ctx, ex->plan, it, is.crc, &w->hdr));
+    for (size_t i = 0; sink->ops->item_crc != NULL && i < n; i++)
+        sink->ops->item_crc(sink->ctx, (size_t)(its[i] - ex->plan->items), is.crc);
     if (head_len + is.nbytes + w->hdr.len != item_len)
         return fc_error_set(FC_ERROR,
                             "%s: internal error: wrote %" PRIu64 " data bytes of '%s', "
@@ -294,6 +297,15 @@ static int fc_source_order_setup(struct fc_exec_shared *sh)
     return FC_OK;
 }
 
+/* The sink's bytes of file fi around its items (finish_file), written buffered. */
+static int fc_finish_file(const struct fc_exec *ex, size_t fi, int fd, const char *path)
+{
+    if (ex->sink.ops->finish_file == NULL)
+        return FC_OK;
+    struct fc_out out = {fd, path, 0, NULL, 0, (uint32_t)fi, NULL, -1};
+    return ex->sink.ops->finish_file(ex->sink.ctx, ex->plan, fi, &out);
+}
+
 /* Source-order mode: sync and close every file; the first failure wins. */
 static int fc_source_order_finish(struct fc_exec_shared *sh, int rc)
 {
@@ -305,6 +317,8 @@ static int fc_source_order_finish(struct fc_exec_shared *sh, int rc)
         /* fsyncs can take half a run on a slow disk: a signal between them still stops it */
         if (rc == FC_OK && fc_cancel_requested())
             rc = fc_error_set(FC_ERROR, "%s: interrupted", sh->paths[f]);
+        if (rc == FC_OK)
+            rc = fc_finish_file(sh->ex, f, sh->fds[f], sh->paths[f]);
         if (rc == FC_OK && fsync(sh->fds[f]) != 0)
             rc = fc_error_set(FC_EIO, "%s: fsync failed: %s", sh->paths[f], strerror(errno));
         if (close(sh->fds[f]) != 0 && rc == FC_OK)
@@ -336,7 +350,9 @@ static int fc_write_file_items(struct fc_worker *w, size_t fi, struct fc_dest *d
     for (size_t i = 0; i < f->nitems; i++) {
         const size_t item = f->first_item + i;
         const struct fc_plan_item *it = &ex->plan->items[item];
-        if (d->stream == NULL && d->out.pos < it->offset)
+        if (ex->sink.ops->finish_file != NULL)
+            d->out.pos = it->offset; /* its format leaves gaps, filled by finish_file */
+        else if (d->stream == NULL && d->out.pos < it->offset)
             FC_TRY(fc_out_zeros(&d->out, it->offset - d->out.pos)); /* an aligned item's gap */
         const uint64_t start = d->out.pos;
         if (d->stream == NULL && start != it->offset)
@@ -390,6 +406,12 @@ static int fc_write_file(struct fc_worker *w, size_t fi)
     FC_TRY_GOTO(fc_write_file_items(w, fi, &d), rc, done);
     if (d.out.dio != NULL)
         FC_TRY_GOTO(fc_dio_flush(d.out.dio), rc, done);
+    if (ex->sink.ops->finish_file != NULL && d.out.comm != NULL) {
+        rc = fc_error_set(FC_EINVAL, "%s: this format cannot go through another process", path);
+        goto done;
+    }
+    if (d.out.comm == NULL)
+        FC_TRY_GOTO(fc_finish_file(ex, fi, d.out.fd, path), rc, done);
     if (d.out.comm != NULL) {
         FC_TRY_GOTO(fc_comm_close(d.out.comm, d.out.peer, d.out.file), rc, done);
     } else if (fc_cancel_requested()) {

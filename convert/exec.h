@@ -79,6 +79,17 @@ struct fc_sink_ops {
     int (*stream_put)(void *stream, struct fc_out *out, const void *p, size_t n);
     int (*end_item)(void *stream, struct fc_out *out);
     void (*free_stream)(void *stream);
+    /*
+     * For formats that keep each item's CRC-32 away from it (a torch.save
+     * archive's central directory at the end of a file of many items), or
+     * NULL: the data CRC-32 of plan item `item`, once its bytes are written
+     * (from any worker thread; each item once), and, once every item of file
+     * `file` is written, the file's other bytes (out is buffered, at any pos),
+     * before the file is fsynced.  Such formats may leave gaps between items.
+     */
+    void (*item_crc)(const void *sink, size_t item, uint32_t data_crc);
+    int (*finish_file)(const void *sink, const struct fc_plan *plan, size_t file,
+                       struct fc_out *out);
 };
 
 struct fc_sink {

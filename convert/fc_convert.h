@@ -166,6 +166,8 @@ struct fc_full_to_dcp_opts {
     int layout;                 /* enum fc_layout of xform.h: 0 none, 1 torchtitan, 2 app */
     const char *mesh_device;    /* torch-checkpointing: --mesh-device (NULL: cuda) */
     const char *mesh_dim_names; /* torch-checkpointing: --mesh-dim-names a,b (NULL: torchtitan's) */
+    const char *tcp_layout;     /* torch-checkpointing: --tcp-layout pt|safetensors (NULL: pt) */
+    const char *torch_version;  /* torch-checkpointing pt: --torch-version 2.Y (NULL: newest) */
     int engine;                 /* enum fc_engine: 0 auto, 1 cpu, 2 cuda */
     struct fc_comm *comm;       /* multi-process job (convert/comm.h), or NULL */
     /*

@@ -289,9 +289,12 @@ static int fc_plan_inputs(const struct fc_full_to_dcp_opts *o, struct fc_job *j,
         const struct fc_xspec *s = &j->xr.specs[i];
         if (s->kind == FC_ENTRY_VALUE && st)
             return fc_error_set(FC_EFORMAT,
-                                "'%s' is a non-tensor value, which safetensors cannot store; "
-                                "leave it out with --drop or use --format dcp",
-                                s->key);
+                                "'%s' is a non-tensor value, which %s; leave it out with --drop "
+                                "or use --format dcp",
+                                s->key,
+                                o->format == FC_OUT_SAFETENSORS
+                                    ? "safetensors cannot store"
+                                    : "fsdpconv's torch-checkpointing output does not hold");
         if (s->kind == FC_ENTRY_VALUE) {
             vin[*nv].key = s->key;
             FC_TRY(fc_dcp_sink_add_value(&j->dcp, s, &vin[*nv].blob_size));
@@ -331,9 +334,13 @@ static int fc_plan_job(const struct fc_full_to_dcp_opts *o, const struct fc_job_
                        struct fc_job *j)
 {
     const int st = o->format != FC_OUT_DCP; /* per-rank safetensors files */
-    if (o->format != FC_OUT_TORCH_CHECKPOINTING && (o->mesh_device || o->mesh_dim_names))
-        return fc_error_set(FC_EINVAL, "%s: only --format torch-checkpointing records a mesh",
-                            o->mesh_device != NULL ? "--mesh-device" : "--mesh-dim-names");
+    if (o->format != FC_OUT_TORCH_CHECKPOINTING &&
+        (o->mesh_device || o->mesh_dim_names || o->tcp_layout || o->torch_version))
+        return fc_error_set(FC_EINVAL, "%s: only --format torch-checkpointing takes it",
+                            o->mesh_device      ? "--mesh-device"
+                            : o->mesh_dim_names ? "--mesh-dim-names"
+                            : o->tcp_layout     ? "--tcp-layout"
+                                                : "--torch-version");
     if (o->format == FC_OUT_TORCH_CHECKPOINTING && (o->optim != NULL || o->optim_select != NULL))
         return fc_error_set(FC_EINVAL, "--optim: torch_checkpointing keeps optimizer state with "
                                        "its param_groups in torch.save files of DTensors, which "
@@ -375,7 +382,8 @@ static int fc_plan_job(const struct fc_full_to_dcp_opts *o, const struct fc_job_
     FC_TRY_GOTO(fc_plan_build(&j->plan, &mesh, tin, nt, NULL, 0, fc_st_sink_item_size, NULL), rc,
                 done);
     rc = o->format == FC_OUT_TORCH_CHECKPOINTING
-             ? fc_tcp_sink_layout(&j->tcp, j->plan, j->tp_ruled, o->mesh_device, o->mesh_dim_names)
+             ? fc_tcp_sink_layout(&j->tcp, j->plan, j->tp_ruled, o->mesh_device, o->mesh_dim_names,
+                                  o->tcp_layout, o->torch_version)
              : fc_st_sink_layout(&j->st, j->plan);
 done:
     fc_free(tin);
@@ -440,8 +448,10 @@ static int fc_job_hash(const struct fc_full_to_dcp_opts *o, struct fc_job *j, ui
     if (rc == FC_OK && o->optim_select != NULL)
         rc = fc_buf_printf(&id, "optim-select %s\n", o->optim_select);
     if (rc == FC_OK && o->format == FC_OUT_TORCH_CHECKPOINTING)
-        rc = fc_buf_printf(&id, "mesh %s %s\n", o->mesh_device != NULL ? o->mesh_device : "-",
-                           o->mesh_dim_names != NULL ? o->mesh_dim_names : "-");
+        rc = fc_buf_printf(&id, "mesh %s %s %s %s\n", o->mesh_device != NULL ? o->mesh_device : "-",
+                           o->mesh_dim_names != NULL ? o->mesh_dim_names : "-",
+                           o->tcp_layout != NULL ? o->tcp_layout : "-",
+                           o->torch_version != NULL ? o->torch_version : "-");
     if (rc == FC_OK)
         rc = fc_xform_rules_describe(&j->rules, &id);
     if (rc == FC_OK)

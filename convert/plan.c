@@ -762,6 +762,12 @@ static int fc_plan__cmp_elem_size(const void *ctxp, size_t a, size_t b)
     return ea > eb ? -1 : ea < eb;
 }
 
+static int fc_plan__cmp_offset(const void *ctxp, size_t a, size_t b)
+{
+    const struct fc_plan *p = ctxp;
+    return p->items[a].offset < p->items[b].offset ? -1 : p->items[a].offset > p->items[b].offset;
+}
+
 int fc_plan_relayout(struct fc_plan *plan, fc_plan_file_head_fn head, void *ctx)
 {
     size_t *order = NULL;
@@ -810,6 +816,55 @@ int fc_plan_relayout(struct fc_plan *plan, fc_plan_file_head_fn head, void *ctx)
 done:
     fc_free(order);
     fc_free(tmp);
+    return rc;
+}
+
+int fc_plan_place(struct fc_plan *plan, fc_plan_place_fn place, void *ctx)
+{
+    uint64_t *off = fc_calloc(plan->nitems + 1, sizeof(*off));
+    size_t *order = fc_calloc(plan->nitems + 1, sizeof(*order));
+    int rc = FC_OK;
+    if (off == NULL || order == NULL) {
+        rc = fc_error_set(FC_ENOMEM, "plan: out of memory for %zu items", plan->nitems);
+        goto done;
+    }
+    plan->total_bytes = 0;
+    for (size_t r = 0; r < plan->nfiles && rc == FC_OK; r++) {
+        struct fc_plan_file *f = &plan->files[r];
+        struct fc_plan_item *its = plan->items + f->first_item;
+        uint64_t nbytes = 0;
+        for (size_t i = 0; i < f->nitems; i++) {
+            if (its[i].kind != FC_ITEM_TENSOR) {
+                rc = fc_error_set(FC_EINVAL, "plan: value '%s' cannot be placed",
+                                  plan->values[its[i].index].key);
+                goto done;
+            }
+        }
+        FC_TRY_GOTO(place(ctx, plan, r, f->name, sizeof(f->name), off, &nbytes), rc, done);
+        for (size_t i = 0; i < f->nitems; i++) {
+            its[i].offset = off[i];
+            order[i] = f->first_item + i;
+        }
+        /* In offset order, each item must end before the next starts and the file ends. */
+        FC_TRY_GOTO(fc_sort_idx(order, f->nitems, fc_plan__cmp_offset, plan), rc, done);
+        uint64_t end = 0;
+        for (size_t i = 0; i < f->nitems; i++) {
+            const struct fc_plan_item *it = &plan->items[order[i]];
+            if (it->offset < end || fc_add_u64(it->offset, it->length, &end) < 0 || end > nbytes) {
+                rc = fc_error_set(FC_EINVAL,
+                                  "plan: %s: item at %" PRIu64 " overlaps or passes "
+                                  "the file's end",
+                                  f->name, it->offset);
+                goto done;
+            }
+        }
+        f->nbytes = nbytes;
+        if (fc_add_u64(plan->total_bytes, nbytes, &plan->total_bytes) < 0)
+            rc = fc_error_set(FC_EINVAL, "plan: total size exceeds 2^64 bytes");
+    }
+done:
+    fc_free(off);
+    fc_free(order);
     return rc;
 }
 

@@ -232,11 +232,31 @@ typedef int (*fc_plan_file_head_fn)(void *ctx, const struct fc_plan *plan, size_
 int fc_plan_relayout(struct fc_plan *plan, fc_plan_file_head_fn head, void *ctx);
 
 /*
+ * An encoding that puts each item where its format says (a torch.save
+ * archive of many storages: fc_plan_place()): for file `file`, write its name
+ * into name (namesize bytes), set the offset of each of its items
+ * (offsets[i] for plan->items[first_item + i], in their current order) and
+ * *file_bytes.  Returns FC_OK or an fc_err.
+ */
+typedef int (*fc_plan_place_fn)(void *ctx, const struct fc_plan *plan, size_t file, char *name,
+                                size_t namesize, uint64_t *offsets, uint64_t *file_bytes);
+
+/*
+ * fc_plan_place() - re-lay a built plan's files with place(): items keep
+ * their order and owners and take the offsets place() gives them, which may
+ * leave gaps (the encoding's own bytes, written around the items) but must
+ * not overlap or pass the file's end (FC_EINVAL, a bug in place()).  The plan
+ * must hold no values.  Returns FC_OK, FC_EINVAL, FC_ENOMEM or place()'s
+ * error.
+ */
+int fc_plan_place(struct fc_plan *plan, fc_plan_place_fn place, void *ctx);
+
+/*
  * fc_plan_align_items() - re-lay a built plan's files in the same item order,
  * each tensor item whose chunk holds at least min_bytes (numel * element
  * size) starting at the next multiple of align (a power of two), every other
- * item right after its predecessor.  Gaps between items are left unwritten
- * (they read as zeros); invariant 5 then holds with "each next one at or
+ * item right after its predecessor.  Gaps between items hold zeros (the
+ * executor writes them, or leaves a hole); invariant 5 then holds with "each next one at or
  * after the previous offset + length" and files[r].nbytes the end of the
  * last item.  Decided before any byte moves, like the rest of the plan.
  * Returns FC_OK or FC_EINVAL (a file size overflowing uint64).

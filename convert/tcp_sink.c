@@ -108,8 +108,19 @@ static int fc_tcp_sink_names(struct fc_tcp_sink *sink, const struct fc_mesh *mes
 }
 
 int fc_tcp_sink_layout(struct fc_tcp_sink *sink, struct fc_plan *plan, const int *tp_ruled,
-                       const char *device, const char *dim_names)
+                       const char *device, const char *dim_names, const char *layout,
+                       const char *torch_version)
 {
+    if (layout == NULL || strcmp(layout, "pt") == 0)
+        sink->layout = FC_TCP_LAYOUT_PT;
+    else if (strcmp(layout, "safetensors") == 0)
+        sink->layout = FC_TCP_LAYOUT_SAFETENSORS;
+    else
+        return fc_error_set(FC_EINVAL, "--tcp-layout: '%s' is not pt or safetensors", layout);
+    if (torch_version != NULL && sink->layout != FC_TCP_LAYOUT_PT)
+        return fc_error_set(FC_EINVAL, "--torch-version: only the pt layout pickles torch's "
+                                       "classes; --tcp-layout safetensors needs none");
+    FC_TRY(fc_tcp_parse_torch_version(torch_version, &sink->flat_layout));
     sink->tp_ruled = tp_ruled;
     sink->device = device != NULL ? device : "cuda";
     if (sink->device[0] == '\0')
@@ -118,11 +129,14 @@ int fc_tcp_sink_layout(struct fc_tcp_sink *sink, struct fc_plan *plan, const int
     int prefixed = plan->ntensors > 0;
     for (size_t i = 0; i < plan->ntensors; i++) {
         const struct fc_plan_tensor *t = &plan->tensors[i];
-        FC_TRY(fc_st_sink_check_dtype(t->key, t->dtype));
+        if (sink->layout == FC_TCP_LAYOUT_SAFETENSORS)
+            FC_TRY(fc_st_sink_check_dtype(t->key, t->dtype));
         prefixed &= strncmp(t->key, "model.", 6) == 0 && t->key[6] != '\0';
     }
     sink->strip = prefixed ? 6 : 0;
     FC_TRY(fc_plan_store_at_holders(plan));
+    if (sink->layout == FC_TCP_LAYOUT_PT)
+        return fc_tcp_pt_layout(sink, plan);
     sink->st.heads = fc_calloc(plan->nfiles + 1, sizeof(*sink->st.heads));
     if (sink->st.heads == NULL)
         return fc_error_set(FC_ENOMEM, "out of memory");
@@ -133,6 +147,7 @@ int fc_tcp_sink_layout(struct fc_tcp_sink *sink, struct fc_plan *plan, const int
 void fc_tcp_sink_release(struct fc_tcp_sink *sink)
 {
     fc_st_sink_release(&sink->st);
+    fc_tcp_pt_release(&sink->pt);
     for (int d = 0; d < FC_MESH_MAX_DIMS; d++)
         fc_free(sink->names[d]);
     memset(sink, 0, sizeof(*sink));
@@ -357,6 +372,10 @@ static int fc_tcp_pw_metadata(struct fc_buf *b, const struct fc_tcp_sink *sink,
     FC_TRY_GOTO(fc_pw_mark(b), rc, done);
     for (size_t r = 0; r < plan->nfiles; r++) {
         FC_TRY_GOTO(fc_pw_int(b, (int64_t)r), rc, done);
+        if (sink->layout == FC_TCP_LAYOUT_PT) {
+            FC_TRY_GOTO(fc_pw_none(b), rc, done); /* the default: <item>_<rank>.pt, torch.save */
+            continue;
+        }
         FC_TRY_GOTO(fc_pw_empty_dict(b), rc, done);
         FC_TRY_GOTO(fc_pw_mark(b), rc, done);
         FC_TRY_GOTO(fc_pw_cstr(b, "file_path"), rc, done);
@@ -410,6 +429,8 @@ done:
 
 struct fc_sink fc_tcp_sink_sink(const struct fc_tcp_sink *sink)
 {
+    if (sink->layout == FC_TCP_LAYOUT_PT)
+        return fc_tcp_pt_sink(sink);
     /* Per-file headers, items of bare bytes: the safetensors sink's operations. */
     return fc_st_sink_sink(&sink->st);
 }

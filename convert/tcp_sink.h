@@ -32,10 +32,40 @@
 #include "exec.h"
 #include "fc_buf.h"
 #include "plan.h"
+#include "fc_zip.h"
 #include "st_sink.h"
 
+/* torch releases the package supports (2.11 on) and the first that pickles _FlatLayout axes */
+#define FC_TCP_TORCH_MIN_MINOR  11
+#define FC_TCP_TORCH_FLAT_MINOR 12
+
+enum fc_tcp_layout {
+    FC_TCP_LAYOUT_PT = 0,     /* the package's default: <item>_<rank>.pt (torch.save) */
+    FC_TCP_LAYOUT_SAFETENSORS /* LayoutInfo("model_{rank}.safetensors", ...) */
+};
+
+/* One model_<rank>.pt: its archive's records (tcp_pt.c). */
+struct fc_tcp_pt_file {
+    struct fc_buf pkl;           /* data.pkl */
+    struct fc_zipw_record *recs; /* in archive order; storages streamed or the rank map */
+    size_t nrecs;
+    char *names;      /* "data/<k>" record names, 24 bytes each */
+    size_t *item_rec; /* per item of the file, in plan order: its storage record */
+    char serial[48];  /* .data/serialization_id */
+};
+
+struct fc_tcp_pt {
+    const struct fc_plan *plan; /* borrowed: the plan laid out */
+    struct fc_tcp_pt_file *files;
+    size_t nfiles;
+    unsigned char *rank_map; /* int32 0 .. world-1, the DeviceMesh's rank map storage */
+};
+
 struct fc_tcp_sink {
-    struct fc_st_sink st;          /* the per-file headers (the safetensors sink's state) */
+    enum fc_tcp_layout layout;
+    int flat_layout;               /* pt: pickle torch >= 2.FLAT's _MeshLayout of _FlatLayout */
+    struct fc_tcp_pt pt;           /* pt: the rank files' archives */
+    struct fc_st_sink st;          /* safetensors: the per-file headers (the safetensors sink's) */
     const char *device;            /* mesh device type */
     char *names[FC_MESH_MAX_DIMS]; /* per plan mesh dim */
     size_t strip;                  /* bytes of the "model." prefix every key has, or 0 */
@@ -53,7 +83,16 @@ struct fc_tcp_sink {
  * FC_EFORMAT (a dtype safetensors cannot hold), FC_ENOMEM.
  */
 int fc_tcp_sink_layout(struct fc_tcp_sink *sink, struct fc_plan *plan, const int *tp_ruled,
-                       const char *device, const char *dim_names);
+                       const char *device, const char *dim_names, const char *layout,
+                       const char *torch_version);
+
+/* --torch-version "2.Y" (NULL: the newest) into *flat_layout.  FC_OK or FC_EINVAL. */
+int fc_tcp_parse_torch_version(const char *s, int *flat_layout);
+
+/* tcp_pt.c: lay the plan out as model_<rank>.pt archives; the executor's view of them. */
+int fc_tcp_pt_layout(struct fc_tcp_sink *sink, struct fc_plan *plan);
+struct fc_sink fc_tcp_pt_sink(const struct fc_tcp_sink *sink);
+void fc_tcp_pt_release(struct fc_tcp_pt *pt);
 
 /* Write dir/metadata.pkl (fsynced, renamed into place): the last file of the checkpoint. */
 int fc_tcp_sink_write_metadata(const struct fc_tcp_sink *sink, const struct fc_plan *plan,

@@ -291,6 +291,10 @@ int fc_pw_reduce(struct fc_buf *b);
 int fc_pw_newobj(struct fc_buf *b);
 int fc_pw_build(struct fc_buf *b);
 int fc_pw_binpersid(struct fc_buf *b);
+/* Memo the object on top of the stack as idx / push memo idx (BINPUT, BINGET and their LONG_
+ * forms): one object referenced twice.  A stream using them cannot go through fc_pw_memoize(). */
+int fc_pw_put(struct fc_buf *b, uint32_t idx);
+int fc_pw_get(struct fc_buf *b, uint32_t idx);
 
 /*
  * fc_pw_value() - serialise a plain value tree (NONE, BOOL, INT, BIGINT,

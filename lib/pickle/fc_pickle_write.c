@@ -91,6 +91,24 @@ int fc_pw_build(struct fc_buf *b)
 {
     return fc_pw_op(b, OP_BUILD);
 }
+int fc_pw_put(struct fc_buf *b, uint32_t idx)
+{
+    if (idx < 256) {
+        FC_TRY(fc_pw_op(b, OP_BINPUT));
+        return fc_buf_putc(b, (unsigned char)idx);
+    }
+    FC_TRY(fc_pw_op(b, OP_LONG_BINPUT));
+    return fc_buf_put_le32(b, idx);
+}
+int fc_pw_get(struct fc_buf *b, uint32_t idx)
+{
+    if (idx < 256) {
+        FC_TRY(fc_pw_op(b, OP_BINGET));
+        return fc_buf_putc(b, (unsigned char)idx);
+    }
+    FC_TRY(fc_pw_op(b, OP_LONG_BINGET));
+    return fc_buf_put_le32(b, idx);
+}
 int fc_pw_binpersid(struct fc_buf *b)
 {
     return fc_pw_op(b, OP_BINPERSID);

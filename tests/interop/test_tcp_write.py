@@ -1,7 +1,8 @@
 """Interop: fsdpconv's `--format torch-checkpointing` loads through the real package.
 
 The seeded model of tcp_common.py (full state dict saved once by torch.save) is converted by
-`fsdpconv full-to-dcp --format torch-checkpointing --mesh-device cpu` for each case:
+`fsdpconv full-to-dcp --format torch-checkpointing --tcp-layout safetensors --mesh-device cpu`
+for each case (the default .pt layout: test_tcp_pt_write.py):
   fsdp  --world-size 4
   hsdp  --mesh replicate=2,shard=2
   tp    --mesh shard=2,tp=2 with proj RowwiseParallel (weight dim 1, bias replicate: a
@@ -202,7 +203,7 @@ def main():
         for name, case in DIRS.items():
             args = MESH_ARGS[case] + ([] if name == "fsdp_cuda" else ["--mesh-device", "cpu"])
             rc, _, err = common.run_fsdpconv("full-to-dcp", "--format", "torch-checkpointing",
-                                             *args, "-o", os.path.join(tmp, "out_" + name),
+                                             "--tcp-layout", "safetensors", *args, "-o", os.path.join(tmp, "out_" + name),
                                              full_path)
             ok &= rep.case("full-to-dcp --format torch-checkpointing %s" % name,
                            [] if rc == 0 else ["exit %d: %s" % (rc, err.strip()[-400:])])
