@@ -785,11 +785,12 @@ int fc_tsblob_init(struct fc_tsblob *b, fc_dtype dt, const int64_t *shape, int n
     b->recs[2].record = "data/0";
     b->recs[2].size = nbytes;
     b->recs[2].data = NULL;
-    b->recs[2].align = data_align;
     b->recs[3].record = "version";
     b->recs[3].size = sizeof(ts_version) - 1;
     b->recs[3].data = ts_version;
-    FC_TRY_GOTO(fc_zipw_layout(b->recs, 4, TS_BLOB_PREFIX, &b->total_size), rc, fail);
+    const uint32_t align[4] = {0, 0, data_align, 0}; /* data/0's */
+    FC_TRY_GOTO(fc_zipw_layout_aligned(b->recs, 4, TS_BLOB_PREFIX, align, &b->total_size), rc,
+                fail);
     b->data_offset = b->recs[2].data_offset;
     b->data_size = nbytes;
     return FC_OK;

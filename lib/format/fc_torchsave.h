@@ -126,7 +126,7 @@ struct fc_tsblob {
 /*
  * Lay out a blob for dtype/shape (ndim 0 is a scalar; dims may be 0), its
  * tensor bytes at a multiple of data_align from the blob start (0: torch's
- * 64; see fc_zipw_record.align).  The
+ * 64; see fc_zipw_layout_aligned()).  The
  * pickle is torch's own (dcp-format.md 3.2) less its BINPUT opcodes:
  * _rebuild_tensor_v2 and the legacy storage class, or _rebuild_tensor_v3 with
  * torch.storage.UntypedStorage (numel in bytes) and the dtype global for

@@ -887,6 +887,12 @@ static int zipw_info(const struct fc_zipw_record *r, const char *prefix, uint64_
 
 int fc_zipw_layout(struct fc_zipw_record *recs, size_t n, const char *prefix, uint64_t *total_out)
 {
+    return fc_zipw_layout_aligned(recs, n, prefix, NULL, total_out);
+}
+
+int fc_zipw_layout_aligned(struct fc_zipw_record *recs, size_t n, const char *prefix,
+                           const uint32_t *align_of, uint64_t *total_out)
+{
     uint64_t cur = 0, cd_size = 0;
     *total_out = 0;
     for (size_t i = 0; i < n; i++) {
@@ -894,7 +900,7 @@ int fc_zipw_layout(struct fc_zipw_record *recs, size_t n, const char *prefix, ui
         struct zipw_rec_info info;
         uint64_t start, data, end;
         FC_TRY(zipw_info(r, prefix, cur, &info));
-        const uint64_t align = r->align != 0 ? r->align : ZIPW_ALIGN;
+        const uint64_t align = align_of != NULL && align_of[i] != 0 ? align_of[i] : ZIPW_ALIGN;
         if (align < ZIPW_ALIGN || (align & (align - 1)) != 0)
             return fc_error_set(FC_EINVAL,
                                 "zip writer: record '%s': alignment %" PRIu64

@@ -116,10 +116,7 @@ struct fc_zipw_record {
     const unsigned char *data; /* payload if known up front, else NULL (streamed) */
     uint32_t crc32;         /* filled by the writer for known payloads; caller sets for streamed */
     uint64_t header_offset; /* computed: local header offset */
-    uint64_t data_offset;   /* computed: payload offset (multiple of 64, or of align) */
-    uint32_t align; /* payload alignment from the archive start: 0 is torch's 64, else a power
-                       of two >= 64 (a larger "FB" pad; readers take the payload offset from
-                       the local header, so any pad that fits its 16-bit extra length is legal) */
+    uint64_t data_offset;   /* computed: payload offset (multiple of 64) */
 };
 
 /*
@@ -127,11 +124,20 @@ struct fc_zipw_record {
  * total archive size.  prefix is the archive folder ("archive").  Fills
  * ->crc32 of records with a known payload (0 for empty records).  The bytes
  * are those torch 2.15 writes for the same records (checked byte for byte,
- * ZIP64 included) when no record asks for a larger ->align.  Returns FC_OK
- * or FC_EINVAL (empty or over-long name, bad align, an extra field past
- * 65535 bytes, size overflow).
+ * ZIP64 included).  Returns FC_OK or FC_EINVAL (empty or over-long name,
+ * size overflow).
  */
 int fc_zipw_layout(struct fc_zipw_record *recs, size_t n, const char *prefix, uint64_t *total_out);
+
+/*
+ * fc_zipw_layout_aligned() - the same with record i's payload at a multiple
+ * of align[i] from the archive start (0: torch's 64; else a power of two >=
+ * 64): a longer "FB" pad.  Readers, torch's included, take a payload's offset
+ * from its local header, so any pad that fits the header's 16-bit extra length
+ * is legal.  FC_EINVAL also for a bad alignment or a pad past that length.
+ */
+int fc_zipw_layout_aligned(struct fc_zipw_record *recs, size_t n, const char *prefix,
+                           const uint32_t *align, uint64_t *total_out);
 
 /*
  * fc_zipw_emit() - append the archive bytes from archive offset `from` up to

@@ -327,9 +327,9 @@ static void test_zip_writer_streams_a_payload_given_its_crc_later(void **state)
     static const unsigned char pkl[] = "pickle bytes";
     static const unsigned char payload[100] = {1, 2, 3};
     struct fc_zipw_record full[3] = {
-        {"data.pkl", sizeof(pkl), pkl, 0, 0, 0, 0},
-        {"data/0", sizeof(payload), payload, 0, 0, 0, 0},
-        {"version", 2, (const unsigned char *)"3\n", 0, 0, 0, 0},
+        {"data.pkl", sizeof(pkl), pkl, 0, 0, 0},
+        {"data/0", sizeof(payload), payload, 0, 0, 0},
+        {"version", 2, (const unsigned char *)"3\n", 0, 0, 0},
     };
     struct fc_zipw_record streamed[3];
     struct fc_buf a = FC_BUF_INIT(1 << 20), b = FC_BUF_INIT(1 << 20);
@@ -381,13 +381,14 @@ static void test_zip_writer_pads_a_record_to_its_alignment(void **state)
     (void)state;
     static const unsigned char payload[5000] = {7, 8, 9};
     struct fc_zipw_record r[3] = {
-        {"data.pkl", 5, (const unsigned char *)"head.", 0, 0, 0, 0},
-        {"data/0", sizeof(payload), payload, 0, 0, 0, 4096},
-        {"version", 2, (const unsigned char *)"3\n", 0, 0, 0, 0},
+        {"data.pkl", 5, (const unsigned char *)"head.", 0, 0, 0},
+        {"data/0", sizeof(payload), payload, 0, 0, 0},
+        {"version", 2, (const unsigned char *)"3\n", 0, 0, 0},
     };
+    uint32_t align[3] = {0, 4096, 0};
     struct fc_buf out = FC_BUF_INIT(1 << 20);
     uint64_t total = 0;
-    assert_fc_ok(fc_zipw_layout(r, 3, "archive", &total));
+    assert_fc_ok(fc_zipw_layout_aligned(r, 3, "archive", align, &total));
     assert_int_equal(r[0].data_offset, 64);
     assert_int_equal(r[1].data_offset, 4096);
     assert_int_equal(r[2].data_offset % 64, 0);
@@ -406,18 +407,21 @@ static void test_zip_writer_pads_a_record_to_its_alignment(void **state)
     fc_file_close(&f);
     fc_buf_release(&out);
 
-    r[1].align = 96;
-    assert_fc_fails(fc_zipw_layout(r, 3, "archive", &total), FC_EINVAL, "power of two");
-    r[1].align = 32;
-    assert_fc_fails(fc_zipw_layout(r, 3, "archive", &total), FC_EINVAL, "power of two");
-    r[1].align = 131072;
-    assert_fc_fails(fc_zipw_layout(r, 3, "archive", &total), FC_EINVAL, "16-bit extra field");
+    align[1] = 96;
+    assert_fc_fails(fc_zipw_layout_aligned(r, 3, "archive", align, &total), FC_EINVAL,
+                    "power of two");
+    align[1] = 32;
+    assert_fc_fails(fc_zipw_layout_aligned(r, 3, "archive", align, &total), FC_EINVAL,
+                    "power of two");
+    align[1] = 131072;
+    assert_fc_fails(fc_zipw_layout_aligned(r, 3, "archive", align, &total), FC_EINVAL,
+                    "16-bit extra field");
 }
 
 static void test_zip_writer_rejects_bad_record_names(void **state)
 {
     (void)state;
-    struct fc_zipw_record r = {"", 0, NULL, 0, 0, 0, 0};
+    struct fc_zipw_record r = {"", 0, NULL, 0, 0, 0};
     uint64_t total = 1;
     assert_fc_fails(fc_zipw_layout(&r, 1, "archive", &total), FC_EINVAL, "bad record name");
     assert_int_equal(total, 0);
@@ -592,7 +596,7 @@ static void test_zip_rejects_entries_outside_the_archive_folder(void **state)
     free(b);
 
     /* A first entry outside any folder. */
-    struct fc_zipw_record r = {"x", 1, (const unsigned char *)"1", 0, 0, 0, 0};
+    struct fc_zipw_record r = {"x", 1, (const unsigned char *)"1", 0, 0, 0};
     struct fc_buf out = FC_BUF_INIT(1 << 16);
     uint64_t total = 0;
     assert_fc_ok(fc_zipw_layout(&r, 1, "a", &total));
@@ -606,8 +610,8 @@ static void test_zip_rejects_entries_outside_the_archive_folder(void **state)
 static void test_zip_rejects_duplicate_entries(void **state)
 {
     (void)state;
-    struct fc_zipw_record r[2] = {{"v", 1, (const unsigned char *)"1", 0, 0, 0, 0},
-                                  {"v", 1, (const unsigned char *)"2", 0, 0, 0, 0}};
+    struct fc_zipw_record r[2] = {{"v", 1, (const unsigned char *)"1", 0, 0, 0},
+                                  {"v", 1, (const unsigned char *)"2", 0, 0, 0}};
     struct fc_buf out = FC_BUF_INIT(1 << 16);
     uint64_t total = 0;
     assert_fc_ok(fc_zipw_layout(r, 2, "a", &total));
@@ -706,10 +710,10 @@ static void test_zip_reads_around_its_head_and_tail_blocks(void **state)
     for (size_t i = 0; i < EDGE; i++)
         edge[i] = (unsigned char)(i * 13 + 5);
     struct fc_zipw_record recs[4] = {
-        {"data.pkl", 5, (const unsigned char *)"head.", 0, 0, 0, 0},
-        {"data/0", BIG, big, 0, 0, 0, 0},
-        {"data/1", EDGE, edge, 0, 0, 0, 0}, /* starts before the tail block, ends in it */
-        {"version", 2, (const unsigned char *)"3\n", 0, 0, 0, 0},
+        {"data.pkl", 5, (const unsigned char *)"head.", 0, 0, 0},
+        {"data/0", BIG, big, 0, 0, 0},
+        {"data/1", EDGE, edge, 0, 0, 0}, /* starts before the tail block, ends in it */
+        {"version", 2, (const unsigned char *)"3\n", 0, 0, 0},
     };
     struct fc_buf a = FC_BUF_INIT(1 << 20);
     uint64_t total = 0;
@@ -843,10 +847,10 @@ static void test_zip_reads_zip64_sizes_and_offsets(void **state)
     (void)state;
     static const unsigned char small[8] = {0, 0, 0x80, 0x3f, 0, 0, 0, 0x40};
     struct fc_zipw_record r[4] = {
-        {"data.pkl", 5, (const unsigned char *)"\x80\x02K\x07.", 0, 0, 0, 0},
-        {"data/0", ((uint64_t)1 << 32) + 100, NULL, 0x12345678u, 0, 0, 0},
-        {"data/1", sizeof(small), small, 0, 0, 0, 0},
-        {"version", 2, (const unsigned char *)"3\n", 0, 0, 0, 0},
+        {"data.pkl", 5, (const unsigned char *)"\x80\x02K\x07.", 0, 0, 0},
+        {"data/0", ((uint64_t)1 << 32) + 100, NULL, 0x12345678u, 0, 0},
+        {"data/1", sizeof(small), small, 0, 0, 0},
+        {"version", 2, (const unsigned char *)"3\n", 0, 0, 0},
     };
     struct fc_buf head = FC_BUF_INIT(1 << 16), tail = FC_BUF_INIT(1 << 16);
     uint64_t total = 0;
