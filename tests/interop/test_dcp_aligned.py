@@ -13,6 +13,7 @@ floor (one tensor's two chunks straddle it), converted by full-to-dcp (--world-s
            others; chunks of both kinds exist
   blobs    torch.load of every item's bytes alone (BytesIO, and a file with mmap=True, which
            takes the payload offset from the local header) == the chunk, bit-exact
+  single   dcp.load(no_dist=True) into NaN-filled tensors, and torch's dcp_to_torch_save
   fsdp2    2 (and 3) gloo ranks: fully_shard per layer and root on a meta-device model,
            to_empty, dcp.load; every local shard == its torch.chunk rows and full_tensor()
            == the input, bit-exact
@@ -121,6 +122,25 @@ def check_layout(out, expected, nranks):
     return probs
 
 
+def check_single_process(out, expected):
+    """dcp.load(no_dist=True) into NaN-filled tensors and torch's dcp_to_torch_save."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+    target = {k: torch.full_like(v, float("nan")) for k, v in expected.items()}
+    dcp.load(target, checkpoint_id=out, no_dist=True)
+    probs = ["dcp.load no_dist %s: %s" % (k, d) for k in sorted(expected)
+             for d in [ref.diff(target[k], expected[k])] if d]
+    path = out + ".full.pt"
+    dcp_to_torch_save(out, path)
+    got = torch.load(path, weights_only=True)
+    os.unlink(path)
+    if sorted(got) != sorted(expected):
+        probs.append("dcp_to_torch_save: keys %s" % sorted(got))
+    probs += ["dcp_to_torch_save %s: %s" % (k, d) for k in sorted(set(got) & set(expected))
+              for d in [ref.diff(got[k], expected[k])] if d]
+    return probs
+
+
 def run_rank(rank, world, port, job):
     problems = []
     try:
@@ -179,6 +199,8 @@ def main():
                 continue
             rep.case(name + ": layout and torch.load of each item", check_layout(
                 out, expected, world))
+            rep.case(name + ": dcp.load no_dist, dcp_to_torch_save",
+                     check_single_process(out, expected))
             rdir = tempfile.mkdtemp(dir=tmp, prefix="ranks_")
             res = common.launch_ranks(run_rank, world, {"out": out, "expected": exp_path,
                                                         "result_dir": rdir}, [name], 300)
