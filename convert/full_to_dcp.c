@@ -287,6 +287,11 @@ static int fc_plan_inputs(const struct fc_full_to_dcp_opts *o, struct fc_job *j,
     const int st = o->format != FC_OUT_DCP; /* per-rank safetensors files */
     for (size_t i = 0; i < j->xr.n; i++) {
         const struct fc_xspec *s = &j->xr.specs[i];
+        if (s->kind == FC_ENTRY_VALUE && o->format == FC_OUT_TORCH_CHECKPOINTING &&
+            strncmp(s->key, "optimizer.param_groups.", 23) == 0) {
+            FC_TRY(fc_tcp_sink_add_group_value(&j->tcp, s)); /* the optimizer item's */
+            continue;
+        }
         if (s->kind == FC_ENTRY_VALUE && st)
             return fc_error_set(FC_EFORMAT,
                                 "'%s' is a non-tensor value, which %s; leave it out with --drop "
@@ -341,11 +346,12 @@ static int fc_plan_job(const struct fc_full_to_dcp_opts *o, const struct fc_job_
                             : o->mesh_dim_names ? "--mesh-dim-names"
                             : o->tcp_layout     ? "--tcp-layout"
                                                 : "--torch-version");
-    if (o->format == FC_OUT_TORCH_CHECKPOINTING && (o->optim != NULL || o->optim_select != NULL))
-        return fc_error_set(FC_EINVAL, "--optim: torch_checkpointing keeps optimizer state with "
-                                       "its param_groups in torch.save files of DTensors, which "
-                                       "fsdpconv does not write; use --format dcp");
-    if (st && (o->optim != NULL || o->optim_select != NULL))
+    if (o->format == FC_OUT_TORCH_CHECKPOINTING && o->tcp_layout != NULL &&
+        strcmp(o->tcp_layout, "safetensors") == 0 && (o->optim != NULL || o->optim_select != NULL))
+        return fc_error_set(FC_EINVAL, "--optim: optimizer state holds non-tensor values "
+                                       "(param_groups) that the safetensors layout cannot store; "
+                                       "use --tcp-layout pt");
+    if (o->format == FC_OUT_SAFETENSORS && (o->optim != NULL || o->optim_select != NULL))
         return fc_error_set(FC_EINVAL, "--optim: optimizer state holds non-tensor values "
                                        "(param_groups) that safetensors cannot store; use "
                                        "--format dcp");

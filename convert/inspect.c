@@ -20,6 +20,7 @@
 #include "fc_error.h"
 #include "fc_regex.h"
 #include "fc_safetensors.h"
+#include "fc_strmap.h"
 #include "fc_zip.h"
 
 /* Checksums read at most this many bytes at a time, so memory stays flat. */
@@ -475,6 +476,44 @@ done:
 }
 
 /*
+ * --verify of a torch_checkpointing directory: every torch.save rank file
+ * holding chunks is a zip whose records' CRC-32s cover the whole storages,
+ * FSDP2's padding included, which reading the chunks never touches.
+ */
+static int fc_inspect_verify_pt_files(const char *dir, const struct fc_dcp_meta *m)
+{
+    struct fc_strmap seen = FC_STRMAP_INIT;
+    int rc = FC_OK;
+    for (size_t i = 0; rc == FC_OK && i < m->nentries; i++) {
+        const struct fc_dcp_entry *e = &m->entries[i];
+        for (size_t c = 0; rc == FC_OK && e->kind == FC_DCP_TENSOR && c < e->nchunks; c++) {
+            const char *name = e->chunks[c].storage.relative_path;
+            const size_t len = name != NULL ? strlen(name) : 0;
+            size_t v = 0;
+            if (len < 3 || strcmp(name + len - 3, ".pt") != 0 || fc_strmap_get(&seen, name, &v))
+                continue;
+            rc = fc_strmap_put(&seen, name, 1, NULL);
+            struct fc_file f = FC_FILE_INIT;
+            struct fc_zip_reader *zr = NULL;
+            char *p = fc_path_join(dir, name);
+            if (rc == FC_OK && p == NULL)
+                rc = fc_error_set(FC_ENOMEM, "out of memory");
+            if (rc == FC_OK)
+                rc = fc_file_open_read(&f, p);
+            if (rc == FC_OK)
+                rc = fc_zip_reader_open(&zr, &f, 0, f.size, p);
+            for (size_t k = 0; rc == FC_OK && k < fc_zip_count(zr); k++)
+                rc = fc_zip_verify_crc(zr, fc_zip_entry_at(zr, k));
+            fc_zip_reader_free(zr);
+            fc_file_close(&f);
+            fc_free(p);
+        }
+    }
+    fc_strmap_release(&seen);
+    return rc < 0 ? rc : FC_OK;
+}
+
+/*
  * A sharded safetensors directory (r->src open): its chunks as DCP metadata,
  * so that it is shown and checked as a DCP is.  Tensors are read only for
  * --checksum: without CRC-32s, reading proves nothing the coverage check and
@@ -488,6 +527,8 @@ static int fc_inspect_sharded(const struct fc_inspect_opts *opts, struct fc_insp
     FC_TRY(fc_source_sharded_meta(r->src, &r->dcp));
     FC_TRY(fc_inspect_list_files(opts->path, listed ? NULL : ".safetensors", r));
     FC_TRY(fc_inspect_coverage(r));
+    if (listed && opts->verify && r->coverage_problems == 0)
+        FC_TRY(fc_inspect_verify_pt_files(opts->path, r->dcp));
     if (listed && r->coverage_problems == 0)
         return fc_inspect_select_chunked(opts, r, re, opts->verify);
     if (opts->verify && r->coverage_problems == 0)

@@ -868,6 +868,54 @@ done:
     return rc;
 }
 
+int fc_plan_split_files(struct fc_plan *plan, const int *group, int ngroups)
+{
+    const size_t world = plan->nfiles, nf = world * (size_t)(ngroups > 0 ? ngroups : 1);
+    if (ngroups < 1)
+        return fc_error_set(FC_EINVAL, "plan: %d file groups", ngroups);
+    for (size_t i = 0; i < plan->nitems; i++)
+        if (plan->items[i].kind != FC_ITEM_TENSOR || group[plan->items[i].index] < 0 ||
+            group[plan->items[i].index] >= ngroups)
+            return fc_error_set(FC_EINVAL, "plan: item %zu has no file group", i);
+    struct fc_plan_item *items = fc_calloc(plan->nitems + 1, sizeof(*items));
+    struct fc_plan_file *files = fc_calloc(nf + 1, sizeof(*files));
+    size_t *moved = fc_calloc(plan->nitems + 1, sizeof(*moved));
+    if (items == NULL || files == NULL || moved == NULL) {
+        fc_free(items);
+        fc_free(files);
+        fc_free(moved);
+        return fc_error_set(FC_ENOMEM, "plan: out of memory for %zu files", nf);
+    }
+    size_t k = 0;
+    for (int g = 0; g < ngroups; g++) {
+        for (size_t r = 0; r < world; r++) {
+            const struct fc_plan_file *f = &plan->files[r];
+            struct fc_plan_file *out = &files[(size_t)g * world + r];
+            *out = *f;
+            out->first_item = k;
+            for (size_t i = f->first_item; i < f->first_item + f->nitems; i++) {
+                if (group[plan->items[i].index] != g)
+                    continue;
+                moved[i] = k;
+                items[k] = plan->items[i];
+                items[k++].rank = (int)((size_t)g * world + r);
+            }
+            out->nitems = k - out->first_item;
+        }
+    }
+    for (size_t c = 0; c < plan->nchunks; c++)
+        if (plan->tensors[plan->chunks[c].tensor].alias_of == FC_PLAN_NONE)
+            plan->chunks[c].item = moved[plan->chunks[c].item];
+    fc_free(plan->items);
+    fc_free(plan->files);
+    fc_free(moved);
+    plan->items = items;
+    plan->files = files;
+    plan->nfiles = nf;
+    fc_plan__point_aliases(plan);
+    return FC_OK;
+}
+
 /* The bytes of tensor t's chunk c (numel * element size). */
 static uint64_t fc_plan__chunk_bytes(const struct fc_plan *p, size_t t, size_t c)
 {

@@ -252,14 +252,26 @@ typedef int (*fc_plan_place_fn)(void *ctx, const struct fc_plan *plan, size_t fi
 int fc_plan_place(struct fc_plan *plan, fc_plan_place_fn place, void *ctx);
 
 /*
+ * fc_plan_split_files() - for encodings that store several items per rank,
+ * each in its own file (torch_checkpointing: model_<r>.pt, optimizer_<r>.pt):
+ * split every rank file into ngroups files by group[tensor] (0 .. ngroups-1),
+ * files[g * world + r] holding rank r's items of group g in their order.
+ * Items then name their file (item.rank is the file index, files[].rank the
+ * rank).  Call after fc_plan_store_at_holders(), before fc_plan_place().
+ * Returns FC_OK, FC_EINVAL (ngroups < 1 or a group out of range), FC_ENOMEM.
+ */
+int fc_plan_split_files(struct fc_plan *plan, const int *group, int ngroups);
+
+/*
  * fc_plan_align_items() - re-lay a built plan's files in the same item order,
  * each tensor item whose chunk holds at least min_bytes (numel * element
  * size) starting at the next multiple of align (a power of two), every other
  * item right after its predecessor.  Gaps between items hold zeros (the
- * executor writes them, or leaves a hole); invariant 5 then holds with "each next one at or
- * after the previous offset + length" and files[r].nbytes the end of the
- * last item.  Decided before any byte moves, like the rest of the plan.
- * Returns FC_OK or FC_EINVAL (a file size overflowing uint64).
+ * executor writes them, or leaves a hole); invariant 5 then holds with
+ * "each next one at or after the previous offset + length" and
+ * files[r].nbytes the end of the last item.  Decided before any byte moves,
+ * like the rest of the plan.  Returns FC_OK or FC_EINVAL (a file size
+ * overflowing uint64).
  */
 int fc_plan_align_items(struct fc_plan *plan, uint64_t align, uint64_t min_bytes);
 

@@ -27,6 +27,7 @@
 #include "fc_sort.h"
 #include "fc_torchsave.h"
 #include "fc_zip.h"
+#include "xform.h"
 #include "mesh.h"
 #include "tcp_sink.h"
 
@@ -54,6 +55,8 @@ struct fc_tcp_pt_pickler {
     const struct fc_tcp_sink *sink;
     const struct fc_plan *plan;
     int rank;
+    size_t file;
+    size_t *storage_item;    /* per storage key: the file's item it holds */
     uint64_t *storage_bytes; /* per storage key: the record's size */
     size_t nstorages;
     long rank_map;     /* storage key of the mesh's rank map, -1 before the first DTensor */
@@ -63,11 +66,11 @@ struct fc_tcp_pt_pickler {
 };
 
 /* --torch-version "X.Y": the newest release known is the default. */
-int fc_tcp_parse_torch_version(const char *s, int *flat_layout)
+int fc_tcp_parse_torch_version(const char *s, enum fc_tcp_mesh_form *form)
 {
     char *end = NULL;
     if (s == NULL) {
-        *flat_layout = 1;
+        *form = FC_TCP_MESH_2_15;
         return FC_OK;
     }
     const long major = strtol(s, &end, 10);
@@ -79,7 +82,7 @@ int fc_tcp_parse_torch_version(const char *s, int *flat_layout)
                             "--torch-version: '%s' is not a torch release the package supports "
                             "(2.%d or newer, as 2.15)",
                             s, FC_TCP_TORCH_MIN_MINOR);
-    *flat_layout = minor >= FC_TCP_TORCH_FLAT_MINOR;
+    *form = minor >= 15 ? FC_TCP_MESH_2_15 : minor >= 13 ? FC_TCP_MESH_2_13 : FC_TCP_MESH_2_11;
     return FC_OK;
 }
 
@@ -123,7 +126,7 @@ static int fc_tcp_pt_rank_map(struct fc_tcp_pt_pickler *p)
 {
     if (p->memo_tensor >= 0)
         return fc_pw_get(p->b, (uint32_t)p->memo_tensor);
-    const int64_t world = (int64_t)p->plan->nfiles;
+    const int64_t world = (int64_t)p->sink->world;
     char key[32];
     snprintf(key, sizeof(key), "%ld", p->rank_map);
     FC_TRY(fc_torchsave_pw_tensor(p->b, FC_DTYPE_INT32, &world, 1, (uint64_t)world, key));
@@ -170,8 +173,8 @@ static int fc_tcp_pt_mesh(struct fc_tcp_pt_pickler *p, enum fc_tcp_pt_mesh_kind 
     FC_TRY(fc_pw_empty_tuple(b));
     FC_TRY(fc_pw_newobj(b));
     FC_TRY(fc_pw_empty_dict(b));
-    if (p->sink->flat_layout) {
-        /* torch >= 2.FLAT: one _FlatLayout(shape=(s,), stride=(t,)) per dim */
+    if (p->sink->mesh_form != FC_TCP_MESH_2_11) {
+        /* torch >= 2.13: one _FlatLayout(shape=(s,), stride=(t,)) per dim */
         FC_TRY(fc_pw_cstr(b, "axes"));
         FC_TRY(fc_tcp_pt_tuple_start(b, n));
         for (int i = 0; i < n; i++) {
@@ -210,13 +213,13 @@ static int fc_tcp_pt_mesh(struct fc_tcp_pt_pickler *p, enum fc_tcp_pt_mesh_kind 
         FC_TRY(fc_tcp_pt_mesh(p, FC_TCP_PT_ROOT));
     else
         FC_TRY(fc_pw_none(b));
-    if (p->sink->flat_layout) {
+    if (p->sink->mesh_form == FC_TCP_MESH_2_15) {
         FC_TRY(fc_pw_cstr(b, "_preserve_rank_order"));
         FC_TRY(fc_pw_bool(b, 0));
     }
     FC_TRY(fc_pw_cstr(b, "_flatten_rank_map"));
     FC_TRY(fc_pw_mark(b));
-    for (size_t r = 0; r < p->plan->nfiles; r++)
+    for (size_t r = 0; r < p->sink->world; r++)
         FC_TRY(fc_pw_int(b, (int64_t)r));
     FC_TRY(fc_pw_tuple(b));
     FC_TRY(fc_pw_cstr(b, "_thread_id"));
@@ -385,12 +388,14 @@ static int fc_tcp_pt_value(struct fc_tcp_pt_pickler *p, const struct fc_plan_ite
         FC_TRY(fc_tcp_pt_storage(p, it->length, key, sizeof(key)));
         return fc_torchsave_pw_tensor(b, t->dtype, t->shape, t->ndim, it->length / esize, key);
     }
-    uint64_t padded = 0;
-    FC_TRY(fc_tcp_pt_padded(plan, t, p->rank, ch->box.sizes, &padded));
+    /* FSDP2's parameters view its padded shards; optimizer state is zeros_like(the view) */
+    uint64_t padded = it->length;
+    if (p->file < p->sink->world)
+        FC_TRY(fc_tcp_pt_padded(plan, t, p->rank, ch->box.sizes, &padded));
     FC_TRY(fc_tcp_pt_storage(p, padded, key, sizeof(key)));
     if (p->rank_map < 0)
         p->rank_map = (long)p->nstorages++; /* right after the first DTensor's own storage */
-    p->storage_bytes[p->rank_map] = 4 * (uint64_t)plan->nfiles;
+    p->storage_bytes[p->rank_map] = 4 * (uint64_t)p->sink->world;
 
     /* The placements on its mesh: all dims, or fully_shard's dp submesh (tcp_sink.h) */
     const int tp = fc_mesh_find(&plan->mesh, FC_MESH_DIM_TP);
@@ -449,11 +454,69 @@ static int fc_tcp_pt_value(struct fc_tcp_pt_pickler *p, const struct fc_plan_ite
     return fc_pw_reduce(b);
 }
 
+/* Items in state-dict order: the plan's tensor order, an optimizer's state grouped by FQN. */
 static int fc_tcp_pt_cmp_tensor(const void *ctx, size_t a, size_t b)
 {
-    const struct fc_plan *plan = ctx;
+    const struct fc_tcp_sink *sink = ctx;
+    const struct fc_plan *plan = sink->pt.plan;
     const size_t x = plan->items[a].index, y = plan->items[b].index;
+    const size_t fx = sink->fqn_order != NULL ? sink->fqn_order[x] : 0;
+    const size_t fy = sink->fqn_order != NULL ? sink->fqn_order[y] : 0;
+    if (fx != fy)
+        return fx < fy ? -1 : 1;
     return x < y ? -1 : x > y;
+}
+
+/*
+ * The optimizer item: the dict the DCP's "optimizer" subtree was saved from,
+ * its items in order[0..n).  get_state_dict's nested form, {"state": {fqn:
+ * {name: tensor}}, "param_groups": [{..., "params": [fqn, ...]}]}, or the
+ * flat one (flatten_optimizer_state_dict=True, torchtitan's
+ * TorchCheckpointingManager): {"state.<fqn>.<name>": tensor, ...,
+ * "param_groups.<fqn>.<name>": value, ...}.
+ */
+static int fc_tcp_pt_optimizer(struct fc_tcp_pt_pickler *p, const size_t *order, size_t n)
+{
+    struct fc_buf *b = p->b;
+    const struct fc_plan *plan = p->plan;
+    const int nested = p->sink->optim_nested;
+    const char *elems[3];
+    size_t lens[3];
+    FC_TRY(fc_pw_empty_dict(b));
+    FC_TRY(fc_pw_mark(b));
+    if (nested) {
+        FC_TRY(fc_pw_cstr(b, "state"));
+        FC_TRY(fc_pw_empty_dict(b));
+    }
+    const char *open_fqn = NULL;
+    size_t open_len = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct fc_plan_item *it = &plan->items[order[i]];
+        const int ne = fc_tcp_sink_path(p->sink, plan, it->index, elems, lens);
+        if (nested && (open_fqn == NULL || lens[1] != open_len ||
+                       memcmp(elems[1], open_fqn, open_len) != 0)) {
+            if (open_fqn != NULL) {
+                FC_TRY(fc_pw_setitems(b)); /* the previous parameter's state */
+                FC_TRY(fc_pw_setitem(b));
+            }
+            open_fqn = elems[1];
+            open_len = lens[1];
+            FC_TRY(fc_pw_str(b, open_fqn, open_len));
+            FC_TRY(fc_pw_empty_dict(b));
+            FC_TRY(fc_pw_mark(b));
+        }
+        FC_TRY(fc_pw_str(b, elems[ne - 1], lens[ne - 1]));
+        p->storage_item[p->nstorages] = order[i] - plan->files[p->file].first_item;
+        FC_TRY(fc_tcp_pt_value(p, it));
+    }
+    if (open_fqn != NULL) {
+        FC_TRY(fc_pw_setitems(b));
+        FC_TRY(fc_pw_setitem(b));
+    }
+    if (nested)
+        FC_TRY(fc_pw_cstr(b, "param_groups"));
+    FC_TRY(fc_buf_append(b, p->sink->groups_pkl.data, p->sink->groups_pkl.len));
+    return fc_pw_setitems(b);
 }
 
 void fc_tcp_pt_release(struct fc_tcp_pt *pt)
@@ -479,9 +542,11 @@ static int fc_tcp_pt_place(void *ctx, const struct fc_plan *plan, size_t file, c
     const struct fc_plan_file *f = &plan->files[file];
     const size_t nst = f->nitems + 1; /* each item's storage and the rank map */
     size_t *order = fc_calloc(f->nitems + 1, sizeof(*order));
-    struct fc_tcp_pt_pickler p = {&pf->pkl, sink, plan, f->rank, NULL, 0, -1, -1, {-1, -1, -1}, 0};
+    struct fc_tcp_pt_pickler p = {&pf->pkl, sink, plan, f->rank, file,         NULL,
+                                  NULL,     0,    -1,   -1,      {-1, -1, -1}, 0};
     p.storage_bytes = fc_calloc(nst, sizeof(*p.storage_bytes));
-    size_t *storage_item = fc_calloc(nst, sizeof(*storage_item));
+    size_t *storage_item = p.storage_item = fc_calloc(nst, sizeof(*storage_item));
+    const int item = (int)(file / sink->world);
     int rc = FC_OK;
     fc_buf_init(&pf->pkl, FC_TCP_PT_PKL_CAP);
     pf->item_rec = fc_calloc(f->nitems + 1, sizeof(*pf->item_rec));
@@ -492,7 +557,8 @@ static int fc_tcp_pt_place(void *ctx, const struct fc_plan *plan, size_t file, c
         rc = fc_error_set(FC_ENOMEM, "out of memory");
         goto done;
     }
-    const int n = snprintf(name, namesize, "model_%d.pt", f->rank);
+    const int n = snprintf(name, namesize, "%s_%d.pt",
+                           item == FC_TCP_ITEM_OPTIMIZER ? "optimizer" : "model", f->rank);
     if (n < 0 || (size_t)n >= namesize) {
         rc = fc_error_set(FC_EINVAL, "rank %d: file name does not fit", f->rank);
         goto done;
@@ -500,9 +566,14 @@ static int fc_tcp_pt_place(void *ctx, const struct fc_plan *plan, size_t file, c
     /* The state dict in the model's (the plan's) tensor order, as state_dict() lists it */
     for (size_t i = 0; i < f->nitems; i++)
         order[i] = f->first_item + i;
-    FC_TRY_GOTO(fc_sort_idx(order, f->nitems, fc_tcp_pt_cmp_tensor, plan), rc, done);
+    FC_TRY_GOTO(fc_sort_idx(order, f->nitems, fc_tcp_pt_cmp_tensor, sink), rc, done);
     struct fc_buf *b = &pf->pkl;
     FC_TRY_GOTO(fc_pw_proto(b), rc, done);
+    if (item == FC_TCP_ITEM_OPTIMIZER) {
+        FC_TRY_GOTO(fc_tcp_pt_optimizer(&p, order, f->nitems), rc, done);
+        FC_TRY_GOTO(fc_pw_stop(b), rc, done);
+        goto records;
+    }
     FC_TRY_GOTO(fc_pw_global(b, "collections", "OrderedDict"), rc, done);
     FC_TRY_GOTO(fc_pw_empty_tuple(b), rc, done);
     FC_TRY_GOTO(fc_pw_reduce(b), rc, done);
@@ -510,7 +581,10 @@ static int fc_tcp_pt_place(void *ctx, const struct fc_plan *plan, size_t file, c
         FC_TRY_GOTO(fc_pw_mark(b), rc, done);
     for (size_t i = 0; i < f->nitems; i++) {
         const struct fc_plan_item *it = &plan->items[order[i]];
-        FC_TRY_GOTO(fc_pw_cstr(b, plan->tensors[it->index].key + sink->strip), rc, done);
+        const char *elems[3];
+        size_t lens[3];
+        fc_tcp_sink_path(sink, plan, it->index, elems, lens);
+        FC_TRY_GOTO(fc_pw_str(b, elems[0], lens[0]), rc, done);
         storage_item[p.nstorages] = order[i] - f->first_item;
         FC_TRY_GOTO(fc_tcp_pt_value(&p, it), rc, done);
     }
@@ -518,6 +592,7 @@ static int fc_tcp_pt_place(void *ctx, const struct fc_plan *plan, size_t file, c
         FC_TRY_GOTO(fc_pw_setitems(b), rc, done);
     FC_TRY_GOTO(fc_pw_stop(b), rc, done);
 
+records:;
     /* The records, in torch.save's order; storages in order of first appearance */
     struct fc_zipw_record *r = pf->recs;
     size_t k = 0;
@@ -537,7 +612,7 @@ static int fc_tcp_pt_place(void *ctx, const struct fc_plan *plan, size_t file, c
     }
     r[k++] = (struct fc_zipw_record){"version", 2, fc_tcp_pt_version, 0, 0, 0};
     /* torch writes a per-save random id; this one is the file's own, the same every run */
-    snprintf(pf->serial, sizeof(pf->serial), "%020d%020zu", f->rank, plan->nfiles);
+    snprintf(pf->serial, sizeof(pf->serial), "%020zu%020d", file, f->rank);
     r[k++] = (struct fc_zipw_record){
         ".data/serialization_id", 40, (const unsigned char *)pf->serial, 0, 0, 0};
     pf->nrecs = k;
@@ -551,16 +626,105 @@ done:
     return rc;
 }
 
+/* The value of a param_groups entry: a DCP bytes item's unpickled tree, or a transform's. */
+static const struct fc_pv *fc_tcp_pt_group_value(const struct fc_xspec *s)
+{
+    const struct fc_pv *v = s->value != NULL ? s->value : s->src->entries[s->entry].value;
+    if (v == NULL)
+        fc_error_set(FC_EINVAL,
+                     "'%s': a value torch loads only with weights_only=False; use "
+                     "--format dcp",
+                     s->key);
+    return v;
+}
+
+/* Do numbered param_groups entries a and b belong to different groups (their order)? */
+static int fc_tcp_pt_cmp_group_number(const struct fc_tcp_sink *sink, size_t a, size_t b)
+{
+    const unsigned long long gx =
+        strtoull(sink->groups[a]->key + sizeof("optimizer.param_groups.") - 1, NULL, 10);
+    const unsigned long long gy =
+        strtoull(sink->groups[b]->key + sizeof("optimizer.param_groups.") - 1, NULL, 10);
+    return gx < gy ? -1 : gx > gy;
+}
+
+/* Numbered param_groups entries in group order, each group's entries by name. */
+static int fc_tcp_pt_cmp_group(const void *ctx, size_t a, size_t b)
+{
+    const struct fc_tcp_sink *sink = ctx;
+    const int c = fc_tcp_pt_cmp_group_number(sink, a, b);
+    if (c != 0)
+        return c;
+    return strcmp(strchr(sink->groups[a]->key + sizeof("optimizer.param_groups.") - 1, '.'),
+                  strchr(sink->groups[b]->key + sizeof("optimizer.param_groups.") - 1, '.'));
+}
+
+/*
+ * The optimizer's param_groups, pickled once for every rank file: the flat
+ * form's "param_groups.<fqn>.<name>": value pairs in input order, or the
+ * nested form's list of groups (optimizer.param_groups.<i>.<name> entries,
+ * "params" the FQNs).
+ */
+static int fc_tcp_pw_param_groups(struct fc_buf *out, const struct fc_tcp_sink *sink)
+{
+    const size_t n = sink->ngroups_values;
+    size_t *ord = fc_calloc(n + 1, sizeof(*ord));
+    int rc = FC_OK;
+    fc_buf_init(out, (size_t)1 << 30);
+    if (ord == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++)
+        ord[i] = i;
+    if (!sink->optim_nested) {
+        for (size_t i = 0; i < n && rc == FC_OK; i++) {
+            const struct fc_pv *v = fc_tcp_pt_group_value(sink->groups[i]);
+            rc = v == NULL ? FC_EINVAL : fc_pw_cstr(out, sink->groups[i]->key + 10);
+            if (rc == FC_OK)
+                rc = fc_pw_value(out, v);
+        }
+        goto done;
+    }
+    FC_TRY_GOTO(fc_sort_idx(ord, n, fc_tcp_pt_cmp_group, sink), rc, done);
+    FC_TRY_GOTO(fc_pw_empty_list(out), rc, done);
+    FC_TRY_GOTO(fc_pw_mark(out), rc, done);
+    for (size_t i = 0; i < n; i++) {
+        const char *key = sink->groups[ord[i]]->key + sizeof("optimizer.param_groups.") - 1;
+        const char *name = strchr(key, '.') + 1; /* numbered: checked by tcp_sink.c */
+        const struct fc_pv *v = fc_tcp_pt_group_value(sink->groups[ord[i]]);
+        const int first = i == 0 || fc_tcp_pt_cmp_group_number(sink, ord[i - 1], ord[i]) != 0;
+        if (v == NULL) {
+            rc = FC_EINVAL;
+            goto done;
+        }
+        if (first && i > 0)
+            FC_TRY_GOTO(fc_pw_setitems(out), rc, done);
+        if (first) {
+            FC_TRY_GOTO(fc_pw_empty_dict(out), rc, done);
+            FC_TRY_GOTO(fc_pw_mark(out), rc, done);
+        }
+        FC_TRY_GOTO(fc_pw_cstr(out, name), rc, done);
+        FC_TRY_GOTO(fc_pw_value(out, v), rc, done);
+    }
+    if (n > 0)
+        FC_TRY_GOTO(fc_pw_setitems(out), rc, done);
+    rc = fc_pw_appends(out);
+done:
+    fc_free(ord);
+    return rc;
+}
+
 int fc_tcp_pt_layout(struct fc_tcp_sink *sink, struct fc_plan *plan)
 {
     struct fc_tcp_pt *pt = &sink->pt;
+    if (sink->nitems > 1)
+        FC_TRY(fc_tcp_pw_param_groups(&sink->groups_pkl, sink));
     pt->plan = plan;
     pt->nfiles = plan->nfiles;
     pt->files = fc_calloc(plan->nfiles + 1, sizeof(*pt->files));
-    pt->rank_map = fc_calloc(plan->nfiles + 1, 4);
+    pt->rank_map = fc_calloc(sink->world + 1, 4);
     if (pt->files == NULL || pt->rank_map == NULL)
         return fc_error_set(FC_ENOMEM, "out of memory");
-    for (size_t r = 0; r < plan->nfiles; r++) {
+    for (size_t r = 0; r < sink->world; r++) {
         const uint32_t v = (uint32_t)r; /* int32, little-endian, as torch.save stores it */
         for (int i = 0; i < 4; i++)
             pt->rank_map[4 * r + (size_t)i] = (unsigned char)(v >> (8 * i));

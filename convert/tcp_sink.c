@@ -18,6 +18,7 @@
 #include "fc_io.h"
 #include "fc_pickle.h"
 #include "fc_safetensors.h"
+#include "fc_strmap.h"
 #include "fc_tcp.h"
 #include "mesh.h"
 #include "st_sink.h"
@@ -30,6 +31,129 @@
 static const char *fc_tcp_sink_key(const struct fc_tcp_sink *sink, const struct fc_plan_tensor *t)
 {
     return t->key + sink->strip;
+}
+
+static const char fc_tcp_optim_prefix[] = "optimizer.";
+static const char fc_tcp_state_prefix[] = "optimizer.state.";
+
+int fc_tcp_sink_path(const struct fc_tcp_sink *sink, const struct fc_plan *plan, size_t t,
+                     const char **elems, size_t *lens)
+{
+    const char *key = plan->tensors[t].key;
+    if (sink->item_of == NULL || sink->item_of[t] == FC_TCP_ITEM_MODEL) {
+        elems[0] = key + sink->strip;
+        lens[0] = strlen(elems[0]);
+        return 1;
+    }
+    if (!sink->optim_nested) {
+        elems[0] = key + sizeof(fc_tcp_optim_prefix) - 1; /* "state.<fqn>.<name>" */
+        lens[0] = strlen(elems[0]);
+        return 1;
+    }
+    /* optimizer.state.<fqn>.<name>: checked by fc_tcp_sink_items() */
+    const char *fqn = key + sizeof(fc_tcp_state_prefix) - 1, *dot = strrchr(fqn, '.');
+    elems[0] = "state";
+    lens[0] = 5;
+    elems[1] = fqn;
+    lens[1] = (size_t)(dot - fqn);
+    elems[2] = dot + 1;
+    lens[2] = strlen(dot + 1);
+    return 3;
+}
+
+int fc_tcp_sink_add_group_value(struct fc_tcp_sink *sink, const struct fc_xspec *s)
+{
+    const struct fc_xspec **g = fc_reallocarray(sink->groups, sink->ngroups_values + 1, sizeof(*g));
+    if (g == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    sink->groups = g;
+    g[sink->ngroups_values++] = s;
+    return FC_OK;
+}
+
+/* Each optimizer tensor's parameter (its FQN) numbered by first appearance in the plan. */
+static int fc_tcp_sink_fqn_order(struct fc_tcp_sink *sink, const struct fc_plan *plan)
+{
+    struct fc_strmap seen = FC_STRMAP_INIT; /* borrows its keys: fqns[] */
+    size_t next = 0;
+    int rc = FC_OK;
+    char **fqns = fc_calloc(plan->ntensors + 1, sizeof(*fqns));
+    sink->fqn_order = fc_calloc(plan->ntensors + 1, sizeof(*sink->fqn_order));
+    if (sink->fqn_order == NULL || fqns == NULL) {
+        fc_free(fqns);
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < plan->ntensors && rc == FC_OK; i++) {
+        if (sink->item_of[i] != FC_TCP_ITEM_OPTIMIZER)
+            continue;
+        const char *fqn = plan->tensors[i].key + sizeof(fc_tcp_state_prefix) - 1;
+        size_t at = next;
+        fqns[i] = fc_strndup(fqn, (size_t)(strrchr(fqn, '.') - fqn));
+        if (fqns[i] == NULL) {
+            rc = fc_error_set(FC_ENOMEM, "out of memory");
+            break;
+        }
+        if (!fc_strmap_get(&seen, fqns[i], &at))
+            rc = fc_strmap_put(&seen, fqns[i], next++, NULL);
+        sink->fqn_order[i] = at;
+    }
+    fc_strmap_release(&seen);
+    for (size_t i = 0; i < plan->ntensors; i++)
+        fc_free(fqns[i]);
+    fc_free(fqns);
+    return rc < 0 ? rc : FC_OK;
+}
+
+/*
+ * Which item each tensor is in: "optimizer.state.<fqn>.<name>" keys make item
+ * "optimizer" (the optimizer's state dict as the package's
+ * optimizer_transform_pre() leaves it), the others item "model".
+ */
+static int fc_tcp_sink_items(struct fc_tcp_sink *sink, const struct fc_plan *plan)
+{
+    const size_t np = sizeof(fc_tcp_optim_prefix) - 1, ns = sizeof(fc_tcp_state_prefix) - 1;
+    sink->item_of = fc_calloc(plan->ntensors + 1, sizeof(*sink->item_of));
+    if (sink->item_of == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    sink->nitems = 1;
+    int prefixed = 1, nmodel = 0;
+    for (size_t i = 0; i < plan->ntensors; i++) {
+        const char *key = plan->tensors[i].key;
+        if (strncmp(key, fc_tcp_optim_prefix, np) != 0) {
+            prefixed &= strncmp(key, "model.", 6) == 0 && key[6] != '\0';
+            nmodel++;
+            continue;
+        }
+        const char *dot = strrchr(key, '.');
+        if (strncmp(key, fc_tcp_state_prefix, ns) != 0 || dot <= key + ns || dot[1] == '\0')
+            return fc_error_set(FC_EINVAL,
+                                "'%s': optimizer tensors must be optimizer.state.<fqn>.<name>, "
+                                "as get_state_dict names them; use --format dcp",
+                                key);
+        sink->item_of[i] = FC_TCP_ITEM_OPTIMIZER;
+        sink->nitems = 2;
+    }
+    if (sink->nitems > 1)
+        FC_TRY(fc_tcp_sink_fqn_order(sink, plan));
+    sink->strip = prefixed && nmodel > 0 ? 6 : 0;
+    /* get_state_dict's nested optimizer dict numbers its param_groups; the flat one
+     * (flatten_optimizer_state_dict=True, torchtitan's) keys them by parameter */
+    sink->optim_nested = sink->ngroups_values > 0;
+    for (size_t i = 0; i < sink->ngroups_values; i++) {
+        const char *g = sink->groups[i]->key + sizeof("optimizer.param_groups.") - 1;
+        sink->optim_nested &= *g >= '0' && *g <= '9';
+        while (*g >= '0' && *g <= '9')
+            g++;
+        sink->optim_nested &= *g == '.';
+    }
+    if (sink->ngroups_values > 0 && sink->nitems < 2)
+        return fc_error_set(FC_EINVAL, "optimizer param_groups without optimizer state tensors; "
+                                       "use --format dcp");
+    if (sink->nitems > 1 && sink->layout == FC_TCP_LAYOUT_SAFETENSORS)
+        return fc_error_set(FC_EINVAL, "optimizer state: its param_groups are non-tensor values, "
+                                       "which the safetensors layout cannot hold; use "
+                                       "--tcp-layout pt");
+    return FC_OK;
 }
 
 /* fc_plan_file_head_fn: model_<rank>.safetensors, its tensors' local shards in file order. */
@@ -120,21 +244,22 @@ int fc_tcp_sink_layout(struct fc_tcp_sink *sink, struct fc_plan *plan, const int
     if (torch_version != NULL && sink->layout != FC_TCP_LAYOUT_PT)
         return fc_error_set(FC_EINVAL, "--torch-version: only the pt layout pickles torch's "
                                        "classes; --tcp-layout safetensors needs none");
-    FC_TRY(fc_tcp_parse_torch_version(torch_version, &sink->flat_layout));
+    FC_TRY(fc_tcp_parse_torch_version(torch_version, &sink->mesh_form));
     sink->tp_ruled = tp_ruled;
     sink->device = device != NULL ? device : "cuda";
     if (sink->device[0] == '\0')
         return fc_error_set(FC_EINVAL, "--mesh-device: empty device type");
     FC_TRY(fc_tcp_sink_names(sink, &plan->mesh, dim_names));
-    int prefixed = plan->ntensors > 0;
     for (size_t i = 0; i < plan->ntensors; i++) {
         const struct fc_plan_tensor *t = &plan->tensors[i];
         if (sink->layout == FC_TCP_LAYOUT_SAFETENSORS)
             FC_TRY(fc_st_sink_check_dtype(t->key, t->dtype));
-        prefixed &= strncmp(t->key, "model.", 6) == 0 && t->key[6] != '\0';
     }
-    sink->strip = prefixed ? 6 : 0;
+    FC_TRY(fc_tcp_sink_items(sink, plan));
+    sink->world = plan->nfiles;
     FC_TRY(fc_plan_store_at_holders(plan));
+    if (sink->nitems > 1)
+        FC_TRY(fc_plan_split_files(plan, sink->item_of, sink->nitems));
     if (sink->layout == FC_TCP_LAYOUT_PT)
         return fc_tcp_pt_layout(sink, plan);
     sink->st.heads = fc_calloc(plan->nfiles + 1, sizeof(*sink->st.heads));
@@ -148,6 +273,10 @@ void fc_tcp_sink_release(struct fc_tcp_sink *sink)
 {
     fc_st_sink_release(&sink->st);
     fc_tcp_pt_release(&sink->pt);
+    fc_free(sink->item_of);
+    fc_free(sink->groups);
+    fc_free(sink->fqn_order);
+    fc_buf_release(&sink->groups_pkl);
     for (int d = 0; d < FC_MESH_MAX_DIMS; d++)
         fc_free(sink->names[d]);
     memset(sink, 0, sizeof(*sink));
@@ -160,19 +289,24 @@ static int fc_pw_cstr(struct fc_buf *b, const char *s)
     return fc_pw_str(b, s, strlen(s));
 }
 
-/* The nested path key json.dumps([key], separators=(",", ":")) gives (json.loads reads it). */
-static int fc_tcp_path_json(struct fc_buf *b, const char *key)
+/* The nested path key json.dumps(list(path), separators=(",", ":")) gives (json.loads reads it). */
+static int fc_tcp_path_json(struct fc_buf *b, const char *const *elems, const size_t *lens, int n)
 {
-    FC_TRY(fc_buf_puts(b, "[\""));
-    for (const unsigned char *p = (const unsigned char *)key; *p != '\0'; p++) {
-        if (*p == '"' || *p == '\\')
-            FC_TRY(fc_buf_putc(b, '\\'));
-        if (*p < 0x20)
-            FC_TRY(fc_buf_printf(b, "\\u%04x", *p));
-        else
-            FC_TRY(fc_buf_putc(b, *p));
+    FC_TRY(fc_buf_putc(b, '['));
+    for (int i = 0; i < n; i++) {
+        FC_TRY(fc_buf_puts(b, i > 0 ? ",\"" : "\""));
+        const unsigned char *p = (const unsigned char *)elems[i];
+        for (size_t k = 0; k < lens[i]; k++) {
+            if (p[k] == '"' || p[k] == '\\')
+                FC_TRY(fc_buf_putc(b, '\\'));
+            if (p[k] < 0x20)
+                FC_TRY(fc_buf_printf(b, "\\u%04x", p[k]));
+            else
+                FC_TRY(fc_buf_putc(b, p[k]));
+        }
+        FC_TRY(fc_buf_putc(b, '"'));
     }
-    return fc_buf_puts(b, "\"]");
+    return fc_buf_putc(b, ']');
 }
 
 /* One mesh: its dims dims[0..n) of the plan mesh, ranks in row-major order. */
@@ -189,7 +323,7 @@ static int fc_tcp_pw_mesh(struct fc_buf *b, const struct fc_tcp_sink *sink,
 {
     int64_t shape[FC_MESH_MAX_DIMS];
     for (int i = 0; i < v->n; i++)
-        shape[i] = v->dims[i] < 0 ? (int64_t)plan->nfiles : plan->mesh.size[v->dims[i]];
+        shape[i] = v->dims[i] < 0 ? (int64_t)sink->world : plan->mesh.size[v->dims[i]];
     FC_TRY(fc_pw_empty_dict(b));
     FC_TRY(fc_pw_mark(b));
     FC_TRY(fc_pw_cstr(b, "device_type"));
@@ -303,7 +437,7 @@ static int fc_tcp_pw_groups(struct fc_buf *b, const struct fc_tcp_sink *sink,
                             int64_t *ranks, int64_t *sorted)
 {
     const struct fc_mesh *mesh = &plan->mesh;
-    const int world = (int)plan->nfiles, tp = fc_mesh_find(mesh, FC_MESH_DIM_TP);
+    const int world = (int)sink->world, tp = fc_mesh_find(mesh, FC_MESH_DIM_TP);
     struct fc_tcp_mesh_view v = {{0}, 0, ranks, 0, 1};
     struct fc_dim_placement pl[FC_MESH_MAX_DIMS];
     FC_TRY(fc_pw_empty_list(b));
@@ -341,6 +475,57 @@ static int fc_tcp_pw_groups(struct fc_buf *b, const struct fc_tcp_sink *sink,
     return fc_pw_appends(b);
 }
 
+/* Item `item`'s DistributedItemMetadata: every tensor's groups, every rank's layout. */
+static int fc_tcp_pw_item(struct fc_buf *b, const struct fc_tcp_sink *sink,
+                          const struct fc_plan *plan, int item, int64_t *ranks, int64_t *sorted,
+                          struct fc_buf *path)
+{
+    static const char *const names[] = {"model", "optimizer"};
+    const char *elems[3];
+    size_t lens[3];
+    int any = 0;
+    FC_TRY(fc_pw_cstr(b, names[item]));
+    FC_TRY(fc_pw_empty_dict(b));
+    FC_TRY(fc_pw_mark(b));
+    FC_TRY(fc_pw_cstr(b, "nested_path_to_metadata"));
+    FC_TRY(fc_pw_empty_dict(b));
+    for (size_t i = 0; i < plan->ntensors; i++) {
+        if (sink->item_of != NULL && sink->item_of[i] != item)
+            continue;
+        if (!any++)
+            FC_TRY(fc_pw_mark(b));
+        const int n = fc_tcp_sink_path(sink, plan, i, elems, lens);
+        fc_buf_clear(path);
+        FC_TRY(fc_tcp_path_json(path, elems, lens, n));
+        FC_TRY(fc_pw_str(b, (const char *)path->data, path->len));
+        FC_TRY(fc_tcp_pw_groups(b, sink, plan, &plan->tensors[i], ranks, sorted));
+    }
+    if (any)
+        FC_TRY(fc_pw_setitems(b));
+    FC_TRY(fc_pw_cstr(b, "rank_to_layout_info"));
+    FC_TRY(fc_pw_empty_dict(b));
+    FC_TRY(fc_pw_mark(b));
+    for (size_t r = 0; r < sink->world; r++) {
+        FC_TRY(fc_pw_int(b, (int64_t)r));
+        if (sink->layout == FC_TCP_LAYOUT_PT) {
+            FC_TRY(fc_pw_none(b)); /* the default: <item>_<rank>.pt, torch.save */
+            continue;
+        }
+        FC_TRY(fc_pw_empty_dict(b));
+        FC_TRY(fc_pw_mark(b));
+        FC_TRY(fc_pw_cstr(b, "file_path"));
+        FC_TRY(fc_pw_cstr(b, plan->files[(size_t)item * sink->world + r].name));
+        FC_TRY(fc_pw_cstr(b, "serialization_format"));
+        FC_TRY(fc_pw_empty_dict(b));
+        FC_TRY(fc_pw_cstr(b, "type"));
+        FC_TRY(fc_pw_cstr(b, "SafetensorsSerialization"));
+        FC_TRY(fc_pw_setitem(b));
+        FC_TRY(fc_pw_setitems(b));
+    }
+    FC_TRY(fc_pw_setitems(b)); /* rank_to_layout_info */
+    return fc_pw_setitems(b);  /* the item */
+}
+
 static int fc_tcp_pw_metadata(struct fc_buf *b, const struct fc_tcp_sink *sink,
                               const struct fc_plan *plan, int64_t *ranks, int64_t *sorted)
 {
@@ -351,47 +536,12 @@ static int fc_tcp_pw_metadata(struct fc_buf *b, const struct fc_tcp_sink *sink,
     FC_TRY(fc_pw_mark(b));
     FC_TRY(fc_pw_cstr(b, "metadata"));
     FC_TRY(fc_pw_empty_dict(b));
-    FC_TRY(fc_pw_cstr(b, "model"));
-    FC_TRY(fc_pw_empty_dict(b));
     FC_TRY(fc_pw_mark(b));
-    FC_TRY(fc_pw_cstr(b, "nested_path_to_metadata"));
-    FC_TRY(fc_pw_empty_dict(b));
-    if (plan->ntensors > 0)
-        FC_TRY(fc_pw_mark(b));
-    for (size_t i = 0; i < plan->ntensors; i++) {
-        const struct fc_plan_tensor *t = &plan->tensors[i];
-        fc_buf_clear(&path);
-        FC_TRY_GOTO(fc_tcp_path_json(&path, fc_tcp_sink_key(sink, t)), rc, done);
-        FC_TRY_GOTO(fc_pw_str(b, (const char *)path.data, path.len), rc, done);
-        FC_TRY_GOTO(fc_tcp_pw_groups(b, sink, plan, t, ranks, sorted), rc, done);
-    }
-    if (plan->ntensors > 0)
-        FC_TRY_GOTO(fc_pw_setitems(b), rc, done);
-    FC_TRY_GOTO(fc_pw_cstr(b, "rank_to_layout_info"), rc, done);
-    FC_TRY_GOTO(fc_pw_empty_dict(b), rc, done);
-    FC_TRY_GOTO(fc_pw_mark(b), rc, done);
-    for (size_t r = 0; r < plan->nfiles; r++) {
-        FC_TRY_GOTO(fc_pw_int(b, (int64_t)r), rc, done);
-        if (sink->layout == FC_TCP_LAYOUT_PT) {
-            FC_TRY_GOTO(fc_pw_none(b), rc, done); /* the default: <item>_<rank>.pt, torch.save */
-            continue;
-        }
-        FC_TRY_GOTO(fc_pw_empty_dict(b), rc, done);
-        FC_TRY_GOTO(fc_pw_mark(b), rc, done);
-        FC_TRY_GOTO(fc_pw_cstr(b, "file_path"), rc, done);
-        FC_TRY_GOTO(fc_pw_cstr(b, plan->files[r].name), rc, done);
-        FC_TRY_GOTO(fc_pw_cstr(b, "serialization_format"), rc, done);
-        FC_TRY_GOTO(fc_pw_empty_dict(b), rc, done);
-        FC_TRY_GOTO(fc_pw_cstr(b, "type"), rc, done);
-        FC_TRY_GOTO(fc_pw_cstr(b, "SafetensorsSerialization"), rc, done);
-        FC_TRY_GOTO(fc_pw_setitem(b), rc, done);
-        FC_TRY_GOTO(fc_pw_setitems(b), rc, done);
-    }
-    FC_TRY_GOTO(fc_pw_setitems(b), rc, done); /* rank_to_layout_info */
-    FC_TRY_GOTO(fc_pw_setitems(b), rc, done); /* model */
-    FC_TRY_GOTO(fc_pw_setitem(b), rc, done);  /* metadata */
+    for (int item = 0; item < sink->nitems; item++)
+        FC_TRY_GOTO(fc_tcp_pw_item(b, sink, plan, item, ranks, sorted, &path), rc, done);
+    FC_TRY_GOTO(fc_pw_setitems(b), rc, done); /* metadata */
     FC_TRY_GOTO(fc_pw_cstr(b, "world_size"), rc, done);
-    FC_TRY_GOTO(fc_pw_int(b, (int64_t)plan->nfiles), rc, done);
+    FC_TRY_GOTO(fc_pw_int(b, (int64_t)sink->world), rc, done);
     FC_TRY_GOTO(fc_pw_cstr(b, "version"), rc, done);
     FC_TRY_GOTO(fc_pw_cstr(b, "2.0"), rc, done);
     FC_TRY_GOTO(fc_pw_setitems(b), rc, done);
@@ -406,8 +556,8 @@ int fc_tcp_sink_write_metadata(const struct fc_tcp_sink *sink, const struct fc_p
 {
     struct fc_buf plain = FC_BUF_INIT(FC_TCP_SINK_META_CAP),
                   out = FC_BUF_INIT(FC_TCP_SINK_META_CAP);
-    int64_t *ranks = fc_calloc(plan->nfiles + 1, sizeof(*ranks));
-    int64_t *sorted = fc_calloc(plan->nfiles + 1, sizeof(*sorted));
+    int64_t *ranks = fc_calloc(sink->world + 1, sizeof(*ranks));
+    int64_t *sorted = fc_calloc(sink->world + 1, sizeof(*sorted));
     char *path = fc_path_join(dir, FC_TCP_METADATA);
     int rc = FC_OK;
     if (ranks == NULL || sorted == NULL || path == NULL) {

@@ -35,9 +35,14 @@
 #include "fc_zip.h"
 #include "st_sink.h"
 
-/* torch releases the package supports (2.11 on) and the first that pickles _FlatLayout axes */
-#define FC_TCP_TORCH_MIN_MINOR  11
-#define FC_TCP_TORCH_FLAT_MINOR 12
+/*
+ * The torch releases the package supports (2.11 on), and the DeviceMesh each
+ * pickles (docs/torch-checkpointing.md): 2.11 and 2.12 a _MeshLayout of
+ * shape and stride; 2.13 and 2.14 one of _FlatLayout axes; 2.15 on that and
+ * _preserve_rank_order.
+ */
+#define FC_TCP_TORCH_MIN_MINOR 11
+enum fc_tcp_mesh_form { FC_TCP_MESH_2_11 = 0, FC_TCP_MESH_2_13, FC_TCP_MESH_2_15 };
 
 enum fc_tcp_layout {
     FC_TCP_LAYOUT_PT = 0,     /* the package's default: <item>_<rank>.pt (torch.save) */
@@ -61,14 +66,27 @@ struct fc_tcp_pt {
     unsigned char *rank_map; /* int32 0 .. world-1, the DeviceMesh's rank map storage */
 };
 
+/* The checkpoint's items: the model, and the optimizer's state when the keys hold it. */
+enum { FC_TCP_ITEM_MODEL = 0, FC_TCP_ITEM_OPTIMIZER, FC_TCP_MAX_ITEMS };
+
+struct fc_xspec;
+
 struct fc_tcp_sink {
     enum fc_tcp_layout layout;
-    int flat_layout;               /* pt: pickle torch >= 2.FLAT's _MeshLayout of _FlatLayout */
+    int nitems;                     /* 1: item "model"; 2: "model" and "optimizer" */
+    int *item_of;                   /* per plan tensor: its item */
+    const struct fc_xspec **groups; /* optimizer: its param_groups values (borrowed) */
+    size_t ngroups_values;
+    struct fc_buf groups_pkl;        /* optimizer: the pickled param_groups list (tcp_pt.c) */
+    size_t *fqn_order;               /* optimizer: per plan tensor, its FQN's first appearance */
+    size_t world;                    /* ranks (files per item) */
+    enum fc_tcp_mesh_form mesh_form; /* pt: the DeviceMesh pickle of --torch-version */
+    int optim_nested;              /* optimizer: get_state_dict's nested dict, else its flat one */
     struct fc_tcp_pt pt;           /* pt: the rank files' archives */
     struct fc_st_sink st;          /* safetensors: the per-file headers (the safetensors sink's) */
     const char *device;            /* mesh device type */
     char *names[FC_MESH_MAX_DIMS]; /* per plan mesh dim */
-    size_t strip;                  /* bytes of the "model." prefix every key has, or 0 */
+    size_t strip;                  /* model: bytes of the "model." prefix every key has, or 0 */
     const int *tp_ruled;           /* see fc_tcp_sink_layout() (borrowed) */
 };
 
@@ -86,8 +104,23 @@ int fc_tcp_sink_layout(struct fc_tcp_sink *sink, struct fc_plan *plan, const int
                        const char *device, const char *dim_names, const char *layout,
                        const char *torch_version);
 
-/* --torch-version "2.Y" (NULL: the newest) into *flat_layout.  FC_OK or FC_EINVAL. */
-int fc_tcp_parse_torch_version(const char *s, int *flat_layout);
+/*
+ * fc_tcp_sink_add_group_value() - keep value spec s, an "optimizer.param_groups.*"
+ * entry, for the optimizer item's param_groups (before fc_tcp_sink_layout();
+ * s must outlive the sink).  Returns FC_OK or FC_ENOMEM.
+ */
+int fc_tcp_sink_add_group_value(struct fc_tcp_sink *sink, const struct fc_xspec *s);
+
+/*
+ * The path of plan tensor t inside its item: "emb.weight" in "model";
+ * "state", "<fqn>", "exp_avg" in "optimizer" (optimizer_transform_pre's form).
+ * elems[] point into t's key; lens[] are their lengths.  Returns the count.
+ */
+int fc_tcp_sink_path(const struct fc_tcp_sink *sink, const struct fc_plan *plan, size_t t,
+                     const char **elems, size_t *lens);
+
+/* --torch-version "2.Y" (NULL: the newest) into *form.  FC_OK or FC_EINVAL. */
+int fc_tcp_parse_torch_version(const char *s, enum fc_tcp_mesh_form *form);
 
 /* tcp_pt.c: lay the plan out as model_<rank>.pt archives; the executor's view of them. */
 int fc_tcp_pt_layout(struct fc_tcp_sink *sink, struct fc_plan *plan);

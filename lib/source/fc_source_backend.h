@@ -178,6 +178,16 @@ int fc_chunks_read_box(const struct fc_source *src, const struct fc_entry *e,
                        const int64_t *off, const int64_t *size, void *dst);
 
 /*
+ * fc_source_flatten() - add the leaves of torch.save archive ts as entries of
+ * src, flattened as dcp.save flattens a state dict (dcp-format.md 3.6), each
+ * key and path under `prefix` when it is not NULL; with values_only, the
+ * non-tensor leaves only (another table names the tensors).
+ */
+struct fc_torchsave;
+int fc_source_flatten(struct fc_source *src, const struct fc_torchsave *ts, const char *prefix,
+                      int values_only);
+
+/*
  * fc_chunks_index_tiled() - for the per-rank backends (sharded safetensors,
  * torch_checkpointing): prove that boxes[0..n) tile entry e
  * (fc_chunks_check_tiling()) and index them into *index.  Opened with

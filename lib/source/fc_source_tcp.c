@@ -388,18 +388,30 @@ static int tcp_open(struct fc_source **out, struct fc_probe *p, unsigned flags)
     impl->chunked = fc_calloc(npaths + 1, sizeof(*impl->chunked));
     impl->files = fc_calloc(m->nitems * (size_t)m->world_size + 1, sizeof(*impl->files));
     struct tcp_file **files = fc_calloc((size_t)m->world_size, sizeof(*files));
+    struct tcp_file **rank0 = fc_calloc(m->nitems + 1, sizeof(*rank0));
     int rc = FC_OK;
-    if (impl->chunked == NULL || impl->files == NULL || files == NULL) {
+    if (impl->chunked == NULL || impl->files == NULL || files == NULL || rank0 == NULL) {
         rc = fc_error_set(FC_ENOMEM, "%s: out of memory", p->path);
         goto done;
     }
     for (size_t i = 0; i < m->nitems; i++)
         for (size_t k = 0; k < m->items[i].npaths; k++)
             FC_TRY_GOTO(tcp_add_entry(src, &m->items[i].paths[k]), rc, done);
+    /* Then the values the items' torch.save files hold (rank 0's), after every tensor. */
+    for (size_t i = 0; i < m->nitems; i++) {
+        if (m->items[i].files[0].safetensors)
+            continue;
+        struct tcp_file *tf = &impl->files[impl->nfiles++];
+        rank0[i] = tf;
+        FC_TRY_GOTO(tcp_open_file(src, p->path, &m->items[i].files[0], tf), rc, done);
+        /* the package writes every rank's the same: an optimizer's param_groups, ... */
+        FC_TRY_GOTO(fc_source_flatten(src, tf->ts, m->items[i].name, 1), rc, done);
+    }
     FC_TRY_GOTO(fc_source_index_keys(src), rc, done);
     size_t ei = 0;
     for (size_t i = 0; i < m->nitems; i++) {
         memset(files, 0, (size_t)m->world_size * sizeof(*files));
+        files[0] = rank0[i];
         for (size_t k = 0; k < m->items[i].npaths; k++, ei++)
             FC_TRY_GOTO(tcp_path_chunks(src, p->path, files, &m->items[i], &m->items[i].paths[k],
                                         ei, flags),
@@ -407,6 +419,7 @@ static int tcp_open(struct fc_source **out, struct fc_probe *p, unsigned flags)
     }
 done:
     fc_free(files);
+    fc_free(rank0);
     return rc;
 }
 
@@ -422,6 +435,8 @@ static int tcp_sharded_meta(const struct fc_source *src, struct fc_dcp_meta **ou
     for (size_t i = 0; i < src->nentries; i++) {
         const struct fc_entry *e = &src->entries[i];
         const struct tcp_chunks *c = &impl->chunked[i];
+        if (e->kind != FC_ENTRY_TENSOR)
+            break; /* the values come after every tensor */
         FC_TRY_GOTO(fc_dcp_meta_add_tensor(m, e->key, e->t.dtype, e->t.ndim, e->t.shape, NULL), rc,
                     done);
         for (size_t k = 0; k < c->n; k++) {
@@ -448,6 +463,13 @@ done:
     return rc;
 }
 
+/* A value's blob is a fresh pickle of it: the rank files hold no item of its own. */
+static int tcp_value_blob(const struct fc_source *src, const struct fc_entry *e, struct fc_buf *out)
+{
+    (void)src;
+    return fc_torchsave_value_blob(out, e->value);
+}
+
 /* A directory holding metadata.pkl. */
 static int tcp_probe(struct fc_probe *p)
 {
@@ -456,10 +478,11 @@ static int tcp_probe(struct fc_probe *p)
 
 const struct fc_source_backend fc_source_tcp_backend = {
     .name = "torch-checkpointing",
-    .caps = FC_SOURCE_CHUNKS | FC_SOURCE_LISTED,
+    .caps = FC_SOURCE_CHUNKS | FC_SOURCE_LISTED | FC_SOURCE_VALUES,
     .probe = tcp_probe,
     .open = tcp_open,
     .read_box = tcp_read_box,
+    .value_blob = tcp_value_blob,
     .sharded_meta = tcp_sharded_meta,
     .free = tcp_source_free,
 };

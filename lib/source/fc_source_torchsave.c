@@ -22,6 +22,7 @@
 struct fc_flatten {
     struct fc_source *src;
     const struct fc_torchsave *ts;
+    int values_only; /* tensors are another's entries (torch_checkpointing's metadata) */
     struct fc_path_elem stack[FC_SOURCE_MAX_DEPTH];
     size_t depth;
 };
@@ -56,6 +57,8 @@ static int fc_key_string(struct fc_buf *b, const struct fc_pv *k)
 static int fc_flatten_leaf(struct fc_flatten *fl, const struct fc_pv *v)
 {
     struct fc_source *src = fl->src;
+    if (fl->values_only && v->kind == FC_PV_TENSOR)
+        return FC_OK;
     struct fc_buf key = FC_BUF_INIT(FC_SOURCE_KEY_CAP);
     struct fc_entry e;
     int rc = FC_OK;
@@ -165,12 +168,21 @@ static int fc_source_open_torchsave(struct fc_source *src, const char *path)
         const struct fc_ts_storage *s = fc_torchsave_storage_at(*ts, i);
         FC_TRY(fc_source_add_storage(src, s->key, file, s->data_offset, s->nbytes));
     }
+    return fc_source_flatten(src, *ts, NULL, 0);
+}
+
+int fc_source_flatten(struct fc_source *src, const struct fc_torchsave *ts, const char *prefix,
+                      int values_only)
+{
     struct fc_flatten *fl = fc_calloc(1, sizeof(*fl));
     if (fl == NULL)
-        return fc_error_set(FC_ENOMEM, "%s: out of memory", path);
+        return fc_error_set(FC_ENOMEM, "%s: out of memory", src->path);
     fl->src = src;
-    fl->ts = *ts;
-    const int rc = fc_flatten_value(fl, fc_torchsave_root(*ts));
+    fl->ts = ts;
+    fl->values_only = values_only;
+    if (prefix != NULL)
+        fl->stack[fl->depth++] = (struct fc_path_elem){0, 0, prefix};
+    const int rc = fc_flatten_value(fl, fc_torchsave_root(ts));
     fc_free(fl);
     return rc;
 }
