@@ -7,8 +7,7 @@ for each case's mesh (fsdp, hsdp, tp).  Then, per case:
       into a meta-init HSDP 2x2 model is bit-exact against the full state dict
   reshard --format dcp --world-size 4 of that torch_checkpointing output: dcp.load into the
       case's model is bit-exact
-Optimizer state is not migrated: --format torch-checkpointing refuses --optim (the CLI tests
-check the message).
+Optimizer state: test_tcp_optim_resume.py.
 
 usage: FSDPCONV=./fsdpconv PYTHON test_tcp_migrate.py     exit 0 pass, 1 fail, 77 skip
 """
@@ -33,17 +32,6 @@ import f2d_reference as ref  # noqa: E402
 import tcp_common as tc  # noqa: E402
 
 
-def mesh_for(case):
-    from torch.distributed.device_mesh import init_device_mesh
-    return init_device_mesh("cpu", tc.CASES[case], mesh_dim_names=tc.MESH_NAMES[case])
-
-
-def compare(rank, sd, full, what):
-    got = tc.full_state(sd)
-    return ["rank %d: %s differs after %s" % (rank, k, what)
-            for k, w in full.items() if got[k].dtype != w.dtype or not torch.equal(got[k], w)]
-
-
 def save_rank(rank, world, port, job):
     import torch.distributed.checkpoint as dcp
     try:
@@ -56,7 +44,7 @@ def save_rank(rank, world, port, job):
     for case in tc.CASES:
         problems = []
         try:
-            sd = tc.build(case, mesh_for(case)).state_dict()
+            sd = tc.build(case, tc.mesh_for(case)).state_dict()
             dcp.save({"model": sd}, checkpoint_id=os.path.join(job["tmp"], "dcp_" + case))
         except Exception:
             problems.append("rank %d raised: %s" % (rank, ref.short_exc()))
@@ -81,16 +69,16 @@ def load_rank(rank, world, port, job):
     for case in tc.CASES:
         problems = []
         try:
-            model = tc.build("hsdp", mesh_for("hsdp"), device="meta")
+            model = tc.build("hsdp", tc.mesh_for("hsdp"), device="meta")
             model.to_empty(device="cpu")
             ns["load_model_tcp"](model, os.path.join(job["tmp"], "tcp_" + case))
-            problems += compare(rank, model.state_dict(), full, "the package's load")
-            model = tc.build(case, mesh_for(case))
+            problems += tc.full_diff(rank, model.state_dict(), full, "the package's load")
+            model = tc.build(case, tc.mesh_for(case))
             sd = model.state_dict()
             for v in sd.values():
                 (v._local_tensor if isinstance(v, DTensor) else v).detach().zero_()
             dcp.load({"model": sd}, checkpoint_id=os.path.join(job["tmp"], "back_" + case))
-            problems += compare(rank, sd, full, "dcp.load of the way back")
+            problems += tc.full_diff(rank, sd, full, "dcp.load of the way back")
         except Exception:
             problems.append("rank %d raised: %s" % (rank, ref.short_exc()))
         results.append({"case": case, "problems": problems})
@@ -120,7 +108,8 @@ def main():
                 continue
             for args, out, what in (
                     (["--format", "torch-checkpointing", "--mesh", "replicate=2,shard=2",
-                      "--mesh-device", "cpu", os.path.join(tmp, "dcp_" + case)],
+                      "--mesh-device", "cpu", *tc.pt_version_args(),
+                      os.path.join(tmp, "dcp_" + case)],
                      "tcp_" + case, "DCP -> torch_checkpointing"),
                     (["--world-size", "4", os.path.join(tmp, "tcp_" + case)],
                      "back_" + case, "torch_checkpointing -> DCP")):

@@ -71,11 +71,6 @@ def has_flat_layout():
     return hasattr(ml, "_FlatLayout")
 
 
-def mesh_for(case):
-    from torch.distributed.device_mesh import init_device_mesh
-    return init_device_mesh("cpu", tc.CASES[case], mesh_dim_names=tc.MESH_NAMES[case])
-
-
 def save_rank(rank, world, port, job):
     try:
         common.rank_init(rank, world, port, 120)
@@ -88,7 +83,7 @@ def save_rank(rank, world, port, job):
     for case in tc.CASES:
         problems = []
         try:
-            sd = tc.build(case, mesh_for(case)).state_dict()
+            sd = tc.build(case, tc.mesh_for(case)).state_dict()
             full = tc.full_state(sd)
             if rank == 0:
                 torch.save(full, os.path.join(job["tmp"], "%s_full.pt" % case))
@@ -102,27 +97,12 @@ def save_rank(rank, world, port, job):
     common.rank_finish()
 
 
-def trace_reads(opened):
-    from torch_checkpointing.storage.filesystem import LocalFileSystemStorage
-
-    def wrap(name):
-        orig = getattr(LocalFileSystemStorage, name)
-
-        def traced(self, path, *a, **kw):
-            opened.append(os.path.basename(str(path)))
-            return orig(self, path, *a, **kw)
-        setattr(LocalFileSystemStorage, name, traced)
-    for name in ("stream_read", "read", "getsize"):
-        if hasattr(LocalFileSystemStorage, name):
-            wrap(name)
-
-
 def load_rank(rank, world, port, job):
     from torch.distributed.tensor import DTensor
     try:
         common.rank_init(rank, world, port, 120)
         opened = []
-        trace_reads(opened)
+        tc.trace_reads(opened)
     except Exception:
         common.write_rank_results(job["result_dir"], rank, [{"case": "*", "problems": [
             "rank %d: setup failed: %s" % (rank, ref.short_exc())]}])
@@ -133,7 +113,7 @@ def load_rank(rank, world, port, job):
         problems = []
         try:
             want = torch.load(os.path.join(job["tmp"], "%s_full.pt" % case), weights_only=True)
-            model = tc.build(case, mesh_for(case), device="meta")
+            model = tc.build(case, tc.mesh_for(case), device="meta")
             model.to_empty(device="cpu")
             sd = model.state_dict()
             for v in sd.values():
@@ -154,11 +134,6 @@ def load_rank(rank, world, port, job):
         results.append({"case": label, "problems": problems})
         common.write_rank_results(job["result_dir"], rank, results)
     common.rank_finish()
-
-
-def pickle_globals(data):
-    import pickletools
-    return {str(arg) for op, arg, _ in pickletools.genops(data) if op.name == "GLOBAL"}
 
 
 def check_records(path):
@@ -194,7 +169,7 @@ def check_file(case, path):
     want_g = BASE_GLOBALS | CASE_GLOBALS[case]
     if has_flat_layout():
         want_g = want_g | {"torch.distributed._mesh_layout _FlatLayout"}
-    got_g = pickle_globals(z.read(prefix + "/data.pkl"))
+    got_g = tc.pickle_globals(z.read(prefix + "/data.pkl"))
     if got_g != want_g:
         probs.append("%s: globals %s more, %s fewer than documented" % (
             path, sorted(got_g - want_g), sorted(want_g - got_g)))

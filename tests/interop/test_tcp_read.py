@@ -47,11 +47,6 @@ LAYOUTS = {"pt": ".pt", "st": ".safetensors"}
 LABELS = ["%s_%s" % (c, l) for c in tc.CASES for l in LAYOUTS]
 
 
-def mesh_for(case):
-    from torch.distributed.device_mesh import init_device_mesh
-    return init_device_mesh("cpu", tc.CASES[case], mesh_dim_names=tc.MESH_NAMES[case])
-
-
 def save_rank(rank, world, port, job):
     try:
         common.rank_init(rank, world, port, 120)
@@ -65,7 +60,7 @@ def save_rank(rank, world, port, job):
         for layout in LAYOUTS:
             problems = []
             try:
-                model = tc.build(case, mesh_for(case))
+                model = tc.build(case, tc.mesh_for(case))
                 sd = model.state_dict()
                 full = tc.full_state(sd)
                 if rank == 0:
@@ -97,7 +92,7 @@ def load_rank(rank, world, port, job):
         problems = []
         try:
             full = torch.load(os.path.join(job["tmp"], "%s_full.pt" % case), weights_only=True)
-            model = tc.build(case, mesh_for(case))
+            model = tc.build(case, tc.mesh_for(case))
             sd = model.state_dict()
             for v in sd.values():
                 (v._local_tensor if isinstance(v, DTensor) else v).detach().zero_()

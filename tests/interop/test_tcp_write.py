@@ -30,7 +30,6 @@ usage: FSDPCONV=./fsdpconv PYTHON test_tcp_write.py     exit 0 pass, 1 fail, 77 
 
 import json
 import os
-import pickle
 import shutil
 import struct
 import sys
@@ -57,26 +56,9 @@ MESH_ARGS = {"fsdp": ["--world-size", "4"],
 DIRS = {"fsdp": "fsdp", "hsdp": "hsdp", "tp": "tp", "fsdp_cuda": "fsdp"}  # dir -> case
 
 
-def mesh_for(case):
-    from torch.distributed.device_mesh import init_device_mesh
-    return init_device_mesh("cpu", tc.CASES[case], mesh_dim_names=tc.MESH_NAMES[case])
-
-
-def trace_reads(opened):
-    """Record every file the package's local storage opens for reading (basename)."""
-    from torch_checkpointing.storage.filesystem import LocalFileSystemStorage
-    orig = LocalFileSystemStorage.stream_read
-
-    def stream_read(self, path, *a, **kw):
-        opened.append(os.path.basename(str(path)))
-        return orig(self, path, *a, **kw)
-
-    LocalFileSystemStorage.stream_read = stream_read
-
-
 def load_into_meta_model(case, path, full, rank, opened):
     from torch.distributed.tensor import DTensor
-    model = tc.build(case, mesh_for(case), device="meta")
+    model = tc.build(case, tc.mesh_for(case), device="meta")
     model.to_empty(device="cpu")
     sd = model.state_dict()
     del opened[:]
@@ -98,7 +80,7 @@ def run_rank(rank, world, port, job):
         common.rank_init(rank, world, port, 120)
         tc.patch_metadata_gather()
         opened = []
-        trace_reads(opened)
+        tc.trace_reads(opened)
     except Exception:
         common.write_rank_results(job["result_dir"], rank, [{"case": "*", "problems": [
             "rank %d: setup failed: %s" % (rank, ref.short_exc())]}])
@@ -113,7 +95,7 @@ def run_rank(rank, world, port, job):
             p, reads[name] = load_into_meta_model(case, out, full, rank, opened)
             problems += p
             if name in tc.CASES:
-                model = tc.build(case, mesh_for(case))
+                model = tc.build(case, tc.mesh_for(case))
                 mgr = tc.manager("st")
                 mgr.save(os.path.join(job["tmp"], "pkg_" + name), {"model": model.state_dict()})
                 mgr.close()
@@ -131,7 +113,7 @@ def run_rank(rank, world, port, job):
         try:
             ns = {}
             exec(compile(job["snippet"], "README.md recipe load-tcp", "exec"), ns)
-            model = tc.build(case, mesh_for(case), device="meta")
+            model = tc.build(case, tc.mesh_for(case), device="meta")
             model.to_empty(device="cpu")
             ns["load_model_tcp"](model, os.path.join(job["tmp"], "out_" + name))
             got = tc.full_state(model.state_dict())
@@ -160,15 +142,6 @@ def st_tensors(path):
     return out, hdr.get("__metadata__")
 
 
-def canon_meta(path):
-    with open(path, "rb") as f:
-        m = pickle.load(f)
-    for item in m["metadata"].values():
-        for k, groups in item["nested_path_to_metadata"].items():
-            item["nested_path_to_metadata"][k] = sorted(repr(g) for g in groups)
-    return m
-
-
 def compare_dirs(ours, pkg):
     probs = []
     a, b = sorted(os.listdir(ours)), sorted(os.listdir(pkg))
@@ -176,7 +149,7 @@ def compare_dirs(ours, pkg):
         return ["files %r, the package wrote %r" % (a, b)]
     for name in a:
         if name == "metadata.pkl":
-            if canon_meta(os.path.join(ours, name)) != canon_meta(os.path.join(pkg, name)):
+            if tc.canon_meta(os.path.join(ours, name)) != tc.canon_meta(os.path.join(pkg, name)):
                 probs.append("metadata.pkl differs from the package's")
             continue
         x, y = st_tensors(os.path.join(ours, name)), st_tensors(os.path.join(pkg, name))
