@@ -11,6 +11,8 @@
 # Define PREFIX, DESTDIR, BINDIR, MANDIR for `make install`.
 # Define VENV=/path for the Python venv used by fixtures and interop tests.
 # Define TF5_VENV=/path for the second venv, with transformers 5 (make venv-tf5, test-interop).
+# Define T211_VENV=/path for the third venv, torch 2.11 + torch-checkpointing (make venv-torch211,
+#   test-interop reruns tests/interop/test_tcp_*.py with it).
 # Define WHEEL_VENV=/path for the venv that builds and checks the wheel (make wheel, test-wheel).
 # Define WHEEL=1 for the self-contained CPU binary of the Python wheel (build/wheel/, see
 #   pyproject.toml): compiled and linked by zig cc against glibc $(WHEEL_GLIBC) symbol
@@ -45,6 +47,7 @@ BINDIR ?= $(PREFIX)/bin
 MANDIR ?= $(PREFIX)/share/man
 VENV ?= $(HOME)/.cache/fsdpconv/venv
 TF5_VENV ?= $(HOME)/.cache/fsdpconv/venv-tf5
+T211_VENV ?= $(HOME)/.cache/fsdpconv/venv-torch211
 WHEEL_VENV ?= $(HOME)/.cache/fsdpconv/wheel-venv
 PYTHON := $(VENV)/bin/python
 
@@ -173,7 +176,7 @@ FUZZ_BIN := $(patsubst tests/fuzz/%.c,$(B)/fuzz/%,$(FUZZ_SRC))
 GPU_SRC := $(sort $(wildcard tests/gpu/test_*.c))
 GPU_BIN := $(patsubst tests/gpu/%.c,$(B)/gpu/%,$(GPU_SRC))
 
-.PHONY: all fsdpconv wheel-bin wheel test-wheel check-unused unused-list deps venv venv-tf5 demo test test-unit test-cli test-hostile test-interop test-gpu bench-gpu bench-workers fuzz fuzz-long fuzz-regress \
+.PHONY: all fsdpconv wheel-bin wheel test-wheel check-unused unused-list deps venv venv-tf5 venv-torch211 demo test test-unit test-cli test-hostile test-interop test-gpu bench-gpu bench-workers fuzz fuzz-long fuzz-regress \
         asan ubsan valgrind check check-deps check-banned man-lint format format-check \
         install clean bench fixtures config-summary
 .DEFAULT_GOAL := all
@@ -268,6 +271,9 @@ venv:
 venv-tf5:
 	@sh tests/setup/venv_tf5.sh "$(TF5_VENV)"
 
+venv-torch211:
+	@sh tests/setup/venv_torch211.sh "$(T211_VENV)"
+
 demo: deps
 	@$(MAKE) --no-print-directory all
 	@sh tests/setup/demo.sh ./fsdpconv
@@ -293,8 +299,9 @@ test-cli: $(BIN)
 test-hostile: $(BIN)
 	@sh tests/hostile/run.sh "$(CURDIR)/$(BIN)" "$(PYTHON)"
 
-test-interop: $(BIN) venv-tf5
-	@sh tests/interop/run.sh "$(CURDIR)/$(BIN)" "$(PYTHON)" "$(TF5_VENV)/bin/python"
+test-interop: $(BIN) venv-tf5 venv-torch211
+	@FSDPCONV_TCP_PY211="$${FSDPCONV_TCP_PY211:-$(T211_VENV)/bin/python}" \
+	  sh tests/interop/run.sh "$(CURDIR)/$(BIN)" "$(PYTHON)" "$(TF5_VENV)/bin/python"
 
 # The wheel: built, installed into a fresh venv and run where only glibc is left (tests/wheel/).
 test-wheel: $(BIN)

@@ -52,15 +52,37 @@ int fc_dcp_sink_add_value(struct fc_dcp_sink *sink, const struct fc_xspec *s, ui
     return FC_OK;
 }
 
+/* Where a chunk's tensor bytes sit in its blob: see FC_DCP_ITEM_ALIGN (0: torch's 64). */
+static uint32_t fc_dcp_data_align(const struct fc_dcp_sink *sink, fc_dtype dtype,
+                                  const int64_t *sizes, int ndim)
+{
+    uint64_t n = fc_dtype_size(dtype);
+    for (int d = 0; d < ndim; d++)
+        n *= (uint64_t)sizes[d]; /* fits: the planner checked the shape's bytes */
+    return sink->compress_level == 0 && n >= FC_DCP_ALIGN_MIN ? FC_DCP_ITEM_ALIGN : 0;
+}
+
+static int fc_dcp_blob(const struct fc_dcp_sink *sink, fc_dtype dtype, const int64_t *sizes,
+                       int ndim, struct fc_tsblob *blob)
+{
+    return fc_tsblob_init(blob, dtype, sizes, ndim, fc_dcp_data_align(sink, dtype, sizes, ndim));
+}
+
 int fc_dcp_sink_item_size(void *ctx, fc_dtype dtype, const int64_t *sizes, int ndim,
                           uint64_t *nbytes_out)
 {
     struct fc_tsblob b;
-    (void)ctx;
-    FC_TRY(fc_tsblob_init(&b, dtype, sizes, ndim));
+    FC_TRY(fc_dcp_blob(ctx, dtype, sizes, ndim, &b));
     *nbytes_out = b.total_size;
     fc_tsblob_release(&b);
     return FC_OK;
+}
+
+int fc_dcp_sink_layout(const struct fc_dcp_sink *sink, struct fc_plan *plan)
+{
+    if (sink->compress_level > 0)
+        return FC_OK;
+    return fc_plan_align_items(plan, FC_DCP_ITEM_ALIGN, FC_DCP_ALIGN_MIN);
 }
 
 static const struct fc_buf *fc_dcp_value_bytes(const void *ctx, size_t value)
@@ -70,19 +92,18 @@ static const struct fc_buf *fc_dcp_value_bytes(const void *ctx, size_t value)
 }
 
 /* The torch.save blob of a tensor item's chunk. */
-static int fc_dcp_item_blob(const struct fc_plan *plan, const struct fc_plan_item *it,
-                            struct fc_tsblob *blob)
+static int fc_dcp_item_blob(const struct fc_dcp_sink *sink, const struct fc_plan *plan,
+                            const struct fc_plan_item *it, struct fc_tsblob *blob)
 {
     const struct fc_plan_tensor *pt = &plan->tensors[it->index];
-    return fc_tsblob_init(blob, pt->dtype, plan->chunks[it->chunk].box.sizes, pt->ndim);
+    return fc_dcp_blob(sink, pt->dtype, plan->chunks[it->chunk].box.sizes, pt->ndim, blob);
 }
 
 static int fc_dcp_tensor_head(const void *ctx, const struct fc_plan *plan,
                               const struct fc_plan_item *it, struct fc_buf *hdr, uint64_t *item_len)
 {
     struct fc_tsblob blob;
-    (void)ctx;
-    int rc = fc_dcp_item_blob(plan, it, &blob);
+    int rc = fc_dcp_item_blob(ctx, plan, it, &blob);
     if (rc == FC_OK)
         rc = fc_tsblob_head(&blob, hdr);
     *item_len = blob.total_size;
@@ -94,8 +115,7 @@ static int fc_dcp_tensor_tail(const void *ctx, const struct fc_plan *plan,
                               const struct fc_plan_item *it, uint32_t data_crc, struct fc_buf *out)
 {
     struct fc_tsblob blob;
-    (void)ctx;
-    int rc = fc_dcp_item_blob(plan, it, &blob);
+    int rc = fc_dcp_item_blob(ctx, plan, it, &blob);
     if (rc == FC_OK)
         rc = fc_tsblob_tail(&blob, data_crc, out);
     fc_tsblob_release(&blob);

@@ -24,6 +24,25 @@
 #include "plan.h"
 #include "xform.h"
 
+/*
+ * Item alignment (uncompressed DCPs).  A tensor item whose chunk holds at
+ * least FC_DCP_ALIGN_MIN bytes starts at a multiple of FC_DCP_ITEM_ALIGN in
+ * its rank file, and its zip head's "FB" pad puts the data/0 payload at
+ * FC_DCP_ITEM_ALIGN from the item's start: the tensor bytes start on a 4 KiB
+ * boundary of the file, so direct I/O writes and reads them in whole blocks
+ * with no partial block shared with the item before.  torch takes the
+ * payload's offset from the local header (any pad up to 65535 bytes is
+ * legal), and .metadata names each item's offset and length, so the gaps
+ * between items are never read.  Smaller chunks stay packed back to back:
+ * direct I/O leaves requests under 256 KiB to the page cache anyway (--io
+ * auto), and the pad and gap (up to 8 KiB an item) would grow a model of
+ * thousands of small tensors (norms, biases) by more than its data; at
+ * 256 KiB they cost at most 3%.  Both numbers are part of the output format,
+ * not of the I/O code's tuning: output bytes do not change with it.
+ */
+#define FC_DCP_ITEM_ALIGN ((uint32_t)4096)
+#define FC_DCP_ALIGN_MIN  ((uint64_t)256 << 10)
+
 struct fc_dcp_sink {
     struct fc_buf *values; /* per plan value, in plan order: its torch.save blob */
     size_t nvalues;
@@ -43,9 +62,17 @@ void fc_dcp_sink_release(struct fc_dcp_sink *sink);
  */
 int fc_dcp_sink_add_value(struct fc_dcp_sink *sink, const struct fc_xspec *s, uint64_t *size);
 
-/* fc_plan_blob_size_fn of DCP tensor items: the torch.save blob's length. */
+/* fc_plan_blob_size_fn of DCP tensor items (ctx: the sink): the torch.save blob's length. */
 int fc_dcp_sink_item_size(void *ctx, fc_dtype dtype, const int64_t *sizes, int ndim,
                           uint64_t *nbytes_out);
+
+/*
+ * fc_dcp_sink_layout() - place the items of a plan built with
+ * fc_dcp_sink_item_size: large tensor items 4 KiB-aligned (see
+ * FC_DCP_ITEM_ALIGN) unless compressing (zstd frames land where they end).
+ * Returns FC_OK or fc_plan_align_items()'s error.
+ */
+int fc_dcp_sink_layout(const struct fc_dcp_sink *sink, struct fc_plan *plan);
 
 /* The executor's view of the sink (borrows it). */
 struct fc_sink fc_dcp_sink_sink(const struct fc_dcp_sink *sink);

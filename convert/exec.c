@@ -61,6 +61,22 @@ int fc_out_write(struct fc_out *o, const void *p, size_t n)
 }
 
 /*
+ * n zero bytes: the gap before an aligned item (fc_plan_align_items()).  A file
+ * written front to back writes it rather than skipping it, so that its bytes stay
+ * one run of whole blocks for the direct writer (and for a remote owner).
+ */
+static int fc_out_zeros(struct fc_out *o, uint64_t n)
+{
+    static const unsigned char zeros[4096];
+    while (n > 0) {
+        const size_t k = n < sizeof(zeros) ? (size_t)n : sizeof(zeros);
+        FC_TRY(fc_out_write(o, zeros, k));
+        n -= k;
+    }
+    return FC_OK;
+}
+
+/*
  * One destination of an item's bytes: the file, and the sink's per-file
  * stream when it has one (then bytes pass through it and the file is
  * appended to front to back).  Without a stream, appending in file order
@@ -336,6 +352,8 @@ static int fc_write_file_items(struct fc_worker *w, size_t fi, struct fc_dest *d
         const struct fc_plan_item *it = &ex->plan->items[item];
         if (ex->sink.ops->finish_file != NULL)
             d->out.pos = it->offset; /* its format leaves gaps, filled by finish_file */
+        else if (d->stream == NULL && d->out.pos < it->offset)
+            FC_TRY(fc_out_zeros(&d->out, it->offset - d->out.pos)); /* an aligned item's gap */
         const uint64_t start = d->out.pos;
         if (d->stream == NULL && start != it->offset)
             return fc_error_set(FC_ERROR,

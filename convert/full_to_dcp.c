@@ -379,7 +379,10 @@ static int fc_plan_job(const struct fc_full_to_dcp_opts *o, const struct fc_job_
     FC_TRY_GOTO(fc_plan_inputs(o, j, tin, &nt, vin, &nv), rc, done);
     FC_TRY_GOTO(fc_mesh_init(&mesh, o->replicate, o->shard, o->tp > 0 ? o->tp : 1), rc, done);
     if (!st) {
-        rc = fc_plan_build(&j->plan, &mesh, tin, nt, vin, nv, fc_dcp_sink_item_size, NULL);
+        FC_TRY_GOTO(
+            fc_plan_build(&j->plan, &mesh, tin, nt, vin, nv, fc_dcp_sink_item_size, &j->dcp), rc,
+            done);
+        rc = fc_dcp_sink_layout(&j->dcp, j->plan);
         goto done;
     }
     FC_TRY_GOTO(fc_plan_build(&j->plan, &mesh, tin, nt, NULL, 0, fc_st_sink_item_size, NULL), rc,

@@ -916,14 +916,44 @@ int fc_plan_split_files(struct fc_plan *plan, const int *group, int ngroups)
     return FC_OK;
 }
 
-/* One new item: tensor t's chunk c stored (again) in rank r's file. */
-static struct fc_plan_item fc_plan__copy_item(const struct fc_plan *p, size_t t, size_t c, int r)
+/* The bytes of tensor t's chunk c (numel * element size). */
+static uint64_t fc_plan__chunk_bytes(const struct fc_plan *p, size_t t, size_t c)
 {
     const struct fc_plan_tensor *pt = &p->tensors[t];
     uint64_t n = fc_dtype_size(pt->dtype);
     for (int d = 0; d < pt->ndim; d++)
         n *= (uint64_t)p->chunks[c].box.sizes[d]; /* within the planned file sizes: no overflow */
-    return (struct fc_plan_item){FC_ITEM_TENSOR, t, c, r, 0, n};
+    return n;
+}
+
+int fc_plan_align_items(struct fc_plan *plan, uint64_t align, uint64_t min_bytes)
+{
+    assert(align > 0 && (align & (align - 1)) == 0);
+    plan->total_bytes = 0;
+    for (size_t r = 0; r < plan->nfiles; r++) {
+        struct fc_plan_file *f = &plan->files[r];
+        uint64_t pos = 0;
+        for (size_t i = 0; i < f->nitems; i++) {
+            struct fc_plan_item *it = &plan->items[f->first_item + i];
+            if (it->kind == FC_ITEM_TENSOR &&
+                fc_plan__chunk_bytes(plan, it->index, it->chunk) >= min_bytes &&
+                fc_add_u64(pos, (align - pos % align) % align, &pos) < 0)
+                return fc_error_set(FC_EINVAL, "plan: file %s exceeds 2^64 bytes", f->name);
+            it->offset = pos;
+            if (fc_add_u64(pos, it->length, &pos) < 0)
+                return fc_error_set(FC_EINVAL, "plan: file %s exceeds 2^64 bytes", f->name);
+        }
+        f->nbytes = pos;
+        if (fc_add_u64(plan->total_bytes, pos, &plan->total_bytes) < 0)
+            return fc_error_set(FC_EINVAL, "plan: total size exceeds 2^64 bytes");
+    }
+    return FC_OK;
+}
+
+/* One new item: tensor t's chunk c stored (again) in rank r's file. */
+static struct fc_plan_item fc_plan__copy_item(const struct fc_plan *p, size_t t, size_t c, int r)
+{
+    return (struct fc_plan_item){FC_ITEM_TENSOR, t, c, r, 0, fc_plan__chunk_bytes(p, t, c)};
 }
 
 /* Does rank r's file already store tensor t's chunk c (its own planned item)? */

@@ -54,7 +54,8 @@
  *     (value order), then tensor items (tensor order, chunk order), back to
  *     back with no padding: the first item is at offset 0, each next one at
  *     the previous offset + length, and files[r].nbytes is the sum of the
- *     lengths.  total_bytes is the sum over files.  No sum overflows uint64.
+ *     lengths (fc_plan_align_items() may then open gaps before large tensor
+ *     items).  total_bytes is the sum over files.  No sum overflows uint64.
  *  6. Determinism.  The plan is a pure function of its inputs (and of the
  *     callback's answers): building twice gives identical plans.
  *  7. Keys.  Tensor and value keys are pairwise distinct across tensors and
@@ -260,6 +261,19 @@ int fc_plan_place(struct fc_plan *plan, fc_plan_place_fn place, void *ctx);
  * Returns FC_OK, FC_EINVAL (ngroups < 1 or a group out of range), FC_ENOMEM.
  */
 int fc_plan_split_files(struct fc_plan *plan, const int *group, int ngroups);
+
+/*
+ * fc_plan_align_items() - re-lay a built plan's files in the same item order,
+ * each tensor item whose chunk holds at least min_bytes (numel * element
+ * size) starting at the next multiple of align (a power of two), every other
+ * item right after its predecessor.  Gaps between items hold zeros (the
+ * executor writes them, or leaves a hole); invariant 5 then holds with
+ * "each next one at or after the previous offset + length" and
+ * files[r].nbytes the end of the last item.  Decided before any byte moves,
+ * like the rest of the plan.  Returns FC_OK or FC_EINVAL (a file size
+ * overflowing uint64).
+ */
+int fc_plan_align_items(struct fc_plan *plan, uint64_t align, uint64_t min_bytes);
 
 /*
  * fc_plan_store_at_holders() - give every rank an item for every chunk it

@@ -525,54 +525,36 @@ void fc_tcp_pt_release(struct fc_tcp_pt *pt)
         fc_free(pt->files[f].recs);
         fc_free(pt->files[f].names);
         fc_free(pt->files[f].item_rec);
-        fc_buf_release(&pt->files[f].pkl);
     }
     fc_free(pt->files);
     fc_free(pt->rank_map);
     memset(pt, 0, sizeof(*pt));
 }
 
-/* fc_plan_place_fn: model_<rank>.pt, its items at their storages' data offsets. */
-static int fc_tcp_pt_place(void *ctx, const struct fc_plan *plan, size_t file, char *name,
-                           size_t namesize, uint64_t *offsets, uint64_t *file_bytes)
+/*
+ * File `file`'s data.pkl into p->b, its storages into p->storage_bytes and
+ * p->storage_item (f->nitems + 1 entries each).  Deterministic: built once to
+ * lay the archive out, again when the file is finished (fc_tcp_pt_finish()),
+ * so that only one file's pickle is in memory at a time.
+ */
+static int fc_tcp_pt_pickle(struct fc_tcp_pt_pickler *p)
 {
-    struct fc_tcp_sink *sink = ctx;
-    struct fc_tcp_pt *pt = &sink->pt;
-    struct fc_tcp_pt_file *pf = &pt->files[file];
-    const struct fc_plan_file *f = &plan->files[file];
-    const size_t nst = f->nitems + 1; /* each item's storage and the rank map */
+    const struct fc_plan *plan = p->plan;
+    const struct fc_plan_file *f = &plan->files[p->file];
+    struct fc_buf *b = p->b;
     size_t *order = fc_calloc(f->nitems + 1, sizeof(*order));
-    struct fc_tcp_pt_pickler p = {&pf->pkl, sink, plan, f->rank, file,         NULL,
-                                  NULL,     0,    -1,   -1,      {-1, -1, -1}, 0};
-    p.storage_bytes = fc_calloc(nst, sizeof(*p.storage_bytes));
-    size_t *storage_item = p.storage_item = fc_calloc(nst, sizeof(*storage_item));
-    const int item = (int)(file / sink->world);
     int rc = FC_OK;
-    fc_buf_init(&pf->pkl, FC_TCP_PT_PKL_CAP);
-    pf->item_rec = fc_calloc(f->nitems + 1, sizeof(*pf->item_rec));
-    pf->recs = fc_calloc(nst + FC_TCP_PT_HEAD_RECS + FC_TCP_PT_TAIL_RECS, sizeof(*pf->recs));
-    pf->names = fc_calloc(nst, 24);
-    if (order == NULL || p.storage_bytes == NULL || storage_item == NULL || pf->item_rec == NULL ||
-        pf->recs == NULL || pf->names == NULL) {
-        rc = fc_error_set(FC_ENOMEM, "out of memory");
-        goto done;
-    }
-    const int n = snprintf(name, namesize, "%s_%d.pt",
-                           item == FC_TCP_ITEM_OPTIMIZER ? "optimizer" : "model", f->rank);
-    if (n < 0 || (size_t)n >= namesize) {
-        rc = fc_error_set(FC_EINVAL, "rank %d: file name does not fit", f->rank);
-        goto done;
-    }
+    if (order == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory");
     /* The state dict in the model's (the plan's) tensor order, as state_dict() lists it */
     for (size_t i = 0; i < f->nitems; i++)
         order[i] = f->first_item + i;
-    FC_TRY_GOTO(fc_sort_idx(order, f->nitems, fc_tcp_pt_cmp_tensor, sink), rc, done);
-    struct fc_buf *b = &pf->pkl;
+    FC_TRY_GOTO(fc_sort_idx(order, f->nitems, fc_tcp_pt_cmp_tensor, p->sink), rc, done);
     FC_TRY_GOTO(fc_pw_proto(b), rc, done);
-    if (item == FC_TCP_ITEM_OPTIMIZER) {
-        FC_TRY_GOTO(fc_tcp_pt_optimizer(&p, order, f->nitems), rc, done);
-        FC_TRY_GOTO(fc_pw_stop(b), rc, done);
-        goto records;
+    if (p->file / p->sink->world == FC_TCP_ITEM_OPTIMIZER) {
+        FC_TRY_GOTO(fc_tcp_pt_optimizer(p, order, f->nitems), rc, done);
+        rc = fc_pw_stop(b);
+        goto done;
     }
     FC_TRY_GOTO(fc_pw_global(b, "collections", "OrderedDict"), rc, done);
     FC_TRY_GOTO(fc_pw_empty_tuple(b), rc, done);
@@ -583,20 +565,73 @@ static int fc_tcp_pt_place(void *ctx, const struct fc_plan *plan, size_t file, c
         const struct fc_plan_item *it = &plan->items[order[i]];
         const char *elems[3];
         size_t lens[3];
-        fc_tcp_sink_path(sink, plan, it->index, elems, lens);
+        fc_tcp_sink_path(p->sink, plan, it->index, elems, lens);
         FC_TRY_GOTO(fc_pw_str(b, elems[0], lens[0]), rc, done);
-        storage_item[p.nstorages] = order[i] - f->first_item;
-        FC_TRY_GOTO(fc_tcp_pt_value(&p, it), rc, done);
+        p->storage_item[p->nstorages] = order[i] - f->first_item;
+        FC_TRY_GOTO(fc_tcp_pt_value(p, it), rc, done);
     }
     if (f->nitems > 0)
         FC_TRY_GOTO(fc_pw_setitems(b), rc, done);
-    FC_TRY_GOTO(fc_pw_stop(b), rc, done);
+    rc = fc_pw_stop(b);
+done:
+    fc_free(order);
+    return rc;
+}
 
-records:;
+/* A pickler of file `file` into b, with room for its storages (released by the caller). */
+static int fc_tcp_pt_pickler_init(struct fc_tcp_pt_pickler *p, const struct fc_tcp_sink *sink,
+                                  const struct fc_plan *plan, size_t file, struct fc_buf *b)
+{
+    const size_t nst = plan->files[file].nitems + 1; /* each item's storage and the rank map */
+    *p = (struct fc_tcp_pt_pickler){b, sink, plan, plan->files[file].rank, file, NULL, NULL,
+                                    0, -1,   -1,   {-1, -1, -1},           0};
+    p->storage_bytes = fc_calloc(nst, sizeof(*p->storage_bytes));
+    p->storage_item = fc_calloc(nst, sizeof(*p->storage_item));
+    fc_buf_init(b, FC_TCP_PT_PKL_CAP);
+    if (p->storage_bytes == NULL || p->storage_item == NULL)
+        return fc_error_set(FC_ENOMEM, "out of memory");
+    return FC_OK;
+}
+
+static void fc_tcp_pt_pickler_release(struct fc_tcp_pt_pickler *p)
+{
+    fc_free(p->storage_bytes);
+    fc_free(p->storage_item);
+    fc_buf_release(p->b);
+}
+
+/* fc_plan_place_fn: <item>_<rank>.pt, its items at their storages' data offsets. */
+static int fc_tcp_pt_place(void *ctx, const struct fc_plan *plan, size_t file, char *name,
+                           size_t namesize, uint64_t *offsets, uint64_t *file_bytes)
+{
+    struct fc_tcp_sink *sink = ctx;
+    struct fc_tcp_pt *pt = &sink->pt;
+    struct fc_tcp_pt_file *pf = &pt->files[file];
+    const struct fc_plan_file *f = &plan->files[file];
+    const size_t nst = f->nitems + 1;
+    const int item = (int)(file / sink->world);
+    struct fc_buf pkl;
+    struct fc_tcp_pt_pickler p;
+    int rc = fc_tcp_pt_pickler_init(&p, sink, plan, file, &pkl);
+    pf->item_rec = fc_calloc(f->nitems + 1, sizeof(*pf->item_rec));
+    pf->recs = fc_calloc(nst + FC_TCP_PT_HEAD_RECS + FC_TCP_PT_TAIL_RECS, sizeof(*pf->recs));
+    pf->names = fc_calloc(nst, 24);
+    if (rc == FC_OK && (pf->item_rec == NULL || pf->recs == NULL || pf->names == NULL))
+        rc = fc_error_set(FC_ENOMEM, "out of memory");
+    if (rc < 0)
+        goto done;
+    const int n = snprintf(name, namesize, "%s_%d.pt",
+                           item == FC_TCP_ITEM_OPTIMIZER ? "optimizer" : "model", f->rank);
+    if (n < 0 || (size_t)n >= namesize) {
+        rc = fc_error_set(FC_EINVAL, "rank %d: file name does not fit", f->rank);
+        goto done;
+    }
+    FC_TRY_GOTO(fc_tcp_pt_pickle(&p), rc, done);
+
     /* The records, in torch.save's order; storages in order of first appearance */
     struct fc_zipw_record *r = pf->recs;
     size_t k = 0;
-    r[k++] = (struct fc_zipw_record){"data.pkl", b->len, b->data, 0, 0, 0};
+    r[k++] = (struct fc_zipw_record){"data.pkl", pkl.len, pkl.data, 0, 0, 0};
     r[k++] = (struct fc_zipw_record){".format_version", 1, fc_tcp_pt_format_version, 0, 0, 0};
     r[k++] = (struct fc_zipw_record){".storage_alignment", 2, fc_tcp_pt_alignment, 0, 0, 0};
     r[k++] = (struct fc_zipw_record){"byteorder", 6, fc_tcp_pt_little, 0, 0, 0};
@@ -607,7 +642,7 @@ records:;
         r[k] =
             (struct fc_zipw_record){rn, p.storage_bytes[s], is_map ? pt->rank_map : NULL, 0, 0, 0};
         if (!is_map)
-            pf->item_rec[storage_item[s]] = k;
+            pf->item_rec[p.storage_item[s]] = k;
         k++;
     }
     r[k++] = (struct fc_zipw_record){"version", 2, fc_tcp_pt_version, 0, 0, 0};
@@ -620,9 +655,9 @@ records:;
     for (size_t i = 0; i < f->nitems; i++)
         offsets[i] = r[pf->item_rec[i]].data_offset;
 done:
-    fc_free(order);
-    fc_free(p.storage_bytes);
-    fc_free(storage_item);
+    if (pf->recs != NULL)
+        pf->recs[0].data = NULL; /* rebuilt by fc_tcp_pt_finish(); its size and CRC are kept */
+    fc_tcp_pt_pickler_release(&p);
     return rc;
 }
 
@@ -759,10 +794,18 @@ static int fc_tcp_pt_finish(const void *ctx, const struct fc_plan *plan, size_t 
                             struct fc_out *out)
 {
     const struct fc_tcp_sink *sink = ctx;
-    const struct fc_tcp_pt_file *pf = &sink->pt.files[file];
-    struct fc_buf bytes = FC_BUF_INIT((size_t)1 << 31);
+    struct fc_tcp_pt_file *pf = &sink->pt.files[file];
+    struct fc_buf bytes = FC_BUF_INIT((size_t)1 << 31), pkl;
+    struct fc_tcp_pt_pickler p;
     uint64_t from = 0;
-    int rc = FC_OK;
+    int rc = fc_tcp_pt_pickler_init(&p, sink, plan, file, &pkl);
+    if (rc == FC_OK)
+        rc = fc_tcp_pt_pickle(&p);
+    if (rc == FC_OK && (pkl.len != pf->recs[0].size ||
+                        fc_crc32(0, pkl.data, pkl.len) != pf->recs[0].crc32))
+        rc = fc_error_set(FC_ERROR, "%s: internal error: data.pkl differs from the planned one",
+                          out->path);
+    pf->recs[0].data = pkl.data;
     /* Every range between the streamed storages, the last one up to the archive's end */
     for (size_t k = 0; k <= pf->nrecs && rc == FC_OK; k++) {
         const int last = k == pf->nrecs;
@@ -778,6 +821,8 @@ static int fc_tcp_pt_finish(const void *ctx, const struct fc_plan *plan, size_t 
         if (!last)
             from = pf->recs[k].data_offset + pf->recs[k].size;
     }
+    pf->recs[0].data = NULL;
+    fc_tcp_pt_pickler_release(&p);
     fc_buf_release(&bytes);
     return rc;
 }

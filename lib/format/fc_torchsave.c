@@ -757,7 +757,8 @@ static int ts_tensor_pickle(struct fc_buf *b, fc_dtype dt, const int64_t *shape,
 static const unsigned char ts_little[] = "little";
 static const unsigned char ts_version[] = "3\n";
 
-int fc_tsblob_init(struct fc_tsblob *b, fc_dtype dt, const int64_t *shape, int ndim)
+int fc_tsblob_init(struct fc_tsblob *b, fc_dtype dt, const int64_t *shape, int ndim,
+                   uint32_t data_align)
 {
     int64_t numel = 0;
     uint64_t nbytes = 0;
@@ -787,7 +788,9 @@ int fc_tsblob_init(struct fc_tsblob *b, fc_dtype dt, const int64_t *shape, int n
     b->recs[3].record = "version";
     b->recs[3].size = sizeof(ts_version) - 1;
     b->recs[3].data = ts_version;
-    FC_TRY_GOTO(fc_zipw_layout(b->recs, 4, TS_BLOB_PREFIX, &b->total_size), rc, fail);
+    const uint32_t align[4] = {0, 0, data_align, 0}; /* data/0's */
+    FC_TRY_GOTO(fc_zipw_layout_aligned(b->recs, 4, TS_BLOB_PREFIX, align, &b->total_size), rc,
+                fail);
     b->data_offset = b->recs[2].data_offset;
     b->data_size = nbytes;
     return FC_OK;

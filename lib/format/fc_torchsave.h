@@ -124,15 +124,18 @@ struct fc_tsblob {
 };
 
 /*
- * Lay out a blob for dtype/shape (ndim 0 is a scalar; dims may be 0).  The
+ * Lay out a blob for dtype/shape (ndim 0 is a scalar; dims may be 0), its
+ * tensor bytes at a multiple of data_align from the blob start (0: torch's
+ * 64; see fc_zipw_layout_aligned()).  The
  * pickle is torch's own (dcp-format.md 3.2) less its BINPUT opcodes:
  * _rebuild_tensor_v2 and the legacy storage class, or _rebuild_tensor_v3 with
  * torch.storage.UntypedStorage (numel in bytes) and the dtype global for
  * dtypes without a storage class (fc_dtype_info()->storage_class NULL).
- * Returns FC_OK, FC_EINVAL (bad dtype, ndim or shape), FC_ENOMEM.  Release
+ * Returns FC_OK, FC_EINVAL (bad dtype, ndim, shape or data_align), FC_ENOMEM.  Release
  * with fc_tsblob_release() (also after a failure).
  */
-int fc_tsblob_init(struct fc_tsblob *b, fc_dtype dt, const int64_t *shape, int ndim);
+int fc_tsblob_init(struct fc_tsblob *b, fc_dtype dt, const int64_t *shape, int ndim,
+                   uint32_t data_align);
 void fc_tsblob_release(struct fc_tsblob *b);
 /* Bytes [0, data_offset) of the blob. */
 int fc_tsblob_head(const struct fc_tsblob *b, struct fc_buf *out);

@@ -887,6 +887,12 @@ static int zipw_info(const struct fc_zipw_record *r, const char *prefix, uint64_
 
 int fc_zipw_layout(struct fc_zipw_record *recs, size_t n, const char *prefix, uint64_t *total_out)
 {
+    return fc_zipw_layout_aligned(recs, n, prefix, NULL, total_out);
+}
+
+int fc_zipw_layout_aligned(struct fc_zipw_record *recs, size_t n, const char *prefix,
+                           const uint32_t *align_of, uint64_t *total_out)
+{
     uint64_t cur = 0, cd_size = 0;
     *total_out = 0;
     for (size_t i = 0; i < n; i++) {
@@ -894,13 +900,24 @@ int fc_zipw_layout(struct fc_zipw_record *recs, size_t n, const char *prefix, ui
         struct zipw_rec_info info;
         uint64_t start, data, end;
         FC_TRY(zipw_info(r, prefix, cur, &info));
+        const uint64_t align = align_of != NULL && align_of[i] != 0 ? align_of[i] : ZIPW_ALIGN;
+        if (align < ZIPW_ALIGN || (align & (align - 1)) != 0)
+            return fc_error_set(FC_EINVAL,
+                                "zip writer: record '%s': alignment %" PRIu64
+                                " is not a power of two >= 64",
+                                r->record, align);
         /* torch's getPadding: header, name, ZIP64 extra, then "FB" + u16 before the pad. */
         start = cur + ZIP_LFH_SIZE + info.name_len + info.z64_len + 4;
-        data = start + (ZIPW_ALIGN - start % ZIPW_ALIGN) % ZIPW_ALIGN;
+        data = start + (align - start % align) % align;
         if (data < cur || fc_add_u64(data, r->size, &end) != 0 ||
             fc_add_u64(end, info.dd_len, &end) != 0)
             return fc_error_set(FC_EINVAL, "zip writer: archive size overflows at record '%s'",
                                 r->record);
+        if (data - (cur + ZIP_LFH_SIZE + info.name_len) > ZIP_U16_MAX)
+            return fc_error_set(FC_EINVAL,
+                                "zip writer: record '%s': padding to %" PRIu64
+                                " bytes overflows the 16-bit extra field",
+                                r->record, align);
         r->header_offset = cur;
         r->data_offset = data;
         if (r->size == 0)

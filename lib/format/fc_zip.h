@@ -130,6 +130,16 @@ struct fc_zipw_record {
 int fc_zipw_layout(struct fc_zipw_record *recs, size_t n, const char *prefix, uint64_t *total_out);
 
 /*
+ * fc_zipw_layout_aligned() - the same with record i's payload at a multiple
+ * of align[i] from the archive start (0: torch's 64; else a power of two >=
+ * 64): a longer "FB" pad.  Readers, torch's included, take a payload's offset
+ * from its local header, so any pad that fits the header's 16-bit extra length
+ * is legal.  FC_EINVAL also for a bad alignment or a pad past that length.
+ */
+int fc_zipw_layout_aligned(struct fc_zipw_record *recs, size_t n, const char *prefix,
+                           const uint32_t *align, uint64_t *total_out);
+
+/*
  * fc_zipw_emit() - append the archive bytes from archive offset `from` up to
  * (not including) `to` to out, for every byte that is not a streamed payload.
  * Calling it for [0, first streamed data_offset) gives the head, and for

@@ -2,14 +2,16 @@
 
 usage: python bench_load.py --ckpt DIR --world N --name NAME --results FILE [--cache auto|cold|warm]
                             [--timeout S] [--reader dcp|hf|tcp] [--prefault] [--save-hf OUT]
-                            [--save-tcp OUT]
+                            [--save-tcp OUT] [--tcp-layout pt|st]
 
 --reader dcp (default): a DCP directory through torch's default FileSystemReader; --reader hf:
 a safetensors directory (one file per rank with DCP_SHARDING_INFO, or a plain Hugging Face
 directory) through torch's HuggingFaceStorageReader (metadata and data); --reader tcp: a
-torch_checkpointing directory (item "model", safetensors layout: fsdpconv's --format
-torch-checkpointing or the package's own save) through the package's CheckpointManager.load with
-DefaultResharder, the tensors listed by its metadata.pkl.
+torch_checkpointing directory (item "model": fsdpconv's --format torch-checkpointing or the
+package's own save) through the package's CheckpointManager.load with DefaultResharder, the
+tensors listed by its metadata.pkl, on a mesh named ("dp_shard",) as fsdpconv records it; with
+--tcp-layout pt (default) the load takes the package's one-file-per-rank path when the metadata
+matches (fsdpconv's --mesh-device cpu output, the package's own save), st reshards every load.
 
 The orchestrator drops the page cache (cold; or, without root, runs the whole job once unmeasured
 first: warm), then starts N copies of this script as workers (env RANK, WORLD_SIZE, MASTER_ADDR,
@@ -29,8 +31,8 @@ shard's bits (elements viewed as same-width integers, int64 sum: exact, order-in
 OUT then saves the loaded state with torch's own HuggingFaceStorageWriter(OUT,
 save_distributed=True) (untimed): the same model and sharding as PyTorch writes it, for comparison
 with fsdpconv's --format safetensors; --save-tcp OUT likewise saves it with the
-torch-checkpointing package (CheckpointManager, safetensors layout; its CUDA-only metadata
-all-gather replaced by all_gather_object, tests/interop/tcp_common.py).
+torch-checkpointing package (CheckpointManager in the --tcp-layout layout; its CUDA-only
+metadata all-gather replaced by all_gather_object, tests/interop/tcp_common.py).
 
 One JSON line goes to FILE: total DCP bytes (all files) and, per rank, wall_s, rchar, read_bytes,
 syscr, cpu_s (user + sys seconds of the process around dcp.load, all threads; also user_s and
@@ -104,7 +106,7 @@ def make_reader(ckpt, reader):
     return HuggingFaceStorageReader(ckpt) if reader == "hf" else FileSystemReader(ckpt)
 
 
-def worker(ckpt, reader, out_path, prefault, save_hf, save_tcp):
+def worker(ckpt, reader, out_path, prefault, save_hf, save_tcp, tcp_layout):
     import gc
 
     import torch
@@ -116,7 +118,8 @@ def worker(ckpt, reader, out_path, prefault, save_hf, save_tcp):
     rank = int(os.environ["RANK"])
     world = int(os.environ["WORLD_SIZE"])
     dist.init_process_group("gloo")
-    mesh = init_device_mesh("cpu", (world,))
+    names = ("dp_shard",) if reader == "tcp" or save_tcp else None  # fsdpconv's default name
+    mesh = init_device_mesh("cpu", (world,), mesh_dim_names=names)
     tensors = tcp_tensors(ckpt) if reader == "tcp" else dcp_tensors(ckpt, reader)
     state = {}
     local_bytes = 0
@@ -149,7 +152,7 @@ def worker(ckpt, reader, out_path, prefault, save_hf, save_tcp):
     c0 = cpu_seconds()
     if reader == "tcp":
         import tcp_common
-        mgr = tcp_common.manager("st")
+        mgr = tcp_common.manager(tcp_layout)
         t0 = time.perf_counter()
         mgr.load(ckpt, into={"model": state})
         t1 = time.perf_counter()
@@ -171,7 +174,7 @@ def worker(ckpt, reader, out_path, prefault, save_hf, save_tcp):
     if save_tcp:
         import tcp_common
         tcp_common.patch_metadata_gather()
-        mgr = tcp_common.manager("st")
+        mgr = tcp_common.manager(tcp_layout)
         mgr.save(save_tcp, {"model": state})
         mgr.close()
     user, sys_ = c1[0] - c0[0], c1[1] - c0[1]
@@ -236,9 +239,9 @@ def run_job(ckpt, reader, world, timeout, tmp, extra):
 
 
 def main():
-    if len(sys.argv) == 8 and sys.argv[1] == "--worker":
+    if len(sys.argv) == 9 and sys.argv[1] == "--worker":
         return worker(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5] == "1", sys.argv[6],
-                      sys.argv[7])
+                      sys.argv[7], sys.argv[8])
     ap = argparse.ArgumentParser()
     ap.add_argument("--ckpt", required=True)
     ap.add_argument("--world", type=int, default=4)
@@ -250,11 +253,12 @@ def main():
     ap.add_argument("--prefault", action="store_true")
     ap.add_argument("--save-hf", default="")
     ap.add_argument("--save-tcp", default="")
+    ap.add_argument("--tcp-layout", choices=("pt", "st"), default="pt")
     args = ap.parse_args()
     ckpt = os.path.abspath(args.ckpt)
     extra = ["1" if args.prefault else "0",
              os.path.abspath(args.save_hf) if args.save_hf else "",
-             os.path.abspath(args.save_tcp) if args.save_tcp else ""]
+             os.path.abspath(args.save_tcp) if args.save_tcp else "", args.tcp_layout]
     total = 0
     data = 0
     files = 0

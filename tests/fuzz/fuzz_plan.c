@@ -172,6 +172,37 @@ static int same_plan(const struct fc_plan *a, const struct fc_plan *b)
     return 1;
 }
 
+/* fc_plan_align_items() on q, a twin of p: same items; large tensor items on the boundary,
+ * the others right after their predecessor; files end at their last item. */
+static void check_aligned(const struct fc_plan *p, struct fc_plan *q, uint64_t min)
+{
+    CHECK(fc_plan_align_items(q, 64, min) == FC_OK);
+    uint64_t total = 0;
+    for (size_t f = 0; f < q->nfiles; f++) {
+        uint64_t end = 0;
+        for (size_t k = q->files[f].first_item; k < q->files[f].first_item + q->files[f].nitems;
+             k++) {
+            const struct fc_plan_item *x = &p->items[k], *y = &q->items[k];
+            CHECK(x->kind == y->kind && x->chunk == y->chunk && x->length == y->length);
+            uint64_t bytes = 0;
+            if (y->kind == FC_ITEM_TENSOR) {
+                int64_t numel = 0;
+                const struct fc_plan_tensor *t = &q->tensors[y->index];
+                CHECK(fc_shape_numel(q->chunks[y->chunk].box.sizes, t->ndim, &numel) == 0);
+                bytes = (uint64_t)numel * fc_dtype_size(t->dtype);
+            }
+            if (y->kind == FC_ITEM_TENSOR && bytes >= min)
+                CHECK(y->offset % 64 == 0 && y->offset >= end && y->offset - end < 64);
+            else
+                CHECK(y->offset == end);
+            end = y->offset + y->length;
+        }
+        CHECK(q->files[f].nbytes == end);
+        total += end;
+    }
+    CHECK(q->total_bytes == total);
+}
+
 static void fuzz_planner(struct rd *r)
 {
     struct fc_plan_tensor_in t[12];
@@ -216,6 +247,7 @@ static void fuzz_planner(struct rd *r)
     }
     CHECK(fc_plan_build(&q, &mesh, t, nt, v, nv, blob_size, &salt) == FC_OK);
     CHECK(same_plan(p, q));
+    check_aligned(p, q, rd_byte(r) % 64);
     CHECK(p->nfiles == (size_t)fc_mesh_world_size(&mesh));
     check_files(p);
     size_t items = nv;

@@ -47,7 +47,7 @@ static void fuzz_blob(const struct fc_pv_tensor *t)
     struct fc_file f2 = FC_FILE_INIT;
     struct fc_torchsave *ts2 = NULL;
 
-    if (fc_tsblob_init(&b, t->desc.dtype, t->desc.shape, t->desc.ndim) != FC_OK)
+    if (fc_tsblob_init(&b, t->desc.dtype, t->desc.shape, t->desc.ndim, 0) != FC_OK)
         goto done; /* e.g. a shape too large to describe */
     if (b.data_size > ((size_t)1 << 20))
         goto done;

@@ -429,6 +429,57 @@ static void test_plan_relayout_orders_by_element_size_after_the_head(void **stat
 }
 
 /*
+ * fc_plan_align_items() (DCP): on 1 rank, a value (10 B), a small tensor (b: 3 x 5 u8 = 15 B
+ * of data, under the 16 B floor) and two large ones (h: 4 x 2 bf16 = 16 B; d: 2 x 3 f64 =
+ * 48 B).  The value and the small tensor stay packed; each large one starts at the next
+ * multiple of 64, leaving a gap; the file ends where its last item does.
+ */
+static void test_plan_align_items_starts_large_tensor_items_on_the_boundary(void **state)
+{
+    (void)state;
+    struct fc_plan_tensor_in t[3] = {tin("b", FC_DTYPE_UINT8, FC_PLACE_SHARD0, 2, 3, 5, 0),
+                                     tin("h", FC_DTYPE_BFLOAT16, FC_PLACE_SHARD0, 2, 4, 2, 0),
+                                     tin("d", FC_DTYPE_FLOAT64, FC_PLACE_SHARD0, 2, 2, 3, 0)};
+    struct fc_plan_value_in v = {"step", 10};
+    const struct fc_mesh m = mesh3(1, 1, 1);
+    struct fc_plan *p = NULL;
+    assert_fc_ok(fc_plan_build(&p, &m, t, 3, &v, 1, raw_size, NULL));
+    assert_fc_ok(fc_plan_align_items(p, 64, 16));
+    const struct fc_plan_item *it = &p->items[p->files[0].first_item];
+    assert_int_equal(p->files[0].nitems, 4);
+    assert_int_equal(it[0].offset, 0);  /* the value: 10 B */
+    assert_int_equal(it[1].offset, 10); /* b: packed, 15 B */
+    assert_int_equal(it[2].offset, 64); /* h: 25 -> 64, 16 B */
+    assert_int_equal(it[3].offset, 128); /* d: 80 -> 128, 48 B */
+    assert_int_equal(p->files[0].nbytes, 176);
+    assert_int_equal(p->total_bytes, 176);
+    /* Lengths and chunks are untouched; aligning again changes nothing. */
+    assert_int_equal(it[3].length, 48);
+    assert_fc_ok(fc_plan_align_items(p, 64, 16));
+    assert_int_equal(it[3].offset, 128);
+    assert_int_equal(p->files[0].nbytes, 176);
+    fc_plan_free(p);
+
+    /* On 2 ranks every file starts its own count; a floor above every chunk packs all. */
+    const struct fc_mesh m2 = mesh3(1, 2, 1);
+    assert_fc_ok(fc_plan_build(&p, &m2, t, 3, NULL, 0, raw_size, NULL));
+    assert_fc_ok(fc_plan_align_items(p, 4096, 1));
+    for (size_t k = 0; k < p->nitems; k++)
+        assert_int_equal(p->items[k].offset % 4096, 0);
+    assert_fc_ok(fc_plan_align_items(p, 4096, 1000));
+    for (size_t r = 0; r < p->nfiles; r++) {
+        uint64_t off = 0;
+        for (size_t k = p->files[r].first_item; k < p->files[r].first_item + p->files[r].nitems;
+             k++) {
+            assert_int_equal(p->items[k].offset, off);
+            off += p->items[k].length;
+        }
+        assert_int_equal(p->files[r].nbytes, off);
+    }
+    fc_plan_free(p);
+}
+
+/*
  * fc_plan_store_at_holders() (torch_checkpointing): on HSDP 2 x 3 every rank's file holds its
  * box of every tensor - replicas and the empty shard included - each copy as long as its box,
  * and chunks still point at one of their items.
@@ -1495,6 +1546,7 @@ int main(void)
         cmocka_unit_test(test_plan_stores_tp_replicated_chunks_once),
         cmocka_unit_test(test_plan_records_identical_empty_boxes_once_at_offset_len),
         cmocka_unit_test(test_plan_relayout_orders_by_element_size_after_the_head),
+        cmocka_unit_test(test_plan_align_items_starts_large_tensor_items_on_the_boundary),
         cmocka_unit_test(test_plan_store_at_holders_gives_every_rank_its_boxes),
         cmocka_unit_test(test_plan_gives_a_scalar_one_chunk_with_no_dims),
         cmocka_unit_test(test_plan_alias_shares_the_items_of_its_root),

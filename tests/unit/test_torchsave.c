@@ -1169,14 +1169,16 @@ static void test_torchsave_walks_shared_subtrees_once(void **state)
     fc_buf_release(&out);
 }
 
-/* Write a blob for dtype/shape with the given bytes and open it. */
-static void blob_round_trip(fc_dtype dt, const int64_t *shape, int ndim)
+/* Write a blob for dtype/shape with the given bytes (at data_align) and open it. */
+static void blob_round_trip_at(fc_dtype dt, const int64_t *shape, int ndim, uint32_t data_align)
 {
     struct fc_tsblob b;
     struct fc_buf out = FC_BUF_INIT((size_t)1 << 24);
     struct ts_case c;
-    assert_fc_ok(fc_tsblob_init(&b, dt, shape, ndim));
-    assert_int_equal(b.data_offset % 64, 0);
+    assert_fc_ok(fc_tsblob_init(&b, dt, shape, ndim, data_align));
+    assert_int_equal(b.data_offset % (data_align != 0 ? data_align : 64), 0);
+    if (data_align != 0) /* the first boundary: the records before data/0 are small */
+        assert_int_equal(b.data_offset, data_align);
     unsigned char *data = malloc((size_t)b.data_size + 1);
     assert_non_null(data);
     for (uint64_t i = 0; i < b.data_size; i++)
@@ -1216,7 +1218,7 @@ static void blob_round_trip(fc_dtype dt, const int64_t *shape, int ndim)
     /* Deterministic: a second blob is byte-identical. */
     struct fc_tsblob b2;
     struct fc_buf out2 = FC_BUF_INIT((size_t)1 << 24);
-    assert_fc_ok(fc_tsblob_init(&b2, dt, shape, ndim));
+    assert_fc_ok(fc_tsblob_init(&b2, dt, shape, ndim, data_align));
     assert_fc_ok(fc_tsblob_head(&b2, &out2));
     assert_fc_ok(fc_buf_append(&out2, data, (size_t)b2.data_size));
     assert_fc_ok(fc_tsblob_tail(&b2, fc_crc32(0, data, (size_t)b2.data_size), &out2));
@@ -1227,6 +1229,11 @@ static void blob_round_trip(fc_dtype dt, const int64_t *shape, int ndim)
     free(data);
     fc_buf_release(&out);
     fc_tsblob_release(&b);
+}
+
+static void blob_round_trip(fc_dtype dt, const int64_t *shape, int ndim)
+{
+    blob_round_trip_at(dt, shape, ndim, 0);
 }
 
 static void test_torchsave_blobs_round_trip_through_the_reader(void **state)
@@ -1244,6 +1251,10 @@ static void test_torchsave_blobs_round_trip_through_the_reader(void **state)
         blob_round_trip((fc_dtype)d, s23, 2);
     blob_round_trip(FC_DTYPE_FLOAT8_E4M3FN, s04, 2);
     blob_round_trip(FC_DTYPE_UINT16, NULL, 0);
+    /* DCP's 4 KiB-aligned items (dcp_sink.h): the pad grows, the reader follows it. */
+    blob_round_trip_at(FC_DTYPE_INT16, big, 2, 4096);
+    blob_round_trip_at(FC_DTYPE_FLOAT32, s23, 2, 4096);
+    blob_round_trip_at(FC_DTYPE_BFLOAT16, s5d, 5, 32768);
 }
 
 /* The blob's data.pkl is torch's own pickle for the tensor, less BINPUT opcodes. */
@@ -1251,7 +1262,7 @@ static void expect_pickle(fc_dtype dt, const int64_t *shape, int ndim, const cha
                           size_t want_len)
 {
     struct fc_tsblob b;
-    assert_fc_ok(fc_tsblob_init(&b, dt, shape, ndim));
+    assert_fc_ok(fc_tsblob_init(&b, dt, shape, ndim, 0));
     assert_int_equal(b.pkl.len, want_len);
     assert_memory_equal(b.pkl.data, want, want_len);
     fc_tsblob_release(&b);
@@ -1272,14 +1283,21 @@ static void test_torchsave_blob_init_rejects_bad_arguments(void **state)
     (void)state;
     struct fc_tsblob b;
     static const int64_t neg[] = { 2, -1 }, huge[] = { INT64_MAX / 2, 4 };
-    assert_fc_fails(fc_tsblob_init(&b, FC_DTYPE_INVALID, NULL, 0), FC_EINVAL, "invalid dtype");
+    assert_fc_fails(fc_tsblob_init(&b, FC_DTYPE_INVALID, NULL, 0, 0), FC_EINVAL, "invalid dtype");
     fc_tsblob_release(&b);
-    assert_fc_fails(fc_tsblob_init(&b, FC_DTYPE_FLOAT32, neg, 2), FC_EINVAL, "float32 shape");
+    assert_fc_fails(fc_tsblob_init(&b, FC_DTYPE_FLOAT32, neg, 2, 0), FC_EINVAL, "float32 shape");
     fc_tsblob_release(&b);
-    assert_fc_fails(fc_tsblob_init(&b, FC_DTYPE_FLOAT32, huge, 2), FC_EINVAL, "too large");
+    assert_fc_fails(fc_tsblob_init(&b, FC_DTYPE_FLOAT32, huge, 2, 0), FC_EINVAL, "too large");
     fc_tsblob_release(&b);
-    assert_fc_fails(fc_tsblob_init(&b, FC_DTYPE_FLOAT32, neg, FC_MAX_DIMS + 1), FC_EINVAL,
+    assert_fc_fails(fc_tsblob_init(&b, FC_DTYPE_FLOAT32, neg, FC_MAX_DIMS + 1, 0), FC_EINVAL,
                     "dimensions");
+    fc_tsblob_release(&b);
+    static const int64_t s2[] = { 2 };
+    assert_fc_fails(fc_tsblob_init(&b, FC_DTYPE_FLOAT32, s2, 1, 100), FC_EINVAL,
+                    "not a power of two");
+    fc_tsblob_release(&b);
+    assert_fc_fails(fc_tsblob_init(&b, FC_DTYPE_FLOAT32, s2, 1, 131072), FC_EINVAL,
+                    "16-bit extra field");
     fc_tsblob_release(&b);
 }
 

@@ -370,6 +370,54 @@ static void test_zip_writer_streams_a_payload_given_its_crc_later(void **state)
     fc_buf_release(&b);
 }
 
+/*
+ * A record laid out at a larger alignment (DCP's 4 KiB items) gets a longer "FB" pad: its
+ * payload lands on the boundary, the others keep torch's 64, and the reader finds every
+ * payload from the local headers.  Alignments that are no power of two >= 64, or whose pad
+ * cannot fit the 16-bit extra length, are refused.
+ */
+static void test_zip_writer_pads_a_record_to_its_alignment(void **state)
+{
+    (void)state;
+    static const unsigned char payload[5000] = {7, 8, 9};
+    struct fc_zipw_record r[3] = {
+        {"data.pkl", 5, (const unsigned char *)"head.", 0, 0, 0},
+        {"data/0", sizeof(payload), payload, 0, 0, 0},
+        {"version", 2, (const unsigned char *)"3\n", 0, 0, 0},
+    };
+    uint32_t align[3] = {0, 4096, 0};
+    struct fc_buf out = FC_BUF_INIT(1 << 20);
+    uint64_t total = 0;
+    assert_fc_ok(fc_zipw_layout_aligned(r, 3, "archive", align, &total));
+    assert_int_equal(r[0].data_offset, 64);
+    assert_int_equal(r[1].data_offset, 4096);
+    assert_int_equal(r[2].data_offset % 64, 0);
+    assert_fc_ok(fc_zipw_emit(r, 3, "archive", 0, total, &out));
+    assert_int_equal(out.len, total);
+    /* The local header's extra length covers the pad: 4096 - header - name. */
+    const unsigned char *lh = out.data + r[1].header_offset;
+    assert_int_equal(fc_read_le16(lh + 28), 4096 - r[1].header_offset - 30 - 14);
+    assert_memory_equal(lh + 30 + 14, "FB", 2);
+    struct fc_file f = FC_FILE_INIT;
+    struct fc_zip_reader *zr = NULL;
+    assert_fc_ok(open_mem(out.data, out.len, &f, &zr));
+    assert_int_equal(fc_zip_find(zr, "data/0")->data_offset, 4096);
+    assert_fc_ok(fc_zip_verify_crc(zr, fc_zip_find(zr, "data/0")));
+    fc_zip_reader_free(zr);
+    fc_file_close(&f);
+    fc_buf_release(&out);
+
+    align[1] = 96;
+    assert_fc_fails(fc_zipw_layout_aligned(r, 3, "archive", align, &total), FC_EINVAL,
+                    "power of two");
+    align[1] = 32;
+    assert_fc_fails(fc_zipw_layout_aligned(r, 3, "archive", align, &total), FC_EINVAL,
+                    "power of two");
+    align[1] = 131072;
+    assert_fc_fails(fc_zipw_layout_aligned(r, 3, "archive", align, &total), FC_EINVAL,
+                    "16-bit extra field");
+}
+
 static void test_zip_writer_rejects_bad_record_names(void **state)
 {
     (void)state;
@@ -902,6 +950,7 @@ int main(void)
         cmocka_unit_test(test_zip_reads_a_zero_length_record),
         cmocka_unit_test(test_zip_writer_reproduces_torch_bytes_exactly),
         cmocka_unit_test(test_zip_writer_streams_a_payload_given_its_crc_later),
+        cmocka_unit_test(test_zip_writer_pads_a_record_to_its_alignment),
         cmocka_unit_test(test_zip_writer_rejects_bad_record_names),
         cmocka_unit_test(test_zip_reads_an_archive_inside_a_larger_file),
         cmocka_unit_test(test_zip_rejects_every_truncation),
