@@ -138,10 +138,8 @@ static const struct fc_buf *fc_st_sink_file_head(const void *ctx, size_t file)
     return &sink->heads[file];
 }
 
-/* Items are the chunk's bare bytes: nothing before them, nothing (no tensor_tail, no CRC) after. */
-static int fc_st_sink_tensor_head(const void *ctx, const struct fc_plan *plan,
-                                  const struct fc_plan_item *it, struct fc_buf *hdr,
-                                  uint64_t *item_len)
+int fc_sink_bare_item(const void *ctx, const struct fc_plan *plan, const struct fc_plan_item *it,
+                      struct fc_buf *hdr, uint64_t *item_len)
 {
     (void)ctx;
     (void)plan;
@@ -153,7 +151,7 @@ static int fc_st_sink_tensor_head(const void *ctx, const struct fc_plan *plan,
 /* No value_bytes: fc_st_sink_layout refuses plans with values. */
 static const struct fc_sink_ops fc_st_sink_ops = {
     .file_head = fc_st_sink_file_head,
-    .tensor_head = fc_st_sink_tensor_head,
+    .tensor_head = fc_sink_bare_item,
 };
 
 struct fc_sink fc_st_sink_sink(const struct fc_st_sink *sink)

@@ -56,4 +56,12 @@ void fc_st_sink_release(struct fc_st_sink *sink);
 /* The executor's view of the sink (borrows it; after fc_st_sink_layout()). */
 struct fc_sink fc_st_sink_sink(const struct fc_st_sink *sink);
 
+/*
+ * fc_sink_bare_item() - the tensor_head of formats whose items are the chunk's
+ * bare bytes (safetensors, torch_checkpointing's .pt storages): nothing before
+ * them; *item_len is the planned length.
+ */
+int fc_sink_bare_item(const void *ctx, const struct fc_plan *plan, const struct fc_plan_item *it,
+                      struct fc_buf *hdr, uint64_t *item_len);
+
 #endif

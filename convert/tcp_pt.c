@@ -801,8 +801,8 @@ static int fc_tcp_pt_finish(const void *ctx, const struct fc_plan *plan, size_t 
     int rc = fc_tcp_pt_pickler_init(&p, sink, plan, file, &pkl);
     if (rc == FC_OK)
         rc = fc_tcp_pt_pickle(&p);
-    if (rc == FC_OK && (pkl.len != pf->recs[0].size ||
-                        fc_crc32(0, pkl.data, pkl.len) != pf->recs[0].crc32))
+    if (rc == FC_OK &&
+        (pkl.len != pf->recs[0].size || fc_crc32(0, pkl.data, pkl.len) != pf->recs[0].crc32))
         rc = fc_error_set(FC_ERROR, "%s: internal error: data.pkl differs from the planned one",
                           out->path);
     pf->recs[0].data = pkl.data;
@@ -828,19 +828,8 @@ static int fc_tcp_pt_finish(const void *ctx, const struct fc_plan *plan, size_t 
 }
 
 /* An item is its bare bytes at its storage's data offset. */
-static int fc_tcp_pt_tensor_head(const void *ctx, const struct fc_plan *plan,
-                                 const struct fc_plan_item *it, struct fc_buf *hdr,
-                                 uint64_t *item_len)
-{
-    (void)ctx;
-    (void)plan;
-    (void)hdr;
-    *item_len = it->length;
-    return FC_OK;
-}
-
 static const struct fc_sink_ops fc_tcp_pt_ops = {
-    .tensor_head = fc_tcp_pt_tensor_head,
+    .tensor_head = fc_sink_bare_item,
     .item_crc = fc_tcp_pt_item_crc,
     .finish_file = fc_tcp_pt_finish,
 };
