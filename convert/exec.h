@@ -55,7 +55,7 @@ int fc_out_write(struct fc_out *o, const void *p, size_t n);
 
 /*
  * An output format's encoding of the plan's items, which the executor drives
- * (one interface, two implementations: dcp_sink.c and st_sink.c).  A tensor
+ * (one interface, three implementations: dcp_sink.c, st_sink.c, tcp_pt.c).  A tensor
  * item is tensor_head's bytes, the chunk's C-contiguous data, then
  * tensor_tail's bytes.  Only a format that stores the data's CRC-32 pays for
  * it: the executor computes it for a sink with a tensor_tail, and only then.
@@ -94,7 +94,7 @@ struct fc_sink_ops {
 
 struct fc_sink {
     const struct fc_sink_ops *ops;
-    const void *ctx; /* the format's state: struct fc_dcp_sink or struct fc_st_sink */
+    const void *ctx; /* the format's state: struct fc_dcp_sink, fc_st_sink or fc_tcp_sink */
 };
 
 struct fc_exec {
