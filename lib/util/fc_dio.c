@@ -2,7 +2,7 @@
  * fc_dio.c - direct I/O (see fc_io.h): the --io mode, the aligned writer of
  * output runs, and aligned reads through bounce buffers for fc_file_pread().
  * The page cache's copies in and out were 84% of a conversion's CPU (issue
- * 25); O_DIRECT requests of FC_DIO_CHUNK bytes move the same bytes with a
+ * 25); O_DIRECT requests of FC_DIO_CHUNK_MAX bytes move the same bytes with a
  * tenth of the system time.
  */
 #define _GNU_SOURCE /* O_DIRECT */
@@ -22,6 +22,8 @@
 
 static _Atomic int fc_mode = FC_IO_AUTO;
 static atomic_uint_fast64_t fc_st_dr, fc_st_br, fc_st_dw, fc_st_bw, fc_st_refused;
+/* Bytes of each bounce and writer buffer (fc_dio_fit()); 0: direct I/O off, no room for them. */
+static atomic_size_t fc_chunk = FC_DIO_CHUNK_MAX;
 
 void fc_io_set_mode(enum fc_io_mode mode)
 {
@@ -40,6 +42,7 @@ void fc_io_stats(struct fc_io_stats *out)
     out->direct_written = atomic_load(&fc_st_dw);
     out->buffered_written = atomic_load(&fc_st_bw);
     out->refused = atomic_load(&fc_st_refused);
+    out->no_room = fc_io_get_mode() != FC_IO_BUFFERED && atomic_load(&fc_chunk) == 0;
 }
 
 void fc_dio_count(int direct, int write, uint64_t n)
@@ -56,6 +59,8 @@ void fc_dio_count_refused(void)
 int fc_dio_wanted(size_t n)
 {
     const enum fc_io_mode m = fc_io_get_mode();
+    if (atomic_load(&fc_chunk) == 0)
+        return 0;
     return m == FC_IO_DIRECT || (m == FC_IO_AUTO && n >= FC_DIO_AUTO_MIN);
 }
 
@@ -69,23 +74,32 @@ static uint64_t fc_align_up(uint64_t x)
     return fc_align_down(x + FC_DIO_ALIGN - 1);
 }
 
-/* ---- bounce buffers: FC_DIO_CHUNK bytes, aligned, kept for reuse (a fresh one faults in) */
+/* ---- bounce buffers: fc_chunk bytes, aligned, kept for reuse (a fresh one faults in) */
 
 #define FC_BOUNCE_KEEP 16
 static pthread_mutex_t fc_bounce_lock = PTHREAD_MUTEX_INITIALIZER;
 static void *fc_bounce_kept[FC_BOUNCE_KEEP];
 static int fc_bounce_n;
 
-static void *fc_bounce_get(void)
+static void *fc_bounce_get(size_t size)
 {
     void *p = NULL;
     pthread_mutex_lock(&fc_bounce_lock);
     if (fc_bounce_n > 0)
         p = fc_bounce_kept[--fc_bounce_n];
     pthread_mutex_unlock(&fc_bounce_lock);
-    if (p == NULL && posix_memalign(&p, FC_DIO_ALIGN, FC_DIO_CHUNK) != 0)
+    if (p == NULL && posix_memalign(&p, FC_DIO_ALIGN, size) != 0)
         p = NULL;
     return p;
+}
+
+/* Free the kept bounce buffers (their size is about to change). */
+static void fc_bounce_drop(void)
+{
+    pthread_mutex_lock(&fc_bounce_lock);
+    while (fc_bounce_n > 0)
+        free(fc_bounce_kept[--fc_bounce_n]);
+    pthread_mutex_unlock(&fc_bounce_lock);
 }
 
 static void fc_bounce_put(void *p)
@@ -104,14 +118,14 @@ int fc_dio_pread(int dfd, void *dst, size_t n, uint64_t off, const char *path, i
     unsigned char *out = dst;
     const uint64_t end = off + n;
     uint64_t a = fc_align_down(off);
-    unsigned char *b = fc_bounce_get();
+    const size_t chunk = atomic_load(&fc_chunk);
+    unsigned char *b = fc_bounce_get(chunk);
     int rc = FC_OK;
     *refused = 0;
     if (b == NULL)
         return fc_error_set(FC_ENOMEM, "%s: out of memory for a direct-I/O buffer", path);
     while (a < end) {
-        const uint64_t want =
-            fc_align_up(end) - a < FC_DIO_CHUNK ? fc_align_up(end) - a : FC_DIO_CHUNK;
+        const uint64_t want = fc_align_up(end) - a < chunk ? fc_align_up(end) - a : chunk;
         const ssize_t got = pread(dfd, b, (size_t)want, (off_t)a);
         if (got < 0 && errno == EINTR)
             continue;
@@ -145,12 +159,22 @@ int fc_dio_pread(int dfd, void *dst, size_t n, uint64_t off, const char *path, i
 
 uint64_t fc_dio_thread_bytes(void)
 {
-    return fc_io_get_mode() == FC_IO_BUFFERED ? 0 : 2 * (uint64_t)FC_DIO_CHUNK;
+    return fc_io_get_mode() == FC_IO_BUFFERED ? 0 : 2 * (uint64_t)atomic_load(&fc_chunk);
+}
+
+uint64_t fc_dio_fit(uint64_t room)
+{
+    uint64_t chunk = fc_align_down(room / 2);
+    chunk = chunk > FC_DIO_CHUNK_MAX ? FC_DIO_CHUNK_MAX : chunk < FC_DIO_CHUNK_MIN ? 0 : chunk;
+    if (chunk != atomic_load(&fc_chunk))
+        fc_bounce_drop();
+    atomic_store(&fc_chunk, (size_t)chunk);
+    return fc_dio_thread_bytes();
 }
 
 int fc_dio_open(int fd, const char *path)
 {
-    if (fc_io_get_mode() == FC_IO_BUFFERED)
+    if (fc_io_get_mode() == FC_IO_BUFFERED || atomic_load(&fc_chunk) == 0)
         return -1;
     const int dfd = open(path, O_WRONLY | O_DIRECT | O_NOFOLLOW | O_CLOEXEC);
     struct stat a, b;
@@ -225,11 +249,12 @@ int fc_dio_put(struct fc_dio_writer *w, int fd, int dfd, const char *path, uint6
         FC_TRY(fc_dio_flush(w));
     if (w->fd < 0) {
         if (w->buf == NULL) {
+            const size_t cap = atomic_load(&fc_chunk) > 0 ? atomic_load(&fc_chunk) : FC_DIO_ALIGN;
             void *b = NULL;
-            if (posix_memalign(&b, FC_DIO_ALIGN, FC_DIO_CHUNK) != 0)
+            if (posix_memalign(&b, FC_DIO_ALIGN, cap) != 0)
                 return fc_error_set(FC_ENOMEM, "%s: out of memory for a direct-I/O buffer", path);
             w->buf = b;
-            w->cap = FC_DIO_CHUNK;
+            w->cap = cap;
         }
         w->fd = fd;
         w->dfd = dfd;

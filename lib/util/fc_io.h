@@ -98,10 +98,12 @@ enum fc_io_mode { FC_IO_AUTO, FC_IO_BUFFERED, FC_IO_DIRECT };
 #define FC_DIO_AUTO_MIN ((size_t)256 << 10)
 void fc_io_set_mode(enum fc_io_mode mode);
 enum fc_io_mode fc_io_get_mode(void);
-/* Bytes moved each way so far in this process, and files whose filesystem refused O_DIRECT. */
+/* Bytes moved each way so far in this process, files whose filesystem refused O_DIRECT, and
+ * whether direct I/O is off for want of room for its buffers (fc_dio_fit()). */
 struct fc_io_stats {
     uint64_t direct_read, buffered_read, direct_written, buffered_written;
     uint64_t refused;
+    int no_room;
 };
 void fc_io_stats(struct fc_io_stats *out);
 
@@ -136,6 +138,13 @@ int fc_dio_open(int fd, const char *path);
 /* The direct-I/O buffers a thread may hold (a writer's, a read's bounce), 0 when buffered:
  * callers take them out of their --max-memory budget. */
 uint64_t fc_dio_thread_bytes(void);
+/*
+ * fc_dio_fit() - size those buffers to fit in room bytes a thread: requests of
+ * room/2 bytes, at most 8 MiB; below 256 KiB direct I/O is off (buffered) until
+ * fitted again.  Call while no direct I/O is in flight.  Returns
+ * fc_dio_thread_bytes().
+ */
+uint64_t fc_dio_fit(uint64_t room);
 int fc_dio_put(struct fc_dio_writer *w, int fd, int dfd, const char *path, uint64_t pos,
                const void *p, size_t n);
 int fc_dio_flush(struct fc_dio_writer *w);
