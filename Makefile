@@ -158,6 +158,13 @@ FC_LDLIBS += -L$(NCCL_HOME)/lib64 -L$(NCCL_HOME)/lib -lnccl
 else
 CONVERT_SRC += $(wildcard convert/comm_nccl_stub.c)
 endif
+# io_uring for direct writes where liburing is installed (Debian: liburing-dev, make deps):
+# URING=1 then, unless given; without it (and in the wheel) one synchronous pwrite at a time.
+URING ?= $(if $(filter 1,$(WHEEL)),0,$(shell pkg-config --exists liburing 2>/dev/null && echo 1))
+ifeq ($(URING),1)
+FC_CPPFLAGS += -DFC_HAVE_LIBURING $(shell pkg-config --cflags liburing)
+FC_LDLIBS += $(shell pkg-config --libs liburing)
+endif
 CMD_SRC := $(sort $(wildcard cmd/*.c))
 
 CORE_OBJ := $(patsubst %.c,$(B)/%.o,$(LIB_SRC) $(CONVERT_SRC) $(KERNEL_SRC)) \
@@ -187,9 +194,9 @@ ifeq ($(WHEEL),1)
 	  test -z "$$missing" || { echo "fsdpconv: the source build needs the static libraries$$missing (Debian: libzstd-dev libdeflate-dev libjansson-dev libpcre2-dev libssl-dev); without them, pip install the prebuilt fsdpconv wheel instead" >&2; exit 1; }
 	@$(CC) -E -x c /dev/null >/dev/null 2>&1 || { echo "fsdpconv: the wheel build needs zig cc: pip install ziglang into $(WHEEL_PYTHON)'s environment (pip wheel . does)" >&2; exit 1; }
 else
-	@printf 'fsdpconv build %s: CPU ✓  CUDA %s  NCCL %s  sanitizers %s\n' "$(B)" \
+	@printf 'fsdpconv build %s: CPU ✓  CUDA %s  NCCL %s  io_uring %s  sanitizers %s\n' "$(B)" \
 	  "$(if $(filter 1,$(CUDA)),✓,✗)" "$(if $(filter 1,$(NCCL)),✓,✗)" \
-	  "$(if $(SANITIZE),$(SANITIZE),✗)"
+	  "$(if $(filter 1,$(URING)),✓,✗)" "$(if $(SANITIZE),$(SANITIZE),✗)"
 	@pkg-config --exists $(PKGS) || { echo "missing libraries: install libzstd-dev libdeflate-dev libjansson-dev libssl-dev libpcre2-dev pkg-config (or run: make deps)" >&2; exit 1; }
 endif
 ifeq ($(CUDA),1)

@@ -104,6 +104,7 @@ struct fc_io_stats {
     uint64_t direct_read, buffered_read, direct_written, buffered_written;
     uint64_t refused;
     int no_room;
+    uint64_t queued_written; /* of direct_written, through io_uring (fc_dio_writer) */
 };
 void fc_io_stats(struct fc_io_stats *out);
 
@@ -114,14 +115,21 @@ void fc_io_stats(struct fc_io_stats *out);
  * descriptor of the file; the partial blocks at either end of the run (shared
  * with the bytes around it, which other writers may own) go through the
  * buffered descriptor.  Direct and buffered writes never touch the same page.
+ * Built with liburing, where the kernel lets the process set up an io_uring,
+ * up to FC_DIO_DEPTH aligned writes stay in flight, each from a buffer of its
+ * own (fc_dio_fit() counts them), even across runs and files; else one
+ * synchronous pwrite at a time.
  *   fc_dio_open()   an O_DIRECT descriptor of the file open as fd at path
  *                   (same inode), or -1 (mode buffered, or refused: counted)
  *   fc_dio_put()    append n bytes to the run at file offset pos: a new run
  *                   begins when pos or the file differs from the last put's end
- *   fc_dio_flush()  write what the run holds; call before fsync and close
- *   fc_dio_release() frees the buffer (flush first)
- * FC_EIO naming the path, FC_ENOMEM.
+ *   fc_dio_flush()  write what the run holds and wait for every write in
+ *                   flight; call before fsync and close of any file written
+ *   fc_dio_release() frees the buffers (flush first; waits for writes in flight)
+ * FC_EIO naming the path and offset (the first failure, returned by every later
+ * call too), FC_ENOMEM.
  */
+#define FC_DIO_DEPTH 4
 struct fc_dio_writer {
     unsigned char *buf;
     size_t cap, len; /* buf holds the file's bytes [base, base + len) */
@@ -129,10 +137,11 @@ struct fc_dio_writer {
     uint64_t start;  /* the run's first byte (>= base while it is in buf) */
     int fd, dfd;     /* the run's file: buffered and O_DIRECT descriptors */
     const char *path;
+    struct fc_dio_queue *q; /* its writes in flight (io_uring), or NULL */
 };
 #define FC_DIO_WRITER_INIT                                                                         \
     {                                                                                              \
-        NULL, 0, 0, 0, 0, -1, -1, NULL                                                             \
+        NULL, 0, 0, 0, 0, -1, -1, NULL, NULL                                                       \
     }
 int fc_dio_open(int fd, const char *path);
 /* The direct-I/O buffers a thread may hold (a writer's, a read's bounce), 0 when buffered:
@@ -149,6 +158,8 @@ int fc_dio_put(struct fc_dio_writer *w, int fd, int dfd, const char *path, uint6
                const void *p, size_t n);
 int fc_dio_flush(struct fc_dio_writer *w);
 void fc_dio_release(struct fc_dio_writer *w);
+/* The most writes one writer had in flight at once in this process (tests). */
+int fc_dio_inflight_peak(void);
 
 /* Write exactly n bytes at off; FC_EIO naming path (ENOSPC, EFBIG, ...). */
 int fc_pwrite_full(int fd, const void *p, size_t n, uint64_t off, const char *path);
