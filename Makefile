@@ -2,6 +2,7 @@
 #
 # Define CUDA=1 to build the CUDA kernels (needs nvcc; see CUDA_HOME).
 # Define NCCL=1 (with CUDA=1) to build the NCCL transport (see NCCL_HOME).
+# Define URING=1 for direct writes through io_uring (needs liburing-dev; see URING below).
 # Define CUDA_HOME=/path to use another CUDA toolkit (default /usr/local/cuda).
 # Define NVCC_GENCODE="-gencode ..." to override the GPU architectures.
 # Define SANITIZE=address,undefined to build with sanitizers.
@@ -33,6 +34,11 @@ CFLAGS ?= -O2 -g
 LDFLAGS ?=
 CUDA ?= 0
 NCCL ?= 0
+# URING=1: the direct writer keeps up to 4 writes in flight through io_uring (liburing: Debian's
+# liburing-dev, which make deps installs; where the kernel refuses io_uring it falls back at run
+# time). Off by default: on the 2-core VM it measured no faster than one synchronous pwrite at a
+# time per worker (README, "Direct I/O"; tests/bench/RESULTS_io.md, run 4).
+URING ?= 0
 CUDA_HOME ?= /usr/local/cuda
 NVCC ?= $(CUDA_HOME)/bin/nvcc
 NVCC_GENCODE ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
@@ -58,8 +64,8 @@ $(error NCCL=1 requires CUDA=1)
 endif
 endif
 ifeq ($(WHEEL),1)
-ifneq ($(filter 1,$(CUDA) $(NCCL) $(DEBUG) $(GC_SECTIONS))$(SANITIZE),)
-$(error WHEEL=1 is the plain CPU build: no CUDA, NCCL, SANITIZE, DEBUG or GC_SECTIONS)
+ifneq ($(filter 1,$(CUDA) $(NCCL) $(DEBUG) $(GC_SECTIONS) $(URING))$(SANITIZE),)
+$(error WHEEL=1 is the plain CPU build: no CUDA, NCCL, URING, SANITIZE, DEBUG or GC_SECTIONS)
 endif
 endif
 
@@ -79,6 +85,9 @@ CFG := $(CFG)-debug
 endif
 ifeq ($(GC_SECTIONS),1)
 CFG := $(CFG)-gc
+endif
+ifeq ($(URING),1)
+CFG := $(CFG)-uring
 endif
 ifeq ($(WHEEL),1)
 CFG := wheel
@@ -158,9 +167,6 @@ FC_LDLIBS += -L$(NCCL_HOME)/lib64 -L$(NCCL_HOME)/lib -lnccl
 else
 CONVERT_SRC += $(wildcard convert/comm_nccl_stub.c)
 endif
-# io_uring for direct writes where liburing is installed (Debian: liburing-dev, make deps):
-# URING=1 then, unless given; without it (and in the wheel) one synchronous pwrite at a time.
-URING ?= $(if $(filter 1,$(WHEEL)),0,$(shell pkg-config --exists liburing 2>/dev/null && echo 1))
 ifeq ($(URING),1)
 FC_CPPFLAGS += -DFC_HAVE_LIBURING $(shell pkg-config --cflags liburing)
 FC_LDLIBS += $(shell pkg-config --libs liburing)
@@ -198,6 +204,9 @@ else
 	  "$(if $(filter 1,$(CUDA)),✓,✗)" "$(if $(filter 1,$(NCCL)),✓,✗)" \
 	  "$(if $(filter 1,$(URING)),✓,✗)" "$(if $(SANITIZE),$(SANITIZE),✗)"
 	@pkg-config --exists $(PKGS) || { echo "missing libraries: install libzstd-dev libdeflate-dev libjansson-dev libssl-dev libpcre2-dev pkg-config (or run: make deps)" >&2; exit 1; }
+endif
+ifeq ($(URING),1)
+	@pkg-config --exists liburing || { echo "URING=1 needs liburing: install liburing-dev (or run: make deps)" >&2; exit 1; }
 endif
 ifeq ($(CUDA),1)
 	@test -x "$(NVCC)" || { echo "CUDA=1 but $(NVCC) is missing; set CUDA_HOME or NVCC" >&2; exit 1; }

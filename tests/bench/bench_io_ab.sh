@@ -20,9 +20,11 @@ mkdir -p "$dir/big" "$out" "$dir/logs"
 rm -f "$res"
 [ -f "$st" ] || "$py" "$here/make_big_st.py" "$st" --gb "$gb"
 cut -d' ' -f1-3 /proc/loadavg >"$dir/ab_loadavg.start"
-m() { # m CASE WHICH -- CMD...
-    "$py" "$here/measure.py" --results "$res" --name "$1_$2" --group ab --gb "$gb" --reps 1 \
-        --log "$dir/logs/$1_$2.log" --clean "$out/o" -- "$@" >/dev/null
+m() { # m CASE WHICH CMD...
+    name=$1_$2
+    shift 2
+    "$py" "$here/measure.py" --results "$res" --name "$name" --group ab --gb "$gb" --reps 1 \
+        --log "$dir/logs/$name.log" --clean "$out/o" -- "$@" >/dev/null
 }
 one() { # one CASE WHICH BIN: the case with that binary, output $out/o
     case $1 in
@@ -31,6 +33,7 @@ one() { # one CASE WHICH BIN: the case with that binary, output $out/o
     d2f) m d2f "$2" "$3" dcp-to-full --io auto -o "$out/o" "$out/dcp" ;;
     esac
 }
+rm -rf "$out/dcp"
 "$a" -q full-to-dcp --world-size 8 -o "$out/dcp" "$st"
 r=0
 while [ $r -lt "$reps" ]; do
