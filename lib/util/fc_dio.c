@@ -34,6 +34,8 @@ static atomic_size_t fc_chunk = FC_DIO_CHUNK_MAX;
 static _Atomic int fc_depth;
 static _Atomic int fc_inflight_peak;
 static atomic_uint_fast64_t fc_st_queued;
+/* An io_uring could not be set up (the kernel, seccomp, limits): writes went one at a time. */
+static _Atomic int fc_uring_refused;
 
 void fc_io_set_mode(enum fc_io_mode mode)
 {
@@ -54,6 +56,7 @@ void fc_io_stats(struct fc_io_stats *out)
     out->refused = atomic_load(&fc_st_refused);
     out->no_room = fc_io_get_mode() != FC_IO_BUFFERED && atomic_load(&fc_chunk) == 0;
     out->queued_written = atomic_load(&fc_st_queued);
+    out->uring_refused = atomic_load(&fc_uring_refused);
 }
 
 int fc_dio_inflight_peak(void)
@@ -196,6 +199,8 @@ static int fc_uring_usable(void)
         const int ok = io_uring_queue_init(FC_DIO_DEPTH, &ring, 0) == 0;
         if (ok)
             io_uring_queue_exit(&ring);
+        else
+            atomic_store(&fc_uring_refused, 1);
         atomic_store(&usable, ok);
     }
     return atomic_load(&usable);
@@ -362,6 +367,8 @@ static int fc_dio_queue_write(struct fc_dio_writer *w, uint64_t from, uint64_t t
         if (q == NULL)
             return fc_error_set(FC_ENOMEM, "%s: out of memory for a write queue", w->path);
         q->ready = io_uring_queue_init(FC_DIO_DEPTH, &q->ring, 0) == 0;
+        if (!q->ready)
+            atomic_store(&fc_uring_refused, 1);
     }
     if (!q->ready)
         return FC_ERROR;

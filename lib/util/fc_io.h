@@ -105,6 +105,7 @@ struct fc_io_stats {
     uint64_t refused;
     int no_room;
     uint64_t queued_written; /* of direct_written, through io_uring (fc_dio_writer) */
+    int uring_refused;       /* a URING=1 build could not set up an io_uring */
 };
 void fc_io_stats(struct fc_io_stats *out);
 
