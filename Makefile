@@ -2,6 +2,7 @@
 #
 # Define CUDA=1 to build the CUDA kernels (needs nvcc; see CUDA_HOME).
 # Define NCCL=1 (with CUDA=1) to build the NCCL transport (see NCCL_HOME).
+# Define URING=1 for direct writes through io_uring (needs liburing-dev; see URING below).
 # Define CUDA_HOME=/path to use another CUDA toolkit (default /usr/local/cuda).
 # Define NVCC_GENCODE="-gencode ..." to override the GPU architectures.
 # Define SANITIZE=address,undefined to build with sanitizers.
@@ -35,6 +36,11 @@ CFLAGS ?= -O2 -g
 LDFLAGS ?=
 CUDA ?= 0
 NCCL ?= 0
+# URING=1: the direct writer keeps up to 4 writes in flight through io_uring (liburing: Debian's
+# liburing-dev, which make deps installs; where the kernel refuses io_uring it falls back at run
+# time). Off by default: on the 2-core VM it measured no faster than one synchronous pwrite at a
+# time per worker (README, "Direct I/O"; tests/bench/RESULTS_io.md, run 4).
+URING ?= 0
 CUDA_HOME ?= /usr/local/cuda
 NVCC ?= $(CUDA_HOME)/bin/nvcc
 NVCC_GENCODE ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
@@ -61,8 +67,8 @@ $(error NCCL=1 requires CUDA=1)
 endif
 endif
 ifeq ($(WHEEL),1)
-ifneq ($(filter 1,$(CUDA) $(NCCL) $(DEBUG) $(GC_SECTIONS))$(SANITIZE),)
-$(error WHEEL=1 is the plain CPU build: no CUDA, NCCL, SANITIZE, DEBUG or GC_SECTIONS)
+ifneq ($(filter 1,$(CUDA) $(NCCL) $(DEBUG) $(GC_SECTIONS) $(URING))$(SANITIZE),)
+$(error WHEEL=1 is the plain CPU build: no CUDA, NCCL, URING, SANITIZE, DEBUG or GC_SECTIONS)
 endif
 endif
 
@@ -82,6 +88,9 @@ CFG := $(CFG)-debug
 endif
 ifeq ($(GC_SECTIONS),1)
 CFG := $(CFG)-gc
+endif
+ifeq ($(URING),1)
+CFG := $(CFG)-uring
 endif
 ifeq ($(WHEEL),1)
 CFG := wheel
@@ -161,6 +170,10 @@ FC_LDLIBS += -L$(NCCL_HOME)/lib64 -L$(NCCL_HOME)/lib -lnccl
 else
 CONVERT_SRC += $(wildcard convert/comm_nccl_stub.c)
 endif
+ifeq ($(URING),1)
+FC_CPPFLAGS += -DFC_HAVE_LIBURING $(shell pkg-config --cflags liburing)
+FC_LDLIBS += $(shell pkg-config --libs liburing)
+endif
 CMD_SRC := $(sort $(wildcard cmd/*.c))
 
 CORE_OBJ := $(patsubst %.c,$(B)/%.o,$(LIB_SRC) $(CONVERT_SRC) $(KERNEL_SRC)) \
@@ -190,10 +203,13 @@ ifeq ($(WHEEL),1)
 	  test -z "$$missing" || { echo "fsdpconv: the source build needs the static libraries$$missing (Debian: libzstd-dev libdeflate-dev libjansson-dev libpcre2-dev libssl-dev); without them, pip install the prebuilt fsdpconv wheel instead" >&2; exit 1; }
 	@$(CC) -E -x c /dev/null >/dev/null 2>&1 || { echo "fsdpconv: the wheel build needs zig cc: pip install ziglang into $(WHEEL_PYTHON)'s environment (pip wheel . does)" >&2; exit 1; }
 else
-	@printf 'fsdpconv build %s: CPU ✓  CUDA %s  NCCL %s  sanitizers %s\n' "$(B)" \
+	@printf 'fsdpconv build %s: CPU ✓  CUDA %s  NCCL %s  io_uring %s  sanitizers %s\n' "$(B)" \
 	  "$(if $(filter 1,$(CUDA)),✓,✗)" "$(if $(filter 1,$(NCCL)),✓,✗)" \
-	  "$(if $(SANITIZE),$(SANITIZE),✗)"
+	  "$(if $(filter 1,$(URING)),✓,✗)" "$(if $(SANITIZE),$(SANITIZE),✗)"
 	@pkg-config --exists $(PKGS) || { echo "missing libraries: install libzstd-dev libdeflate-dev libjansson-dev libssl-dev libpcre2-dev pkg-config (or run: make deps)" >&2; exit 1; }
+endif
+ifeq ($(URING),1)
+	@pkg-config --exists liburing || { echo "URING=1 needs liburing: install liburing-dev (or run: make deps)" >&2; exit 1; }
 endif
 ifeq ($(CUDA),1)
 	@test -x "$(NVCC)" || { echo "CUDA=1 but $(NVCC) is missing; set CUDA_HOME or NVCC" >&2; exit 1; }

@@ -118,9 +118,15 @@ void fc_cli_io_report(void)
     fc_cli_human_size(br, sizeof(br), st.buffered_read);
     fc_cli_human_size(dw, sizeof(dw), st.direct_written);
     fc_cli_human_size(bw, sizeof(bw), st.buffered_written);
-    fc_cli_note("io %s: read %s direct, %s buffered; wrote %s direct, %s buffered%s",
-                modes[fc_io_get_mode()], dr, br, dw, bw,
-                st.refused > 0 ? " (O_DIRECT refused here: buffered instead)" : "");
+    fc_cli_note("io %s: read %s direct, %s buffered; wrote %s direct%s, %s buffered%s%s",
+                modes[fc_io_get_mode()], dr, br, dw,
+                st.queued_written > 0 ? " (io_uring)"
+                : st.uring_refused    ? " (io_uring refused here: one write at a time)"
+                                      : "",
+                bw, st.refused > 0 ? " (O_DIRECT refused here: buffered instead)" : "",
+                st.no_room ? " (direct I/O off: a worker's --max-memory share leaves no room for "
+                             "its buffers)"
+                           : "");
 }
 
 void fc_cli_summary(const char *output, const char *format, size_t ntensors, size_t nvalues,

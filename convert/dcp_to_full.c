@@ -95,13 +95,6 @@ static int fc_out_close(struct fc_out *o, int synced)
     return rc;
 }
 
-/* --max-memory less the read scratch and direct-I/O buffers: what the slabs may use. */
-static uint64_t fc_slab_budget(const struct fc_dcp_to_full_opts *opts)
-{
-    const uint64_t fixed = fc_source_read_scratch() + fc_dio_thread_bytes();
-    return opts->max_memory > fixed + 4096 ? opts->max_memory - fixed : 4096;
-}
-
 /* The __metadata__ of every safetensors file we write, as transformers writes it. */
 static const char *const fc_st_meta[] = {"format", "pt"};
 
@@ -652,8 +645,8 @@ static int fc_write_shards(const struct fc_source *src, const struct fc_xform_re
         char *p = fc_path_join(dir, name);
         if (p == NULL)
             return fc_error_set(FC_ENOMEM, "out of memory");
-        rc = fc_write_safetensors(src, xr, idx + first, last - first, p, fc_slab_budget(opts),
-                                  slabs, o);
+        rc = fc_write_safetensors(src, xr, idx + first, last - first, p,
+                                  fc_slab_budget(opts->max_memory), slabs, o);
         fc_free(p);
         FC_TRY(rc);
         first = last;
@@ -726,8 +719,9 @@ int fc_dcp_to_full(const struct fc_dcp_to_full_opts *opts, struct fc_dcp_to_full
     if (opts->config_from != NULL)
         FC_TRY_GOTO(fc_hf_copy_files(opts->config_from, tmp), rc, done);
     if (fmt == FC_EXPORT_TORCH) {
-        FC_TRY_GOTO(fc_write_torchsave(src, &xr, tmp, opts->output, fc_slab_budget(opts), &slabs,
-                                       &o, &res->ntensors),
+        FC_TRY_GOTO(fc_write_torchsave(src, &xr, tmp, opts->output,
+                                       fc_slab_budget(opts->max_memory), &slabs, &o,
+                                       &res->ntensors),
                     rc, done);
         res->nfiles = 1;
     } else if (opts->max_shard_size == 0) {
@@ -737,8 +731,8 @@ int fc_dcp_to_full(const struct fc_dcp_to_full_opts *opts, struct fc_dcp_to_full
             rc = fc_error_set(FC_ENOMEM, "out of memory");
             goto done;
         }
-        rc = fc_write_safetensors(src, &xr, idx, n, is_dir_out ? p : tmp, fc_slab_budget(opts),
-                                  &slabs, &o);
+        rc = fc_write_safetensors(src, &xr, idx, n, is_dir_out ? p : tmp,
+                                  fc_slab_budget(opts->max_memory), &slabs, &o);
         fc_free(p);
         if (rc < 0)
             goto done;

@@ -512,10 +512,7 @@ int fc_exec_run(const struct fc_exec *ex)
     atomic_init(&sh.bytes_done, 0);
     atomic_init(&sh.workers_left, nthreads);
     pthread_mutex_init(&sh.lock, NULL);
-    /* Each worker's slabs, less the read scratch and direct-I/O buffers it may hold. */
-    const uint64_t fixed = fc_source_read_scratch() + fc_dio_thread_bytes();
-    sh.worker_budget = ex->max_memory / (uint64_t)nthreads;
-    sh.worker_budget = sh.worker_budget > fixed + 4096 ? sh.worker_budget - fixed : 4096;
+    sh.worker_budget = fc_slab_budget(ex->max_memory / (uint64_t)nthreads);
     struct fc_worker *ws = fc_calloc((size_t)nthreads, sizeof(*ws));
     pthread_t *tids = fc_calloc((size_t)nthreads, sizeof(*tids));
     int started = 0, rc = FC_OK;

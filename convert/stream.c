@@ -9,6 +9,7 @@
 
 #include "fc_alloc.h"
 #include "fc_error.h"
+#include "fc_io.h"
 
 void fc_slabs_release(struct fc_slabs *s)
 {
@@ -25,6 +26,14 @@ void fc_slabs_release(struct fc_slabs *s)
     memset(s, 0, sizeof(*s));
     s->engine = engine;
     s->device = device;
+}
+
+uint64_t fc_slab_budget(uint64_t share)
+{
+    /* Half of the half to each: at full size the two take the same. */
+    const uint64_t dio = fc_dio_fit(share / 4);
+    const uint64_t fixed = dio + fc_source_fit_read_scratch(share / 2 - dio);
+    return share > fixed + 4096 ? share - fixed : 4096;
 }
 
 static int fc_slab_reserve(unsigned char **p, size_t *cap, size_t need)

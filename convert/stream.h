@@ -40,6 +40,16 @@ struct fc_slabs {
 
 void fc_slabs_release(struct fc_slabs *s);
 
+/*
+ * fc_slab_budget() - the slab budget of a worker whose share of --max-memory
+ * is share bytes: the share less its read scratch and direct-I/O buffers,
+ * which it sizes (fc_source_fit_read_scratch(), fc_dio_fit()) to take at most
+ * half of it.  At full size they are 32 MiB: under a fixed size they would
+ * leave slabs of one row at a time to a small share.  Call before the workers
+ * start.
+ */
+uint64_t fc_slab_budget(uint64_t share);
+
 /* Receives consecutive output bytes of the box, C order; returns FC_OK or an error. */
 typedef int (*fc_stream_sink_fn)(void *ctx, const void *p, size_t n);
 

@@ -257,9 +257,14 @@ long fc_source_find(const struct fc_source *src, const char *key);
 int fc_source_read_box(const struct fc_source *src, const struct fc_entry *e, const int64_t *off,
                        const int64_t *size, void *dst);
 
-/* The scratch bytes one fc_source_read_box() call may allocate (gathers, scatters): callers
- * take them out of their --max-memory budget, as the destination slab. */
-uint64_t fc_source_read_scratch(void);
+/*
+ * fc_source_fit_read_scratch() - size the scratch one fc_source_read_box() call
+ * may allocate (gathers, scatters) to about room bytes: at most 16 MiB, at
+ * least 128 KiB.  Returns the bytes it may allocate, which callers take out of
+ * their --max-memory budget, as the destination slab.  Call while no read is
+ * in flight.
+ */
+uint64_t fc_source_fit_read_scratch(uint64_t room);
 
 /*
  * fc_source_verify_rest() - finish the CRC-32 checks of the chunks that reads

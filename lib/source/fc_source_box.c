@@ -7,6 +7,7 @@
 #include <assert.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -18,14 +19,24 @@
 #include "fc_source_backend.h"
 #include "fc_zip.h"
 
-/* Gathering a strided box reads the covering span of at most this many bytes at a time. */
-#define FC_SOURCE_SPAN_CAP ((uint64_t)8 << 20)
-/* A chunk's part that is not one run of the caller's box passes through a buffer this big. */
-#define FC_SOURCE_PIECE_CAP ((size_t)8 << 20)
+/*
+ * Gathering a strided box reads the covering span of at most fc_span_cap bytes
+ * at a time; a chunk's part that is not one run of the caller's box passes
+ * through a buffer of fc_piece_cap.  Each at most the first, at least the
+ * second, as fc_source_fit_read_scratch() sizes them.
+ */
+#define FC_SOURCE_SCRATCH_MAX ((size_t)8 << 20)
+#define FC_SOURCE_SCRATCH_MIN ((size_t)64 << 10)
+static _Atomic size_t fc_span_cap = FC_SOURCE_SCRATCH_MAX, fc_piece_cap = FC_SOURCE_SCRATCH_MAX;
 
-uint64_t fc_source_read_scratch(void)
+uint64_t fc_source_fit_read_scratch(uint64_t room)
 {
-    return FC_SOURCE_SPAN_CAP + FC_SOURCE_PIECE_CAP;
+    const uint64_t each = room / 2 > FC_SOURCE_SCRATCH_MAX   ? FC_SOURCE_SCRATCH_MAX
+                          : room / 2 < FC_SOURCE_SCRATCH_MIN ? FC_SOURCE_SCRATCH_MIN
+                                                             : room / 2;
+    atomic_store(&fc_span_cap, (size_t)each);
+    atomic_store(&fc_piece_cap, (size_t)each);
+    return 2 * each;
 }
 
 /*
@@ -76,10 +87,11 @@ int fc_read_strided_box(const struct fc_file *f, uint64_t base, const struct fc_
     if (inner == 0)
         return fc_file_pread(f, dst, (size_t)run * esz, base + (uint64_t)first * esz);
     const uint64_t span = (uint64_t)(last - first + 1) * esz;
-    if (span > FC_SOURCE_SPAN_CAP && size[0] > 1) {
+    const uint64_t cap = atomic_load(&fc_span_cap);
+    if (span > cap && size[0] > 1) {
         /* Row blocks whose spans fit the cap, each gathered as below. */
-        const int64_t step = (int64_t)((uint64_t)size[0] * FC_SOURCE_SPAN_CAP / span) > 1
-                                 ? (int64_t)((uint64_t)size[0] * FC_SOURCE_SPAN_CAP / span)
+        const int64_t step = (int64_t)((uint64_t)size[0] * cap / span) > 1
+                                 ? (int64_t)((uint64_t)size[0] * cap / span)
                                  : 1;
         const size_t row = (size_t)(numel / size[0]) * esz;
         int64_t poff[FC_MAX_DIMS], psize[FC_MAX_DIMS];
@@ -94,7 +106,7 @@ int fc_read_strided_box(const struct fc_file *f, uint64_t base, const struct fc_
         return FC_OK;
     }
     unsigned char *tmp = NULL;
-    if (span <= FC_SOURCE_SPAN_CAP) {
+    if (span <= cap) {
         tmp = fc_malloc((size_t)span);
         if (tmp == NULL)
             return fc_error_set(FC_ENOMEM, "%s: out of memory", what);
@@ -450,7 +462,7 @@ int fc_chunks_read_box(const struct fc_source *src, const struct fc_entry *e,
         size_t row = esz;
         for (int d = 1; d < ndim; d++)
             row *= (size_t)len[d];
-        int64_t step = (int64_t)(FC_SOURCE_PIECE_CAP / row);
+        int64_t step = (int64_t)(atomic_load(&fc_piece_cap) / row);
         step = step < 1 ? 1 : step < len[0] ? step : len[0];
         unsigned char *tmp = fc_malloc((size_t)step * row);
         if (tmp == NULL) {

@@ -8,8 +8,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Bytes per direct request (and per bounce or writer buffer). */
-#define FC_DIO_CHUNK ((size_t)8 << 20)
+/* Bytes per direct request (and per bounce or writer buffer): at most the
+ * first, at least the second when fc_dio_fit() shrinks them to a small share. */
+#define FC_DIO_CHUNK_MAX ((size_t)8 << 20)
+#define FC_DIO_CHUNK_MIN ((size_t)256 << 10)
 
 /* Should a read or write of n bytes go direct in the current mode? */
 int fc_dio_wanted(size_t n);
@@ -20,7 +22,7 @@ void fc_dio_count_refused(void);
 
 /*
  * fc_dio_pread() - [off, off+n) of the file open as dfd (O_DIRECT) into dst,
- * through bounce buffers of FC_DIO_CHUNK aligned bytes.  *refused set (and
+ * through aligned bounce buffers (fc_dio_fit()).  *refused set (and
  * FC_OK returned, nothing read) when the filesystem refuses the first request;
  * FC_EIO, FC_ECORRUPT (the file ends early), FC_ENOMEM.
  */

@@ -98,10 +98,14 @@ enum fc_io_mode { FC_IO_AUTO, FC_IO_BUFFERED, FC_IO_DIRECT };
 #define FC_DIO_AUTO_MIN ((size_t)256 << 10)
 void fc_io_set_mode(enum fc_io_mode mode);
 enum fc_io_mode fc_io_get_mode(void);
-/* Bytes moved each way so far in this process, and files whose filesystem refused O_DIRECT. */
+/* Bytes moved each way so far in this process, files whose filesystem refused O_DIRECT, and
+ * whether direct I/O is off for want of room for its buffers (fc_dio_fit()). */
 struct fc_io_stats {
     uint64_t direct_read, buffered_read, direct_written, buffered_written;
     uint64_t refused;
+    int no_room;
+    uint64_t queued_written; /* of direct_written, through io_uring (fc_dio_writer) */
+    int uring_refused;       /* a URING=1 build could not set up an io_uring */
 };
 void fc_io_stats(struct fc_io_stats *out);
 
@@ -112,14 +116,21 @@ void fc_io_stats(struct fc_io_stats *out);
  * descriptor of the file; the partial blocks at either end of the run (shared
  * with the bytes around it, which other writers may own) go through the
  * buffered descriptor.  Direct and buffered writes never touch the same page.
+ * Built with liburing, where the kernel lets the process set up an io_uring,
+ * up to FC_DIO_DEPTH aligned writes stay in flight, each from a buffer of its
+ * own (fc_dio_fit() counts them), even across runs and files; else one
+ * synchronous pwrite at a time.
  *   fc_dio_open()   an O_DIRECT descriptor of the file open as fd at path
  *                   (same inode), or -1 (mode buffered, or refused: counted)
  *   fc_dio_put()    append n bytes to the run at file offset pos: a new run
  *                   begins when pos or the file differs from the last put's end
- *   fc_dio_flush()  write what the run holds; call before fsync and close
- *   fc_dio_release() frees the buffer (flush first)
- * FC_EIO naming the path, FC_ENOMEM.
+ *   fc_dio_flush()  write what the run holds and wait for every write in
+ *                   flight; call before fsync and close of any file written
+ *   fc_dio_release() frees the buffers (flush first; waits for writes in flight)
+ * FC_EIO naming the path and offset (the first failure, returned by every later
+ * call too), FC_ENOMEM.
  */
+#define FC_DIO_DEPTH 4
 struct fc_dio_writer {
     unsigned char *buf;
     size_t cap, len; /* buf holds the file's bytes [base, base + len) */
@@ -127,19 +138,29 @@ struct fc_dio_writer {
     uint64_t start;  /* the run's first byte (>= base while it is in buf) */
     int fd, dfd;     /* the run's file: buffered and O_DIRECT descriptors */
     const char *path;
+    struct fc_dio_queue *q; /* its writes in flight (io_uring), or NULL */
 };
 #define FC_DIO_WRITER_INIT                                                                         \
     {                                                                                              \
-        NULL, 0, 0, 0, 0, -1, -1, NULL                                                             \
+        NULL, 0, 0, 0, 0, -1, -1, NULL, NULL                                                       \
     }
 int fc_dio_open(int fd, const char *path);
 /* The direct-I/O buffers a thread may hold (a writer's, a read's bounce), 0 when buffered:
  * callers take them out of their --max-memory budget. */
 uint64_t fc_dio_thread_bytes(void);
+/*
+ * fc_dio_fit() - size those buffers to fit in room bytes a thread: requests of
+ * room/2 bytes, at most 8 MiB; below 256 KiB direct I/O is off (buffered) until
+ * fitted again.  Call while no direct I/O is in flight.  Returns
+ * fc_dio_thread_bytes().
+ */
+uint64_t fc_dio_fit(uint64_t room);
 int fc_dio_put(struct fc_dio_writer *w, int fd, int dfd, const char *path, uint64_t pos,
                const void *p, size_t n);
 int fc_dio_flush(struct fc_dio_writer *w);
 void fc_dio_release(struct fc_dio_writer *w);
+/* The most writes one writer had in flight at once in this process (tests). */
+int fc_dio_inflight_peak(void);
 
 /* Write exactly n bytes at off; FC_EIO naming path (ENOSPC, EFBIG, ...). */
 int fc_pwrite_full(int fd, const void *p, size_t n, uint64_t off, const char *path);

@@ -6,6 +6,8 @@
 # env:   BENCH_IO_GB  model size in GiB (default 8; a streamed safetensors of 64 MiB fp32
 #                     tensors, make_big_st.py)
 #        BENCH_REPS   interleaved rounds (default 3); io_report.py keeps each case's fastest
+#        BENCH_IO_BASE another fsdpconv (a build of main, say): its --io auto cases run in
+#                     the same rounds as ours, as *_base rows
 # Every run starts with the page cache dropped (measure.py; warm without root, and the report
 # says so). Needs about 3.2 x BENCH_IO_GB GiB free in BENCH_DIR. Cases per round:
 #   cp_st, dd_st                 yardsticks: copy model.safetensors
@@ -22,6 +24,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 bench_args "$@"
 gb=${BENCH_IO_GB:-8}
 reps=${BENCH_REPS:-3}
+base=${BENCH_IO_BASE:-}
 res="$dir/io_results.jsonl"
 st="$dir/big/model.safetensors"
 out="$dir/io_out"
@@ -63,6 +66,11 @@ while [ $r -lt "$reps" ]; do
         f2d f2d_$mode $mode
         [ $mode = auto ] || rm -rf "$out/f2d_$mode"
     done
+    if [ -n "$base" ]; then
+        m f2d_auto_base --clean "$out/f2d_base" -- "$base" full-to-dcp --world-size 8 --io auto \
+            -o "$out/f2d_base" "$st"
+        rm -rf "$out/f2d_base"
+    fi
     rm -rf "$out/dcp"
     mv "$out/f2d_auto" "$out/dcp"
     for mode in buffered auto; do
@@ -80,6 +88,13 @@ while [ $r -lt "$reps" ]; do
         m d2f_$mode --clean "$out/full.safetensors" -- "$bin" dcp-to-full --io $mode \
             -o "$out/full.safetensors" "$out/dcp"
     done
+    if [ -n "$base" ]; then
+        m reshard_auto_base --clean "$out/resh" -- "$base" reshard --world-size 6 --io auto \
+            -o "$out/resh" "$out/dcp"
+        rm -rf "$out/resh"
+        m d2f_auto_base --clean "$out/full.safetensors" -- "$base" dcp-to-full --io auto \
+            -o "$out/full.safetensors" "$out/dcp"
+    fi
     m d2f_auto_noverify --clean "$out/full.safetensors" -- "$bin" dcp-to-full --io auto \
         --no-verify -o "$out/full.safetensors" "$out/dcp"
     rm -f "$out/full.safetensors"

@@ -20,12 +20,15 @@ ROWS = [
     ("f2d_buffered", "st", "full-to-dcp ws8 --io buffered", None, None),
     ("f2d_direct", "st", "full-to-dcp ws8 --io direct", None, None),
     ("f2d_auto", "st", "full-to-dcp ws8 --io auto (default)", 1.1, 0.7),
+    ("f2d_auto_base", "st", "full-to-dcp ws8 --io auto, BENCH_IO_BASE", None, None),
     ("f2d_st_buffered", "st", "full-to-dcp ws8 --format safetensors, buffered", None, None),
     ("f2d_st_auto", "st", "full-to-dcp ws8 --format safetensors, auto", 1.1, 0.7),
     ("reshard_buffered", "dcp", "reshard ws8 -> ws6, buffered", None, None),
     ("reshard_auto", "dcp", "reshard ws8 -> ws6, auto", 1.1, 0.7),
+    ("reshard_auto_base", "dcp", "reshard ws8 -> ws6, auto, BENCH_IO_BASE", None, None),
     ("d2f_buffered", "dcp", "dcp-to-full -> .safetensors, buffered", None, None),
     ("d2f_auto", "dcp", "dcp-to-full -> .safetensors, auto", 1.2, None),
+    ("d2f_auto_base", "dcp", "dcp-to-full -> .safetensors, auto, BENCH_IO_BASE", None, None),
     ("d2f_auto_noverify", "dcp", "dcp-to-full, auto, --no-verify", None, None),
 ]
 

@@ -12,10 +12,8 @@ Checks:
               runs' and below half of one stacked tensor: each rank's box is read in slabs,
               each slab from the parts it overlaps, never a whole tensor
   bounded     and at most 4x the budget above fsdpconv's own (a one-tensor conversion):
-              an expert's slice bigger than the budget streams in runs of its rows.
-              Every run is --io buffered: direct I/O's fixed staging buffers (8 MiB, more
-              than this 2 MiB budget) would hide that bound; test_max_memory.py checks the
-              direct path's memory at a budget its buffers fit
+              an expert's slice bigger than the budget streams in runs of its rows, and
+              direct I/O's buffers shrink to fit beside the slabs (fc_slab_budget())
   values      dcp.load (no process group) of the large DCP: gate_up_proj[e] is
               cat(w1_e, w3_e) and down_proj[e] is w2_e, bit-exact; the export is the input
               (fsdpconv diff)
@@ -68,10 +66,9 @@ def convert(tmp, n):
     bin_ = common.fsdpconv_path()
     runs = {}
     for what, cmd in (("import", [bin_, "full-to-dcp", "--world-size", "2", "-o", dcp_dir,
-                                  "--threads", "1", "--max-memory", BUDGET, "--io", "buffered"]
+                                  "--threads", "1", "--max-memory", BUDGET]
                        + IMPORT + [src]),
-                      ("export", [bin_, "dcp-to-full", "-o", back, "--max-memory", BUDGET,
-                                  "--io", "buffered"] +
+                      ("export", [bin_, "dcp-to-full", "-o", back, "--max-memory", BUDGET] +
                        EXPORT + [dcp_dir])):
         runs[what] = common.run_measured(cmd, os.path.join(tmp, "%s%d.log" % (what, n)))
         if runs[what]["rc"] != 0:
@@ -114,7 +111,7 @@ def main():
         tiny = os.path.join(tmp, "tiny.safetensors")
         save_file({"w": torch.zeros(4, 4)}, tiny)
         base = common.run_measured([common.fsdpconv_path(), "full-to-dcp", "--world-size", "2",
-                                    "--io", "buffered", "-o", os.path.join(tmp, "tiny"), tiny],
+                                    "-o", os.path.join(tmp, "tiny"), tiny],
                                    os.path.join(tmp, "tiny.log"))["maxrss_kib"]
         print("fsdpconv's own peak RSS (one [4, 4] tensor): %d KiB" % base)
         for what in ("import", "export"):

@@ -3,7 +3,7 @@
 # Idempotent; needs root (or sudo) only when something is missing.
 set -eu
 pkgs="build-essential pkg-config libzstd-dev libcmocka-dev libdeflate-dev libjansson-dev
-libssl-dev libpcre2-dev mandoc clang clang-format libclang-rt-14-dev zstd strace time python3 python3-venv
+libssl-dev libpcre2-dev liburing-dev mandoc clang clang-format libclang-rt-14-dev zstd strace time python3 python3-venv
 ca-certificates"
 missing=""
 for p in $pkgs; do

@@ -10,9 +10,15 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+#ifdef FC_HAVE_LIBURING
+#include <liburing.h>
+#endif
 
 #include "fc_alloc.h"
 #include "fc_io.h"
@@ -288,6 +294,128 @@ static void test_direct_io_writes_and_reads_the_same_bytes(void **state)
     fc_free(got);
 }
 
+/* Can this process set up an io_uring (built with liburing, and the kernel lets it)? */
+static int uring_usable(void)
+{
+#ifdef FC_HAVE_LIBURING
+    struct io_uring ring;
+    if (io_uring_queue_init(FC_DIO_DEPTH, &ring, 0) != 0)
+        return 0;
+    io_uring_queue_exit(&ring);
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+/* Write want[0, n) at file offset at of a new file at path through one writer in odd puts. */
+static int write_through_writer(const char *path, int dfd_flags, const unsigned char *want,
+                                size_t n, uint64_t at, int *put_failed)
+{
+    int fd;
+    assert_fc_ok(fc_file_create(path, &fd));
+    const int dfd = dfd_flags == 0 ? fc_dio_open(fd, path) : open(path, dfd_flags);
+    assert_true(dfd >= 0);
+    struct fc_dio_writer w = FC_DIO_WRITER_INIT;
+    int rc = FC_OK;
+    *put_failed = 0;
+    for (size_t done = 0, step = 5; done < n && rc == FC_OK; step = step * 3 + 1) {
+        const size_t k = step % ((size_t)3 << 20) + 1 < n - done ? step % ((size_t)3 << 20) + 1
+                                                                  : n - done;
+        rc = fc_dio_put(&w, fd, dfd, path, at + done, want + done, k);
+        done += k;
+    }
+    *put_failed = rc != FC_OK;
+    const int frc = fc_dio_flush(&w);
+    fc_dio_release(&w);
+    close(dfd);
+    close(fd);
+    return rc != FC_OK ? rc : frc;
+}
+
+/*
+ * The write queue (io_uring, FC_DIO_DEPTH writes in flight) writes the bytes
+ * it is given, unaligned start and end included, with up to FC_DIO_DEPTH writes
+ * in flight and never more; one write at a time (the same bytes) where the
+ * build or the kernel has no io_uring.
+ */
+static void test_direct_write_queue_writes_the_bytes_given(void **state)
+{
+    (void)state;
+    const size_t n = ((size_t)24 << 20) + 777;
+    const uint64_t at = 100;
+    unsigned char *want = fc_malloc(n), *got = fc_malloc(n);
+    assert_non_null(want);
+    assert_non_null(got);
+    fill_bytes(want, n, 11);
+    fc_io_set_mode(FC_IO_DIRECT);
+    /* Requests of 1 MiB: 6 buffers with a queue (2 of 3 MiB without), all of the room. */
+    assert_int_equal(fc_dio_fit((uint64_t)6 << 20), (uint64_t)6 << 20);
+    struct fc_io_stats before, after;
+    fc_io_stats(&before);
+    int put_failed;
+    assert_fc_ok(write_through_writer("queue.bin", 0, want, n, at, &put_failed));
+    fc_io_stats(&after);
+    struct fc_file f = FC_FILE_INIT;
+    assert_fc_ok(fc_file_open_read(&f, "queue.bin"));
+    assert_int_equal(f.size, at + n);
+    assert_fc_ok(fc_file_pread(&f, got, n, at));
+    assert_memory_equal(got, want, n);
+    fc_file_close(&f);
+    const uint64_t queued = after.queued_written - before.queued_written;
+    const uint64_t direct = after.direct_written - before.direct_written;
+    if (uring_usable()) {
+        assert_true(direct >= n - 2 * FC_DIO_ALIGN);
+        assert_int_equal(queued, direct);
+        assert_int_equal(fc_dio_inflight_peak(), FC_DIO_DEPTH);
+    } else {
+        assert_int_equal(queued, 0);
+        assert_int_equal(fc_dio_inflight_peak(), 0);
+    }
+    (void)fc_dio_fit((uint64_t)1 << 30);
+    fc_io_set_mode(FC_IO_AUTO);
+    fc_free(want);
+    fc_free(got);
+}
+
+/*
+ * A direct write that fails in flight fails the writer: the put or the flush
+ * returns FC_EIO naming the file and the system's reason, never success with a
+ * hole.  Writes refused by the descriptor (opened read-only), and writes past
+ * the file size limit (EFBIG, as ENOSPC: a limit the test can set).
+ */
+static void test_direct_write_queue_reports_failures(void **state)
+{
+    (void)state;
+    const size_t n = (size_t)12 << 20;
+    unsigned char *want = fc_malloc(n);
+    assert_non_null(want);
+    fill_bytes(want, n, 3);
+    fc_io_set_mode(FC_IO_DIRECT);
+    (void)fc_dio_fit((uint64_t)6 << 20);
+    int put_failed;
+    assert_int_equal(write_through_writer("ro.bin", O_RDONLY | O_CLOEXEC, want, n, 0, &put_failed),
+                     FC_EIO);
+    assert_non_null(strstr(fc_error_last(), "ro.bin: write at offset "));
+    assert_non_null(strstr(fc_error_last(), strerror(EBADF)));
+
+    struct rlimit old, lim;
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    lim = old;
+    lim.rlim_cur = (rlim_t)5 << 20;
+    void (*was)(int) = signal(SIGXFSZ, SIG_IGN);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    const int rc = write_through_writer("big.bin", 0, want, n, 0, &put_failed);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, was);
+    assert_int_equal(rc, FC_EIO);
+    assert_non_null(strstr(fc_error_last(), "big.bin: write at offset "));
+    assert_non_null(strstr(fc_error_last(), strerror(EFBIG)));
+    (void)fc_dio_fit((uint64_t)1 << 30);
+    fc_io_set_mode(FC_IO_AUTO);
+    fc_free(want);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -297,6 +425,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stage_names_cannot_be_planted, setup, teardown),
         cmocka_unit_test_setup_teardown(test_force_settles_when_dir_fsync_fails, setup, teardown),
         cmocka_unit_test(test_error_message_is_one_line),
+        cmocka_unit_test_setup_teardown(test_direct_write_queue_writes_the_bytes_given, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_direct_write_queue_reports_failures, setup, teardown),
         cmocka_unit_test_setup_teardown(test_direct_io_writes_and_reads_the_same_bytes, setup,
                                         teardown),
     };
