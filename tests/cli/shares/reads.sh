@@ -4,7 +4,8 @@
 # (waitid WNOWAIT, then /proc/PID/io and wait4's ru_maxrss).  rchar, not read_bytes: read_bytes
 # counts only disk reads and the page cache cannot be dropped here, while rchar counts every
 # byte read() and pread() returned, cached or not (fsdpconv reads inputs with pread, no mmap).
-# A share also reads its own output files back once to record their CRC-32s.
+# A share also reads its own output files back once to record their CRC-32s: their sizes
+# (DCP items of 256 KiB or more start on 4 KiB boundaries) are taken from the output.
 # --io auto whatever $FSDPCONV_IO says: forced direct I/O reads whole 4 KiB blocks around
 # every unaligned row (3x the bytes of this test's 4 KiB rows), which says nothing of shares.
 python3 - <<'PY'
@@ -64,8 +65,9 @@ for n, name in ((16, "small"), (48, "large")):
     total = model(f"{name}.safetensors", n)
     stats = run(f"{name}.safetensors", f"{name}_out", 4)
     share_in = total / 4            # each rank owns 2 of the 8 rank files: a quarter of every tensor
-    share_out = total / 2 / 4       # bf16: half the bytes, a quarter of them
     for r, (rchar, rss) in enumerate(stats):
+        # the files it wrote (r and r + 4; bf16: about half of its input share), read back once
+        share_out = sum(os.path.getsize(f"{name}_out/__{f}_0.distcp") for f in (r, r + 4))
         ok = share_in <= rchar <= share_in + share_out + MiB and rchar < total / 2
         # 4 MiB of buffers and the direct-I/O ones over the program's own; a model 3 times
         # larger adds nothing
