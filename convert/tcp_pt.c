@@ -33,6 +33,7 @@
 
 #define FC_TCP_PT_PREFIX  "archive" /* what CheckpointManager.save's torch.save names it */
 #define FC_TCP_PT_PKL_CAP ((size_t)1 << 31)
+#define FC_TCP_PT_NAME    32 /* bytes of a record name: "data/" and any size_t */
 
 /* The records before the storages and after them, as torch.save writes them. */
 enum { FC_TCP_PT_HEAD_RECS = 4, FC_TCP_PT_TAIL_RECS = 2 };
@@ -615,7 +616,7 @@ static int fc_tcp_pt_place(void *ctx, const struct fc_plan *plan, size_t file, c
     int rc = fc_tcp_pt_pickler_init(&p, sink, plan, file, &pkl);
     pf->item_rec = fc_calloc(f->nitems + 1, sizeof(*pf->item_rec));
     pf->recs = fc_calloc(nst + FC_TCP_PT_HEAD_RECS + FC_TCP_PT_TAIL_RECS, sizeof(*pf->recs));
-    pf->names = fc_calloc(nst, 24);
+    pf->names = fc_calloc(nst, FC_TCP_PT_NAME);
     if (rc == FC_OK && (pf->item_rec == NULL || pf->recs == NULL || pf->names == NULL))
         rc = fc_error_set(FC_ENOMEM, "out of memory");
     if (rc < 0)
@@ -636,8 +637,8 @@ static int fc_tcp_pt_place(void *ctx, const struct fc_plan *plan, size_t file, c
     r[k++] = (struct fc_zipw_record){".storage_alignment", 2, fc_tcp_pt_alignment, 0, 0, 0};
     r[k++] = (struct fc_zipw_record){"byteorder", 6, fc_tcp_pt_little, 0, 0, 0};
     for (size_t s = 0; s < p.nstorages; s++) {
-        char *rn = pf->names + 24 * s;
-        snprintf(rn, 24, "data/%zu", s);
+        char *rn = pf->names + FC_TCP_PT_NAME * s;
+        snprintf(rn, FC_TCP_PT_NAME, "data/%zu", s);
         const int is_map = (long)s == p.rank_map;
         r[k] =
             (struct fc_zipw_record){rn, p.storage_bytes[s], is_map ? pt->rank_map : NULL, 0, 0, 0};

@@ -54,7 +54,7 @@ struct fc_tcp_pt_file {
     struct fc_buf pkl;           /* data.pkl */
     struct fc_zipw_record *recs; /* in archive order; storages streamed or the rank map */
     size_t nrecs;
-    char *names;      /* "data/<k>" record names, 24 bytes each */
+    char *names;      /* "data/<k>" record names, FC_TCP_PT_NAME bytes each */
     size_t *item_rec; /* per item of the file, in plan order: its storage record */
     char serial[48];  /* .data/serialization_id */
 };
