@@ -292,11 +292,7 @@ static int fc_tcp_pt_spec(struct fc_tcp_pt_pickler *p, const struct fc_plan_tens
 {
     struct fc_buf *b = p->b;
     struct fc_tensor_desc d;
-    memset(&d, 0, sizeof(d));
-    d.dtype = t->dtype;
-    d.ndim = t->ndim;
-    memcpy(d.shape, t->shape, sizeof(d.shape));
-    fc_tensor_set_contiguous(&d);
+    fc_tcp_global_desc(t, &d);
     int strided = 0;
     for (int i = 0; i < n; i++)
         strided |= pl[i].kind == FC_DIM_STRIDED;
@@ -409,13 +405,10 @@ static int fc_tcp_pt_value(struct fc_tcp_pt_pickler *p, const struct fc_plan_ite
             pl[n++] = t->pl[d];
 
     struct fc_tensor_desc local, global;
-    memset(&local, 0, sizeof(local));
-    local.dtype = global.dtype = t->dtype;
-    local.ndim = global.ndim = t->ndim;
+    fc_tcp_global_desc(t, &global);
+    local = global;
     memcpy(local.shape, ch->box.sizes, (size_t)t->ndim * sizeof(int64_t));
-    memcpy(global.shape, t->shape, sizeof(global.shape));
     fc_tensor_set_contiguous(&local);
-    fc_tensor_set_contiguous(&global);
 
     /* _rebuild_from_type_v2(_rebuild_wrapper_subclass, DTensor, (...), (None, state)) */
     FC_TRY(fc_pw_global(b, "torch._tensor", "_rebuild_from_type_v2"));

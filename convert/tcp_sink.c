@@ -33,6 +33,15 @@ static const char *fc_tcp_sink_key(const struct fc_tcp_sink *sink, const struct 
     return t->key + sink->strip;
 }
 
+void fc_tcp_global_desc(const struct fc_plan_tensor *t, struct fc_tensor_desc *d)
+{
+    memset(d, 0, sizeof(*d));
+    d->dtype = t->dtype;
+    d->ndim = t->ndim;
+    memcpy(d->shape, t->shape, sizeof(d->shape));
+    fc_tensor_set_contiguous(d);
+}
+
 static const char fc_tcp_optim_prefix[] = "optimizer.";
 static const char fc_tcp_state_prefix[] = "optimizer.state.";
 
@@ -382,11 +391,7 @@ static int fc_tcp_pw_group(struct fc_buf *b, const struct fc_tcp_sink *sink,
                            const int64_t *sorted)
 {
     struct fc_tensor_desc d;
-    memset(&d, 0, sizeof(d));
-    d.dtype = t->dtype;
-    d.ndim = t->ndim;
-    memcpy(d.shape, t->shape, sizeof(d.shape));
-    fc_tensor_set_contiguous(&d);
+    fc_tcp_global_desc(t, &d);
     char dtype[64];
     snprintf(dtype, sizeof(dtype), "torch.%s", fc_dtype_name(t->dtype));
     FC_TRY(fc_pw_empty_dict(b));

@@ -119,6 +119,9 @@ int fc_tcp_sink_add_group_value(struct fc_tcp_sink *sink, const struct fc_xspec 
 int fc_tcp_sink_path(const struct fc_tcp_sink *sink, const struct fc_plan *plan, size_t t,
                      const char **elems, size_t *lens);
 
+/* The global tensor of plan tensor t: dtype, shape and contiguous strides into *d. */
+void fc_tcp_global_desc(const struct fc_plan_tensor *t, struct fc_tensor_desc *d);
+
 /* --torch-version "2.Y" (NULL: the newest) into *form.  FC_OK or FC_EINVAL. */
 int fc_tcp_parse_torch_version(const char *s, enum fc_tcp_mesh_form *form);
 
